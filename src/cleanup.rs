@@ -1,0 +1,90 @@
+//! Undoing a round that did not produce a lock, even when its caller goes away.
+
+use std::time::Duration;
+
+use crate::redlock::RedLock;
+use crate::round::Stragglers;
+use crate::token::Token;
+
+/// While armed, owns the duty to delete one round's key from every node.
+///
+/// [`Cleanup::run`] does it inline; if the guard is dropped while armed (the acquire future was
+/// cancelled mid-round), it spawns the same compare-and-delete on the current tokio runtime.
+/// Compare-and-delete only removes a key that still holds this round's token, so running it
+/// twice, or after the key expired, is harmless.
+#[derive(Debug)]
+pub(crate) struct Cleanup {
+    armed: Option<RedLock>,
+    key: Vec<u8>,
+    token: Token,
+    per_node_timeout: Duration,
+    after: Option<Stragglers>,
+}
+
+impl Cleanup {
+    pub(crate) fn arm(
+        redlock: RedLock,
+        key: Vec<u8>,
+        token: Token,
+        per_node_timeout: Duration,
+    ) -> Self {
+        Self {
+            armed: Some(redlock),
+            key,
+            token,
+            per_node_timeout,
+            after: None,
+        }
+    }
+
+    /// Requests of the round still running in the background: on their nodes, the delete is
+    /// sent only after them.
+    pub(crate) fn after(&mut self, stragglers: Option<Stragglers>) {
+        self.after = stragglers;
+    }
+
+    /// The keys now belong to a lock that will release them itself.
+    pub(crate) fn disarm(mut self) {
+        self.armed = None;
+    }
+
+    /// Deletes the keys now, waiting for every node (each bounded by the per-node timeout).
+    /// If this future is dropped part-way, `Drop` spawns the cleanup again.
+    pub(crate) async fn run(mut self) {
+        if let Some(redlock) = &self.armed {
+            let round = redlock
+                .release_everywhere(
+                    &self.key,
+                    &self.token,
+                    self.per_node_timeout,
+                    self.after.as_ref(),
+                )
+                .await;
+            tracing::debug!(report = %round.report, "cleaned up after a failed round");
+            self.armed = None;
+        }
+    }
+}
+
+impl Drop for Cleanup {
+    fn drop(&mut self) {
+        let Some(redlock) = self.armed.take() else {
+            return;
+        };
+        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+            tracing::warn!(
+                "acquire cancelled with no tokio runtime left; its keys expire with their ttl"
+            );
+            return;
+        };
+        let key = std::mem::take(&mut self.key);
+        let token = self.token.clone();
+        let timeout = self.per_node_timeout;
+        let after = self.after.take();
+        runtime.spawn(async move {
+            redlock
+                .release_everywhere(&key, &token, timeout, after.as_ref())
+                .await;
+        });
+    }
+}

@@ -1,0 +1,394 @@
+//! The builder and the validated configuration it produces.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use crate::error::{ConfigError, Error};
+use crate::node::{IntoNode, Node};
+use crate::quorum;
+use crate::redlock::{Inner, RedLock};
+use crate::resource::DEFAULT_KEY_PREFIX;
+use crate::retry::{Jitter, RetryPolicy};
+
+/// The default drift factor: 1 % of the ttl (plus 2 ms) is allowed for clock drift.
+pub const DEFAULT_DRIFT_FACTOR: f64 = 0.01;
+/// The default time allowed to establish a connection to a node, in the background.
+pub const DEFAULT_CONNECT_TIMEOUT: Duration = Duration::from_secs(1);
+/// The smallest per-node timeout derived from a ttl when none is configured.
+pub const MIN_DERIVED_NODE_TIMEOUT: Duration = Duration::from_millis(10);
+/// The largest per-node timeout derived from a ttl when none is configured.
+pub const MAX_DERIVED_NODE_TIMEOUT: Duration = Duration::from_millis(50);
+/// The longest ttl accepted: one year. Redis' millisecond expiry range is far larger; a lock
+/// meant to outlive this should be a lease that renews itself.
+pub const MAX_TTL: Duration = Duration::from_secs(365 * 24 * 3600);
+
+/// Configures a [`RedLock`]; start from [`RedLock::builder`].
+///
+/// # Default
+///
+/// | setting | default |
+/// |---|---|
+/// | [`drift_factor`](Self::drift_factor) | [`DEFAULT_DRIFT_FACTOR`] (0.01) |
+/// | [`per_node_timeout`](Self::per_node_timeout) | ttl / 100, clamped to [10 ms, 50 ms] (50 ms for a 10 s ttl) |
+/// | [`connect_timeout`](Self::connect_timeout) | [`DEFAULT_CONNECT_TIMEOUT`] (1 s) |
+/// | [`min_validity`](Self::min_validity) | zero: any validity left is enough |
+/// | [`key_prefix`](Self::key_prefix) | [`DEFAULT_KEY_PREFIX`](crate::DEFAULT_KEY_PREFIX) (`redquorum:`) |
+/// | [`retry`](Self::retry) | [`RetryPolicy::default()`] |
+/// | [`retry_seed`](Self::retry_seed) | none: delays drawn from the thread RNG |
+///
+/// ```
+/// # fn main() -> Result<(), redquorum::Error> {
+/// use std::time::Duration;
+/// let rl = redquorum::RedLock::builder(["redis://127.0.0.1:7001", "redis://127.0.0.1:7002", "redis://127.0.0.1:7003"])
+///     .per_node_timeout(Duration::from_millis(20))
+///     .drift_factor(0.02)
+///     .key_prefix("locks:")
+///     .retry(redquorum::RetryPolicy::default().max_attempts(Some(5)))
+///     .build()?;
+/// # let _ = rl; Ok(()) }
+/// ```
+#[derive(Debug)]
+#[must_use = "a builder does nothing until build() is called"]
+pub struct Builder {
+    nodes: Result<Vec<redis::Client>, ConfigError>,
+    config: Config,
+    retry_seed: Option<u64>,
+}
+
+/// The validated settings of a [`RedLock`].
+#[derive(Debug, Clone)]
+pub(crate) struct Config {
+    pub(crate) drift_factor: f64,
+    pub(crate) per_node_timeout: Option<Duration>,
+    pub(crate) connect_timeout: Duration,
+    pub(crate) min_validity: Duration,
+    pub(crate) key_prefix: Vec<u8>,
+    pub(crate) retry: RetryPolicy,
+}
+
+/// The numbers one call works with, checked before any I/O.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Timing {
+    /// The ttl, truncated to whole milliseconds (what the servers are told).
+    pub(crate) ttl: Duration,
+    pub(crate) ttl_ms: u64,
+    pub(crate) drift: Duration,
+    pub(crate) per_node_timeout: Duration,
+    pub(crate) min_validity: Duration,
+}
+
+impl Timing {
+    /// The validity left after a round that took `elapsed`, if it is at least the minimum.
+    pub(crate) fn validity_after(&self, elapsed: Duration) -> Option<Duration> {
+        quorum::validity(self.ttl, elapsed, self.drift).filter(|left| *left >= self.min_validity)
+    }
+
+    /// How long after the start of a round its lock stays valid: `ttl − drift`.
+    pub(crate) fn validity_span(&self) -> Duration {
+        self.ttl.saturating_sub(self.drift)
+    }
+}
+
+impl Config {
+    /// Checks a ttl against this configuration and derives the per-call numbers.
+    pub(crate) fn timing(&self, ttl: Duration) -> Result<Timing, ConfigError> {
+        if ttl > MAX_TTL {
+            return Err(ConfigError::TtlTooLong { ttl, max: MAX_TTL });
+        }
+        let ttl_ms = u64::try_from(ttl.as_millis()).unwrap_or(u64::MAX);
+        let whole_ms = Duration::from_millis(ttl_ms);
+        let drift = quorum::drift(whole_ms, self.drift_factor);
+        let per_node_timeout = self.per_node_timeout.unwrap_or_else(|| {
+            (whole_ms / 100).clamp(MIN_DERIVED_NODE_TIMEOUT, MAX_DERIVED_NODE_TIMEOUT)
+        });
+        let minimum = drift
+            .saturating_add(per_node_timeout)
+            .saturating_add(self.min_validity);
+        if ttl_ms == 0 || whole_ms <= minimum {
+            return Err(ConfigError::TtlTooShort { ttl, minimum });
+        }
+        Ok(Timing {
+            ttl: whole_ms,
+            ttl_ms,
+            drift,
+            per_node_timeout,
+            min_validity: self.min_validity,
+        })
+    }
+}
+
+impl Builder {
+    pub(crate) fn new<I>(nodes: I) -> Self
+    where
+        I: IntoIterator,
+        I::Item: IntoNode,
+    {
+        let nodes = nodes
+            .into_iter()
+            .enumerate()
+            .map(|(index, node)| {
+                node.into_client()
+                    .map_err(|source| ConfigError::InvalidNode { index, source })
+            })
+            .collect();
+        Self {
+            nodes,
+            config: Config {
+                drift_factor: DEFAULT_DRIFT_FACTOR,
+                per_node_timeout: None,
+                connect_timeout: DEFAULT_CONNECT_TIMEOUT,
+                min_validity: Duration::ZERO,
+                key_prefix: DEFAULT_KEY_PREFIX.as_bytes().to_vec(),
+                retry: RetryPolicy::default(),
+            },
+            retry_seed: None,
+        }
+    }
+
+    /// The share of the ttl allowed for clock drift between client and servers, in `[0, 1)`.
+    /// The allowance is `ttl × factor + 2 ms`.
+    ///
+    /// ```
+    /// # let b = redquorum::RedLock::builder(["redis://127.0.0.1:7001"]);
+    /// let b = b.drift_factor(0.05); // clocks may run 5 % apart
+    /// # let _ = b;
+    /// ```
+    pub fn drift_factor(mut self, factor: f64) -> Self {
+        self.config.drift_factor = factor;
+        self
+    }
+
+    /// How long to wait for any one node's reply before counting it as failed. The default is
+    /// derived from each call's ttl (see the table above); it must leave room in the ttl.
+    ///
+    /// ```
+    /// # use std::time::Duration;
+    /// # let b = redquorum::RedLock::builder(["redis://127.0.0.1:7001"]);
+    /// let b = b.per_node_timeout(Duration::from_millis(25));
+    /// # let _ = b;
+    /// ```
+    pub fn per_node_timeout(mut self, timeout: Duration) -> Self {
+        self.config.per_node_timeout = Some(timeout);
+        self
+    }
+
+    /// How long one background connection attempt may take. Callers never wait for longer than
+    /// their per-node timeout; this only bounds the background task.
+    ///
+    /// ```
+    /// # use std::time::Duration;
+    /// # let b = redquorum::RedLock::builder(["redis://127.0.0.1:7001"]);
+    /// let b = b.connect_timeout(Duration::from_millis(500));
+    /// # let _ = b;
+    /// ```
+    pub fn connect_timeout(mut self, timeout: Duration) -> Self {
+        self.config.connect_timeout = timeout;
+        self
+    }
+
+    /// Never return a lock with less validity than this (the default, zero, accepts any
+    /// positive validity). Raising it makes a slow round fail rather than hand out a lock too
+    /// short to use.
+    ///
+    /// ```
+    /// # use std::time::Duration;
+    /// # let b = redquorum::RedLock::builder(["redis://127.0.0.1:7001"]);
+    /// let b = b.min_validity(Duration::from_millis(500));
+    /// # let _ = b;
+    /// ```
+    pub fn min_validity(mut self, min: Duration) -> Self {
+        self.config.min_validity = min;
+        self
+    }
+
+    /// The prefix of every key redquorum writes (binary-safe).
+    ///
+    /// ```
+    /// # let b = redquorum::RedLock::builder(["redis://127.0.0.1:7001"]);
+    /// let b = b.key_prefix("billing:locks:");
+    /// # let _ = b;
+    /// ```
+    pub fn key_prefix(mut self, prefix: impl AsRef<[u8]>) -> Self {
+        self.config.key_prefix = prefix.as_ref().to_vec();
+        self
+    }
+
+    /// The retry policy of [`RedLock::acquire`].
+    ///
+    /// ```
+    /// # let b = redquorum::RedLock::builder(["redis://127.0.0.1:7001"]);
+    /// let b = b.retry(redquorum::RetryPolicy::default().max_attempts(Some(3)));
+    /// # let _ = b;
+    /// ```
+    pub fn retry(mut self, policy: RetryPolicy) -> Self {
+        self.config.retry = policy;
+        self
+    }
+
+    /// Seeds the random retry delays, so a test run can be replayed exactly.
+    ///
+    /// ```
+    /// # let b = redquorum::RedLock::builder(["redis://127.0.0.1:7001"]);
+    /// let b = b.retry_seed(7);
+    /// # let _ = b;
+    /// ```
+    pub fn retry_seed(mut self, seed: u64) -> Self {
+        self.retry_seed = Some(seed);
+        self
+    }
+
+    /// Validates the configuration and creates the handle. No I/O happens here: each node is
+    /// connected in the background on first use (or by [`RedLock::connect`]).
+    ///
+    /// # Errors
+    /// [`Error::Config`] for no nodes, a malformed node, the same server listed twice, a drift
+    /// factor outside `[0, 1)`, a zero timeout, or a retry policy with no attempt.
+    ///
+    /// ```
+    /// # fn main() -> Result<(), redquorum::Error> {
+    /// let rl = redquorum::RedLock::builder(["redis://127.0.0.1:7001"]).build()?;
+    /// # let _ = rl; Ok(()) }
+    /// ```
+    pub fn build(self) -> Result<RedLock, Error> {
+        let clients = self.nodes?;
+        if clients.is_empty() {
+            return Err(ConfigError::NoNodes.into());
+        }
+        let config = self.config;
+        if !(0.0..1.0).contains(&config.drift_factor) {
+            return Err(ConfigError::InvalidDriftFactor(config.drift_factor).into());
+        }
+        if config.per_node_timeout == Some(Duration::ZERO) {
+            return Err(ConfigError::ZeroTimeout("per-node timeout").into());
+        }
+        if config.connect_timeout.is_zero() {
+            return Err(ConfigError::ZeroTimeout("connect timeout").into());
+        }
+        if !config.retry.allows_any_attempt() {
+            return Err(ConfigError::NoAttempts.into());
+        }
+        let nodes: Vec<Node> = clients
+            .into_iter()
+            .enumerate()
+            .map(|(index, client)| Node::new(index, client, config.connect_timeout))
+            .collect();
+        for (i, later) in nodes.iter().enumerate() {
+            if let Some(earlier) = nodes.iter().take(i).find(|n| n.same_server(later)) {
+                return Err(ConfigError::DuplicateNode {
+                    first: earlier.id().clone(),
+                    second: later.id().clone(),
+                }
+                .into());
+            }
+        }
+        if nodes.len().is_multiple_of(2) || nodes.len() == 1 {
+            tracing::warn!(
+                nodes = nodes.len(),
+                "an even number of nodes, or a single node, tolerates no more failures than one node fewer; an odd N >= 3 is recommended"
+            );
+        }
+        Ok(RedLock::from_inner(Arc::new(Inner::new(
+            nodes.into_boxed_slice(),
+            config,
+            Jitter::new(self.retry_seed),
+        ))))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn config() -> Config {
+        Builder::new(["redis://127.0.0.1:1"]).config
+    }
+
+    #[test]
+    fn derived_node_timeout_follows_the_ttl() {
+        let c = config();
+        let t = |s| {
+            c.timing(Duration::from_millis(s))
+                .expect("valid")
+                .per_node_timeout
+        };
+        assert_eq!(t(10_000), Duration::from_millis(50));
+        assert_eq!(t(2_000), Duration::from_millis(20));
+        assert_eq!(t(100), Duration::from_millis(10));
+    }
+
+    #[test]
+    fn ttls_that_leave_no_validity_are_rejected() {
+        let c = config();
+        for ttl in [0u64, 1, 5, 12] {
+            assert!(
+                matches!(
+                    c.timing(Duration::from_millis(ttl)),
+                    Err(ConfigError::TtlTooShort { .. })
+                ),
+                "{ttl} ms"
+            );
+        }
+        // 10 ms node timeout + 2.x ms drift: 13 ms is the first that fits.
+        assert!(c.timing(Duration::from_millis(13)).is_ok());
+        assert!(matches!(
+            c.timing(Duration::from_micros(900)),
+            Err(ConfigError::TtlTooShort { .. })
+        ));
+        assert!(matches!(
+            c.timing(MAX_TTL + Duration::from_millis(1)),
+            Err(ConfigError::TtlTooLong { .. })
+        ));
+        assert!(matches!(
+            c.timing(Duration::MAX),
+            Err(ConfigError::TtlTooLong { .. })
+        ));
+        assert!(c.timing(MAX_TTL).is_ok());
+    }
+
+    #[test]
+    fn sub_millisecond_ttl_is_truncated_not_rounded_up() {
+        let t = config()
+            .timing(Duration::from_micros(1_999_999))
+            .expect("valid");
+        assert_eq!(t.ttl_ms, 1999);
+        assert_eq!(t.ttl, Duration::from_millis(1999));
+    }
+
+    #[test]
+    fn build_rejects_bad_settings_before_io() {
+        let one = ["redis://127.0.0.1:1"];
+        let is_config = |r: Result<RedLock, Error>| matches!(r, Err(Error::Config(_)));
+        assert!(is_config(Builder::new(Vec::<&str>::new()).build()));
+        assert!(is_config(Builder::new(["not a url"]).build()));
+        assert!(is_config(
+            Builder::new(["redis://127.0.0.1:1", "redis://localhost:1"]).build()
+        ));
+        assert!(is_config(Builder::new(one).drift_factor(1.0).build()));
+        assert!(is_config(Builder::new(one).drift_factor(-0.1).build()));
+        assert!(is_config(Builder::new(one).drift_factor(f64::NAN).build()));
+        assert!(is_config(
+            Builder::new(one).per_node_timeout(Duration::ZERO).build()
+        ));
+        assert!(is_config(
+            Builder::new(one).connect_timeout(Duration::ZERO).build()
+        ));
+        assert!(is_config(
+            Builder::new(one)
+                .retry(RetryPolicy::default().max_attempts(Some(0)))
+                .build()
+        ));
+        assert!(Builder::new(one).build().is_ok());
+    }
+
+    #[test]
+    fn malformed_node_error_names_its_position() {
+        let err = Builder::new(["redis://127.0.0.1:1", "redis://127.0.0.1:x"]).build();
+        assert!(
+            matches!(
+                err,
+                Err(Error::Config(ConfigError::InvalidNode { index: 1, .. }))
+            ),
+            "{err:?}"
+        );
+    }
+}

@@ -1,0 +1,392 @@
+//! Errors, named by outcome: what happened to the lock, not which socket failed.
+
+use std::fmt;
+use std::time::Duration;
+
+use crate::report::{NodeId, Report};
+
+/// Why a [`RedLock`](crate::RedLock) call did not give the caller what it asked for.
+///
+/// Contention and outage never look alike: [`Conflict`](Self::Conflict) means enough nodes
+/// answered but the lock belongs to someone else, [`NoQuorum`](Self::NoQuorum) means too many
+/// nodes failed to answer for a majority to be possible. Every variant that talked to the
+/// servers carries a [`Failure`] with the per-node [`Report`]; the first failed node's error is
+/// the [`source`](std::error::Error::source).
+///
+/// ```no_run
+/// # use std::time::Duration;
+/// # async fn demo(rl: redquorum::RedLock) -> Result<(), redquorum::Error> {
+/// match rl.try_acquire("orders:42", Duration::from_secs(10)).await {
+///     Ok(lock) => { lock.release().await?; }
+///     Err(e) if e.is_conflict() => println!("busy: {e}"),
+///     Err(e) if e.is_no_quorum() => eprintln!("redis is down: {e}"),
+///     Err(e) => return Err(e),
+/// }
+/// # Ok(()) }
+/// ```
+#[derive(Debug)]
+#[non_exhaustive]
+pub enum Error {
+    /// The configuration or the arguments are invalid; nothing was sent to any node.
+    Config(ConfigError),
+    /// The lock is held by another owner: enough nodes answered, but not enough granted.
+    Conflict(Box<Failure>),
+    /// Too many nodes failed (down, hung, erroring) for a majority to be possible.
+    NoQuorum(Box<Failure>),
+    /// A majority granted, but the round took so long that no validity was left.
+    ValidityExhausted(Box<Failure>),
+    /// Extend or release: the lock had already expired, so the critical section may have
+    /// overlapped with another holder's.
+    Expired(Box<Failure>),
+    /// No tokio runtime is running; redquorum's connections need one.
+    NoRuntime,
+}
+
+impl Error {
+    /// The lock is held by another owner.
+    ///
+    /// ```
+    /// # fn demo(e: redquorum::Error) { if e.is_conflict() { println!("busy"); } }
+    /// ```
+    pub fn is_conflict(&self) -> bool {
+        matches!(self, Self::Conflict(_))
+    }
+
+    /// Too many nodes failed for a majority.
+    ///
+    /// ```
+    /// # fn demo(e: redquorum::Error) { if e.is_no_quorum() { println!("outage"); } }
+    /// ```
+    pub fn is_no_quorum(&self) -> bool {
+        matches!(self, Self::NoQuorum(_))
+    }
+
+    /// A majority granted too late to leave any validity.
+    ///
+    /// ```
+    /// # fn demo(e: redquorum::Error) { if e.is_validity_exhausted() { println!("slow"); } }
+    /// ```
+    pub fn is_validity_exhausted(&self) -> bool {
+        matches!(self, Self::ValidityExhausted(_))
+    }
+
+    /// The lock had expired before it was extended or released.
+    ///
+    /// ```
+    /// # fn demo(e: redquorum::Error) { if e.is_expired() { println!("may have overlapped"); } }
+    /// ```
+    pub fn is_expired(&self) -> bool {
+        matches!(self, Self::Expired(_))
+    }
+
+    /// The configuration or the arguments are invalid.
+    ///
+    /// ```
+    /// # fn demo(e: redquorum::Error) { if e.is_config() { println!("fix the call"); } }
+    /// ```
+    pub fn is_config(&self) -> bool {
+        matches!(self, Self::Config(_))
+    }
+
+    /// The details of a failed round, for every variant that talked to the servers.
+    ///
+    /// ```
+    /// # fn demo(e: redquorum::Error) {
+    /// if let Some(f) = e.failure() { println!("after {} attempt(s): {}", f.attempts(), f.report()); }
+    /// # }
+    /// ```
+    pub fn failure(&self) -> Option<&Failure> {
+        match self {
+            Self::Conflict(f)
+            | Self::NoQuorum(f)
+            | Self::ValidityExhausted(f)
+            | Self::Expired(f) => Some(f),
+            Self::Config(_) | Self::NoRuntime => None,
+        }
+    }
+
+    /// The per-node report of the last round, if any node was asked.
+    ///
+    /// ```
+    /// # fn demo(e: redquorum::Error) {
+    /// for node in e.report().into_iter().flatten() { println!("{}: {}", node.node(), node.outcome()); }
+    /// # }
+    /// ```
+    pub fn report(&self) -> Option<&Report> {
+        self.failure().map(Failure::report)
+    }
+}
+
+impl fmt::Display for Error {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Self::Config(e) => write!(f, "invalid configuration: {e}"),
+            Self::Conflict(x) => write!(
+                f,
+                "{} {} is held by another owner: {}",
+                x.operation.noun(),
+                x.resource,
+                x.summary()
+            ),
+            Self::NoQuorum(x) => write!(
+                f,
+                "{} {}: no quorum, too many nodes failed: {}",
+                x.operation.noun(),
+                x.resource,
+                x.summary()
+            ),
+            Self::ValidityExhausted(x) => write!(
+                f,
+                "{} {}: a majority answered too late to leave any validity: {}",
+                x.operation.noun(),
+                x.resource,
+                x.summary()
+            ),
+            Self::Expired(x) => write!(
+                f,
+                "{} {}: the lock had already expired, the critical section may have overlapped another holder: {}",
+                x.operation.noun(),
+                x.resource,
+                x.summary()
+            ),
+            Self::NoRuntime => f.write_str("no tokio runtime is running"),
+        }
+    }
+}
+
+impl std::error::Error for Error {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        match self {
+            Self::Config(e) => Some(e),
+            other => other
+                .report()
+                .and_then(|r| r.failures().next())
+                .map(|(_, e)| e as &(dyn std::error::Error + 'static)),
+        }
+    }
+}
+
+impl From<ConfigError> for Error {
+    fn from(e: ConfigError) -> Self {
+        Self::Config(e)
+    }
+}
+
+/// Which operation a [`Failure`] belongs to.
+///
+/// ```
+/// # fn demo(f: &redquorum::Failure) {
+/// if f.operation() == redquorum::Operation::Release { println!("release failed"); }
+/// # }
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum Operation {
+    /// Taking the lock.
+    Acquire,
+    /// Renewing the lock's ttl.
+    Extend,
+    /// Giving the lock up.
+    Release,
+    /// Connecting to the nodes ahead of use ([`RedLock::connect`](crate::RedLock::connect)).
+    Connect,
+}
+
+impl Operation {
+    fn noun(self) -> &'static str {
+        match self {
+            Self::Acquire => "acquire of",
+            Self::Extend => "extend of",
+            Self::Release => "release of",
+            Self::Connect => "connect for",
+        }
+    }
+}
+
+/// What a failed round looked like: the operation, the resource, how many rounds were tried,
+/// how long the call took, and the per-node report of the last round.
+///
+/// ```
+/// # fn demo(e: redquorum::Error) {
+/// if let Some(f) = e.failure() {
+///     println!("{:?} of {} failed after {:?}", f.operation(), f.resource(), f.elapsed());
+/// }
+/// # }
+/// ```
+#[derive(Debug, Clone)]
+pub struct Failure {
+    operation: Operation,
+    resource: String,
+    attempts: u32,
+    elapsed: Duration,
+    report: Report,
+}
+
+impl Failure {
+    pub(crate) fn new(
+        operation: Operation,
+        resource: &[u8],
+        attempts: u32,
+        elapsed: Duration,
+        report: Report,
+    ) -> Self {
+        Self {
+            operation,
+            resource: crate::resource::display(resource),
+            attempts,
+            elapsed,
+            report,
+        }
+    }
+
+    fn summary(&self) -> String {
+        if self.report.is_empty() {
+            format!("nothing was sent (after {:?})", self.elapsed)
+        } else if self.attempts > 1 {
+            format!("{} (last of {} attempts)", self.report, self.attempts)
+        } else {
+            self.report.to_string()
+        }
+    }
+
+    /// The operation that failed.
+    ///
+    /// ```
+    /// # fn demo(f: &redquorum::Failure) { let _ = f.operation(); }
+    /// ```
+    pub fn operation(&self) -> Operation {
+        self.operation
+    }
+
+    /// The resource, with bytes that are not printable ASCII escaped.
+    ///
+    /// ```
+    /// # fn demo(f: &redquorum::Failure) { println!("{}", f.resource()); }
+    /// ```
+    pub fn resource(&self) -> &str {
+        &self.resource
+    }
+
+    /// How many rounds were tried (1 without retries).
+    ///
+    /// ```
+    /// # fn demo(f: &redquorum::Failure) { assert!(f.attempts() >= 1); }
+    /// ```
+    pub fn attempts(&self) -> u32 {
+        self.attempts
+    }
+
+    /// Time from the start of the call to the failure (all rounds and retry delays).
+    ///
+    /// ```
+    /// # fn demo(f: &redquorum::Failure) { println!("{:?}", f.elapsed()); }
+    /// ```
+    pub fn elapsed(&self) -> Duration {
+        self.elapsed
+    }
+
+    /// Every node's answer in the last round.
+    ///
+    /// ```
+    /// # fn demo(f: &redquorum::Failure) { println!("{}", f.report()); }
+    /// ```
+    pub fn report(&self) -> &Report {
+        &self.report
+    }
+}
+
+/// Why one node did not answer usefully. Kept in the node's line of the [`Report`].
+///
+/// ```
+/// # fn demo(err: &redquorum::NodeError) {
+/// if let redquorum::NodeError::Redis(e) = err { println!("server said: {e}"); }
+/// # }
+/// ```
+#[derive(Debug, Clone, thiserror::Error)]
+#[non_exhaustive]
+pub enum NodeError {
+    /// No reply within the per-node timeout.
+    #[error("no reply within {0:?}")]
+    TimedOut(Duration),
+    /// The node is known to be unreachable; it was not asked, and a background task is
+    /// reconnecting. The source is the last connection error.
+    #[error("unreachable, reconnecting in the background")]
+    Unreachable(#[source] redis::RedisError),
+    /// The node answered with an error, or the connection failed during the request.
+    #[error("redis error")]
+    Redis(#[source] redis::RedisError),
+    /// The node answered with a value none of redquorum's scripts returns.
+    #[error("unexpected reply {0}")]
+    UnexpectedReply(i64),
+}
+
+/// A configuration or argument error, found before any I/O.
+///
+/// ```
+/// # use std::time::Duration;
+/// let err = redquorum::RedLock::new(Vec::<&str>::new()).unwrap_err();
+/// assert!(matches!(err, redquorum::Error::Config(redquorum::ConfigError::NoNodes)));
+/// ```
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum ConfigError {
+    /// The node list is empty.
+    #[error("no nodes given")]
+    NoNodes,
+    /// A node could not be parsed (malformed URL, unsupported scheme, TLS not compiled in).
+    #[error("node {index} is invalid")]
+    InvalidNode {
+        /// Position in the node list.
+        index: usize,
+        /// The parser's error.
+        #[source]
+        source: redis::RedisError,
+    },
+    /// Two entries name the same server; one server must never count twice toward a majority.
+    #[error("{second} names the same server as {first}")]
+    DuplicateNode {
+        /// The first entry.
+        first: NodeId,
+        /// The entry that repeats it.
+        second: NodeId,
+    },
+    /// The resource name is empty.
+    #[error("the resource name is empty")]
+    EmptyResource,
+    /// The resource name is longer than [`MAX_RESOURCE_LEN`](crate::MAX_RESOURCE_LEN).
+    #[error("the resource name is {len} bytes, more than the maximum of {max}")]
+    ResourceTooLong {
+        /// The name's length.
+        len: usize,
+        /// The maximum.
+        max: usize,
+    },
+    /// The ttl leaves no validity once drift, the per-node timeout and the minimum validity
+    /// are taken off (this includes a ttl of zero).
+    #[error(
+        "a ttl of {ttl:?} is too short: it must be more than {minimum:?} (drift + per-node timeout + minimum validity)"
+    )]
+    TtlTooShort {
+        /// The ttl asked for.
+        ttl: Duration,
+        /// The smallest ttl that would leave any validity.
+        minimum: Duration,
+    },
+    /// The ttl is longer than [`MAX_TTL`](crate::MAX_TTL).
+    #[error("a ttl of {ttl:?} is longer than the maximum of {max:?}")]
+    TtlTooLong {
+        /// The ttl asked for.
+        ttl: Duration,
+        /// The maximum.
+        max: Duration,
+    },
+    /// The drift factor is not in `[0, 1)`.
+    #[error("the drift factor {0} is not in [0, 1)")]
+    InvalidDriftFactor(f64),
+    /// A timeout that must be positive is zero.
+    #[error("the {0} must be greater than zero")]
+    ZeroTimeout(&'static str),
+    /// The retry policy allows no attempt at all.
+    #[error("the retry policy allows no attempt")]
+    NoAttempts,
+}

@@ -1,0 +1,65 @@
+//! # redquorum
+//!
+//! Redlock for Rust: a distributed lock over N independent Redis masters that is trusted only
+//! when a majority (N/2+1) granted it in time.
+//!
+//! One acquire sends `SET key token NX PX ttl` (as a script) to every master at once, each
+//! request with its own short timeout, and decides the moment a majority has answered either
+//! way. The lock is returned only with a majority of grants and validity left:
+//! `validity = ttl − elapsed − (ttl × drift_factor + 2 ms)`, measured on the monotonic clock
+//! from before the first request. A failed round deletes its key from *every* node with an
+//! atomic compare-and-delete before retrying after a random delay. Extend and release are
+//! compare-and-act scripts too: no key is ever deleted or renewed without checking its token.
+//!
+//! ```no_run
+//! use std::time::Duration;
+//!
+//! # async fn demo() -> Result<(), redquorum::Error> {
+//! let rl = redquorum::RedLock::new([
+//!     "redis://127.0.0.1:7001", "redis://127.0.0.1:7002", "redis://127.0.0.1:7003",
+//!     "redis://127.0.0.1:7004", "redis://127.0.0.1:7005",
+//! ])?;
+//! let lock = rl.acquire("orders:42", Duration::from_secs(10)).await?;
+//! // … the critical section, finished before lock.valid_until() …
+//! lock.release().await?;
+//! # Ok(()) }
+//! ```
+//!
+//! See the README for the guarantees and the assumptions they rest on.
+
+#![cfg_attr(not(test), forbid(clippy::panic))]
+#![cfg_attr(
+    not(test),
+    deny(clippy::unwrap_used, clippy::expect_used, clippy::indexing_slicing)
+)]
+
+mod cleanup;
+mod config;
+mod error;
+mod lock;
+mod node;
+mod quorum;
+mod redlock;
+mod report;
+mod resource;
+mod retry;
+mod round;
+mod scripts;
+mod token;
+
+pub use config::{
+    Builder, DEFAULT_CONNECT_TIMEOUT, DEFAULT_DRIFT_FACTOR, MAX_DERIVED_NODE_TIMEOUT, MAX_TTL,
+    MIN_DERIVED_NODE_TIMEOUT,
+};
+pub use error::{ConfigError, Error, Failure, NodeError, Operation};
+pub use lock::Lock;
+pub use node::IntoNode;
+pub use quorum::DRIFT_FLOOR;
+pub use redlock::RedLock;
+pub use report::{NodeId, NodeOutcome, NodeReport, Report};
+pub use resource::{DEFAULT_KEY_PREFIX, MAX_RESOURCE_LEN};
+pub use retry::RetryPolicy;
+pub use token::Token;
+
+/// `Result` with [`Error`].
+pub type Result<T, E = Error> = std::result::Result<T, E>;

@@ -1,0 +1,319 @@
+//! An acquired lock: its deadline, extend and release.
+
+use std::fmt;
+use std::time::{Duration, Instant};
+
+use crate::Result;
+use crate::cleanup::Cleanup;
+use crate::config::Timing;
+use crate::error::{Error, Failure, Operation};
+use crate::quorum::Decision;
+use crate::redlock::{RedLock, valid_until};
+use crate::report::{NodeOutcome, Report};
+use crate::round::{self, Request, Round, Stragglers, Wait};
+use crate::scripts;
+use crate::token::Token;
+
+/// A lock held on a majority of the nodes, until [`valid_until`](Self::valid_until).
+///
+/// The contract is explicit: finish the critical section before `valid_until()`, then
+/// [`release`](Self::release) the lock and check the result. A release error means the lock had
+/// expired first, so another holder may have overlapped with this one.
+///
+/// Dropping a `Lock` without releasing it is a safety net, not a promise: when a tokio runtime
+/// is running, `Drop` spawns a best-effort release; otherwise the keys expire with their ttl.
+/// `Drop` never blocks.
+///
+/// ```no_run
+/// # use std::time::Duration;
+/// # async fn demo(rl: redquorum::RedLock) -> Result<(), redquorum::Error> {
+/// let mut lock = rl.acquire("orders:42", Duration::from_secs(10)).await?;
+/// println!("{} held until {:?} with token {}", lock.resource_display(), lock.valid_until(), lock.token());
+/// lock.extend(Duration::from_secs(10)).await?;   // need more time
+/// lock.release().await?;
+/// # Ok(()) }
+/// ```
+#[must_use = "a lock should be released with `release().await`; dropping it only schedules a best-effort release"]
+pub struct Lock {
+    redlock: RedLock,
+    resource: Vec<u8>,
+    key: Vec<u8>,
+    token: Token,
+    timing: Timing,
+    valid_until: Instant,
+    report: Report,
+    attempts: u32,
+    /// Acquire requests still running when the lock was granted; release waits for them.
+    stragglers: Option<Stragglers>,
+    released: bool,
+}
+
+impl Lock {
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) fn new(
+        redlock: RedLock,
+        resource: &[u8],
+        key: Vec<u8>,
+        token: Token,
+        timing: Timing,
+        valid_until: Instant,
+        round: Round,
+        attempts: u32,
+    ) -> Self {
+        Self {
+            redlock,
+            resource: resource.to_vec(),
+            key,
+            token,
+            timing,
+            valid_until,
+            report: round.report,
+            attempts,
+            stragglers: round.stragglers,
+            released: false,
+        }
+    }
+
+    /// The resource this lock holds, as given to `acquire`.
+    ///
+    /// ```
+    /// # fn demo(lock: &redquorum::Lock) { assert!(!lock.resource().is_empty()); }
+    /// ```
+    pub fn resource(&self) -> &[u8] {
+        &self.resource
+    }
+
+    /// The resource for messages, with non-printable bytes escaped.
+    ///
+    /// ```
+    /// # fn demo(lock: &redquorum::Lock) { println!("holding {}", lock.resource_display()); }
+    /// ```
+    pub fn resource_display(&self) -> String {
+        crate::resource::display(&self.resource)
+    }
+
+    /// The local deadline: `start + ttl − drift` of the last successful acquire or extend, on
+    /// the monotonic clock. Before it, no other client can hold the lock (under the documented
+    /// assumptions); after it, act as if the lock were gone.
+    ///
+    /// ```
+    /// # fn demo(lock: &redquorum::Lock) {
+    /// if std::time::Instant::now() >= lock.valid_until() { println!("too late to write"); }
+    /// # }
+    /// ```
+    pub fn valid_until(&self) -> Instant {
+        self.valid_until
+    }
+
+    /// Validity left now (zero once [`valid_until`](Self::valid_until) has passed).
+    ///
+    /// ```
+    /// # fn demo(lock: &redquorum::Lock) { println!("{:?} left", lock.remaining()); }
+    /// ```
+    pub fn remaining(&self) -> Duration {
+        self.valid_until.saturating_duration_since(Instant::now())
+    }
+
+    /// True once [`valid_until`](Self::valid_until) has passed.
+    ///
+    /// ```
+    /// # fn demo(lock: &redquorum::Lock) { if lock.is_expired() { return; } }
+    /// ```
+    pub fn is_expired(&self) -> bool {
+        Instant::now() >= self.valid_until
+    }
+
+    /// The ttl of the last successful acquire or extend, in whole milliseconds.
+    ///
+    /// ```
+    /// # fn demo(lock: &redquorum::Lock) { assert!(lock.ttl() > lock.remaining()); }
+    /// ```
+    pub fn ttl(&self) -> Duration {
+        self.timing.ttl
+    }
+
+    /// The random token stored in this lock's keys (shown abbreviated by `Display`).
+    ///
+    /// ```
+    /// # fn demo(lock: &redquorum::Lock) { println!("token {}", lock.token()); }
+    /// ```
+    pub fn token(&self) -> &Token {
+        &self.token
+    }
+
+    /// Every node's answer in the round that acquired or last extended the lock.
+    ///
+    /// ```
+    /// # fn demo(lock: &redquorum::Lock) { println!("{}", lock.report()); }
+    /// ```
+    pub fn report(&self) -> &Report {
+        &self.report
+    }
+
+    /// How many acquire rounds it took to get the lock.
+    ///
+    /// ```
+    /// # fn demo(lock: &redquorum::Lock) { assert!(lock.attempts() >= 1); }
+    /// ```
+    pub fn attempts(&self) -> u32 {
+        self.attempts
+    }
+
+    /// Renews the lock for `ttl` from now, on every node that still holds our token.
+    ///
+    /// The majority is counted over all N nodes, not only the ones that granted the lock, and
+    /// the new deadline is `start + ttl − drift` from this extend's own start. A lock whose
+    /// deadline has already passed is not extended: that would paper over a window in which
+    /// another client may have held it.
+    ///
+    /// # Errors
+    /// - [`Error::Expired`]: the deadline had passed, or too many nodes no longer hold our
+    ///   token (it expired, or another owner has it); their keys are left untouched;
+    /// - [`Error::NoQuorum`]: too many nodes failed to answer;
+    /// - [`Error::ValidityExhausted`]: a majority renewed it, but too late to leave validity;
+    /// - [`Error::Config`]: `ttl` is invalid (nothing was sent).
+    ///
+    /// On any error the lock keeps its previous deadline; nothing is deleted.
+    ///
+    /// # Cancel safety
+    /// Cancel safe: if the future is dropped, some nodes may have renewed the key (it lives
+    /// longer there, which never weakens exclusion) and the lock keeps its previous deadline.
+    ///
+    /// ```no_run
+    /// # use std::time::Duration;
+    /// # async fn demo(mut lock: redquorum::Lock) -> Result<(), redquorum::Error> {
+    /// lock.extend(Duration::from_secs(30)).await?;
+    /// # Ok(()) }
+    /// ```
+    pub async fn extend(&mut self, ttl: Duration) -> Result<()> {
+        let timing = self.redlock.config().timing(ttl)?;
+        crate::redlock::ensure_runtime()?;
+        let started = Instant::now();
+        if started >= self.valid_until {
+            return Err(self.failure(
+                Error::Expired,
+                Operation::Extend,
+                started,
+                Report::default(),
+            ));
+        }
+        let request = Request {
+            script: &scripts::EXTEND,
+            key: self.key.clone(),
+            token: self.token.expose().to_owned(),
+            ttl_ms: Some(timing.ttl_ms),
+            done: NodeOutcome::Extended,
+        };
+        let round = round::run(
+            &self.redlock,
+            request,
+            timing.per_node_timeout,
+            Wait::UntilDecided,
+            None,
+        )
+        .await;
+        let make: fn(Box<Failure>) -> Error = match round.tally.decision() {
+            Decision::Won if timing.validity_after(round.elapsed()).is_some() => {
+                self.valid_until = valid_until(&round, &timing);
+                self.timing = timing;
+                self.report = round.report;
+                return Ok(());
+            }
+            Decision::Won => Error::ValidityExhausted,
+            Decision::Lost if round.tally.lost_to_outage() => Error::NoQuorum,
+            Decision::Lost | Decision::Open => Error::Expired,
+        };
+        Err(self.failure(make, Operation::Extend, started, round.report))
+    }
+
+    /// Releases the lock on every node (compare-and-delete: only keys holding our token are
+    /// deleted) and waits for every node's answer, each bounded by the per-node timeout.
+    ///
+    /// Returns the per-node report.
+    ///
+    /// # Errors
+    /// - [`Error::Expired`]: the deadline had passed before the release began, or fewer than
+    ///   a majority still held our token: the critical section may have overlapped another
+    ///   holder's. Keys of other owners are never touched;
+    /// - [`Error::NoQuorum`]: too many nodes failed to answer to confirm the release (their
+    ///   keys expire with the ttl).
+    ///
+    /// # Cancel safety
+    /// Dropping the future part-way leaves the release to `Drop`, which spawns it again (the
+    /// compare-and-delete is idempotent); the outcome is then not reported.
+    ///
+    /// ```no_run
+    /// # async fn demo(lock: redquorum::Lock) {
+    /// if let Err(e) = lock.release().await {
+    ///     eprintln!("the protected work may have overlapped another holder: {e}");
+    /// }
+    /// # }
+    /// ```
+    pub async fn release(mut self) -> Result<Report> {
+        crate::redlock::ensure_runtime()?;
+        let started = Instant::now();
+        let expired_before = started >= self.valid_until;
+        let round = self
+            .redlock
+            .release_everywhere(
+                &self.key,
+                &self.token,
+                self.timing.per_node_timeout,
+                self.stragglers.as_ref(),
+            )
+            .await;
+        self.released = true;
+        let make: fn(Box<Failure>) -> Error = match round.tally.decision() {
+            Decision::Won if !expired_before => return Ok(round.report),
+            Decision::Lost if !expired_before && round.tally.lost_to_outage() => Error::NoQuorum,
+            _ => Error::Expired,
+        };
+        Err(self.failure(make, Operation::Release, started, round.report))
+    }
+
+    fn failure(
+        &self,
+        make: fn(Box<Failure>) -> Error,
+        operation: Operation,
+        started: Instant,
+        report: Report,
+    ) -> Error {
+        make(Box::new(Failure::new(
+            operation,
+            &self.resource,
+            1,
+            started.elapsed(),
+            report,
+        )))
+    }
+}
+
+impl Drop for Lock {
+    fn drop(&mut self) {
+        if self.released {
+            return;
+        }
+        tracing::debug!(resource = %self.resource_display(), "lock dropped without release; releasing in the background");
+        // The cleanup guard's drop does exactly the spawn we need.
+        let mut cleanup = Cleanup::arm(
+            self.redlock.clone(),
+            std::mem::take(&mut self.key),
+            self.token.clone(),
+            self.timing.per_node_timeout,
+        );
+        cleanup.after(self.stragglers.take());
+        drop(cleanup);
+    }
+}
+
+impl fmt::Debug for Lock {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Lock")
+            .field("resource", &self.resource_display())
+            .field("token", &self.token)
+            .field("ttl", &self.timing.ttl)
+            .field("remaining", &self.remaining())
+            .field("released", &self.released)
+            .finish_non_exhaustive()
+    }
+}

@@ -1,0 +1,362 @@
+//! One Redis master: its address, and a connection that repairs itself in the background.
+//!
+//! Each node owns one multiplexed connection, shared by every request to that node. A
+//! supervisor task (started on first use) connects, and reconnects with backoff when a request
+//! reports the connection broken. While a node is known to be down, requests fail at once with
+//! [`NodeError::Unreachable`] instead of waiting for a reconnect: a down node costs a caller
+//! nothing, and a hung one at most the per-node timeout the caller puts on every request.
+
+use std::fmt;
+use std::net::IpAddr;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use redis::aio::MultiplexedConnection;
+use redis::{AsyncConnectionConfig, Client, ConnectionAddr, RedisError};
+use tokio::sync::{Notify, watch};
+
+use crate::error::NodeError;
+use crate::report::NodeId;
+
+/// The first reconnect delay after a failed connection attempt; it doubles up to
+/// [`RECONNECT_MAX_DELAY`].
+const RECONNECT_MIN_DELAY: Duration = Duration::from_millis(10);
+/// The longest wait between two reconnect attempts.
+const RECONNECT_MAX_DELAY: Duration = Duration::from_secs(1);
+
+/// Anything that names a Redis master: a URL (`redis://host:port/db`, `rediss://…` with TLS
+/// compiled in, `unix:///path`), a [`redis::ConnectionInfo`], or an existing [`redis::Client`].
+///
+/// To mix kinds in one list, turn each into a [`redis::Client`] first.
+///
+/// ```
+/// # fn main() -> Result<(), Box<dyn std::error::Error>> {
+/// let third = redis::Client::open("redis://127.0.0.1:7003")?;
+/// let rl = redquorum::RedLock::new([
+///     redis::Client::open("redis://127.0.0.1:7001")?,
+///     redis::Client::open("redis://127.0.0.1:7002")?,
+///     third,
+/// ])?;
+/// assert_eq!(rl.node_count(), 3);
+/// # Ok(()) }
+/// ```
+pub trait IntoNode {
+    /// Turns `self` into a client for one node.
+    ///
+    /// # Errors
+    /// The redis crate's error when a URL cannot be parsed or names an unsupported scheme.
+    fn into_client(self) -> Result<Client, RedisError>;
+}
+
+impl IntoNode for &str {
+    fn into_client(self) -> Result<Client, RedisError> {
+        Client::open(self)
+    }
+}
+
+impl IntoNode for String {
+    fn into_client(self) -> Result<Client, RedisError> {
+        Client::open(self)
+    }
+}
+
+impl IntoNode for &String {
+    fn into_client(self) -> Result<Client, RedisError> {
+        Client::open(self.as_str())
+    }
+}
+
+impl IntoNode for redis::ConnectionInfo {
+    fn into_client(self) -> Result<Client, RedisError> {
+        Client::open(self)
+    }
+}
+
+impl IntoNode for Client {
+    fn into_client(self) -> Result<Client, RedisError> {
+        Ok(self)
+    }
+}
+
+/// Where a node's connection stands, as published by its supervisor.
+#[derive(Clone)]
+enum Link {
+    /// The first connection attempt, or a reconnect after a broken connection, is under way.
+    Connecting,
+    /// Connected; `generation` counts connections, so a report about an old one is ignored.
+    Ready {
+        conn: MultiplexedConnection,
+        generation: u64,
+    },
+    /// The last attempt failed; the supervisor retries after a backoff.
+    Down(RedisError),
+}
+
+/// The caller's side of a running supervisor.
+struct LinkHandle {
+    link: watch::Receiver<Link>,
+    broken: Arc<BrokenSignal>,
+}
+
+/// How callers tell the supervisor that a connection broke.
+#[derive(Default)]
+struct BrokenSignal {
+    generation: AtomicU64,
+    notify: Notify,
+}
+
+/// One configured Redis master.
+pub(crate) struct Node {
+    id: NodeId,
+    client: Client,
+    identity: Identity,
+    connect_timeout: Duration,
+    handle: Mutex<Option<LinkHandle>>,
+}
+
+/// What makes two node entries the same server, for the duplicate check.
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum Identity {
+    Tcp(String, u16),
+    Unix(std::path::PathBuf),
+}
+
+impl Node {
+    pub(crate) fn new(index: usize, client: Client, connect_timeout: Duration) -> Self {
+        let (identity, address) = match client.get_connection_info().addr() {
+            ConnectionAddr::Tcp(host, port) | ConnectionAddr::TcpTls { host, port, .. } => (
+                Identity::Tcp(canonical_host(host), *port),
+                format!("{}:{port}", bracket_ipv6(host)),
+            ),
+            ConnectionAddr::Unix(path) => {
+                (Identity::Unix(path.clone()), path.display().to_string())
+            }
+            // `ConnectionAddr` is non-exhaustive: any future kind is compared by its text.
+            #[allow(unreachable_patterns)]
+            other => (Identity::Tcp(other.to_string(), 0), other.to_string()),
+        };
+        Self {
+            id: NodeId::new(index, address.into()),
+            client,
+            identity,
+            connect_timeout,
+            handle: Mutex::new(None),
+        }
+    }
+
+    pub(crate) fn id(&self) -> &NodeId {
+        &self.id
+    }
+
+    /// True when both entries name the same server (same port, and the same host once
+    /// `localhost` and the loopback addresses are treated as one).
+    pub(crate) fn same_server(&self, other: &Node) -> bool {
+        self.identity == other.identity
+    }
+
+    /// A connection to send one request on, and its generation for [`Node::report_broken`].
+    ///
+    /// Fails at once while the node is known to be down; waits while a connection attempt is
+    /// under way (the caller bounds that wait with its per-node timeout). Must run inside a
+    /// tokio runtime: the supervisor is spawned on first use.
+    pub(crate) async fn connection(&self) -> Result<(MultiplexedConnection, u64), NodeError> {
+        let (mut link, _) = self.link();
+        loop {
+            match &*link.borrow_and_update() {
+                Link::Ready { conn, generation } => return Ok((conn.clone(), *generation)),
+                Link::Down(err) => return Err(NodeError::Unreachable(err.clone())),
+                Link::Connecting => {}
+            }
+            if link.changed().await.is_err() {
+                // The supervisor is gone with the runtime it ran on; start a new one here.
+                link = self.restart_supervisor();
+            }
+        }
+    }
+
+    /// Tells the supervisor that the connection of `generation` failed, so it reconnects.
+    pub(crate) fn report_broken(&self, generation: u64) {
+        let (_, broken) = self.link();
+        broken.generation.fetch_max(generation, Ordering::AcqRel);
+        broken.notify.notify_one();
+    }
+
+    /// Waits until the first connection attempt has finished, either way, and says how it went.
+    pub(crate) async fn wait_connected(&self) -> Result<(), NodeError> {
+        self.connection().await.map(drop)
+    }
+
+    fn link(&self) -> (watch::Receiver<Link>, Arc<BrokenSignal>) {
+        let mut guard = self.handle.lock().unwrap_or_else(|e| e.into_inner());
+        match &*guard {
+            Some(h) if h.link.has_changed().is_ok() => (h.link.clone(), h.broken.clone()),
+            _ => {
+                let h = self.spawn_supervisor();
+                let out = (h.link.clone(), h.broken.clone());
+                *guard = Some(h);
+                out
+            }
+        }
+    }
+
+    fn restart_supervisor(&self) -> watch::Receiver<Link> {
+        let mut guard = self.handle.lock().unwrap_or_else(|e| e.into_inner());
+        let stale = guard.as_ref().is_none_or(|h| h.link.has_changed().is_err());
+        if stale {
+            *guard = Some(self.spawn_supervisor());
+        }
+        guard
+            .as_ref()
+            .map(|h| h.link.clone())
+            .unwrap_or_else(|| watch::channel(Link::Connecting).1)
+    }
+
+    fn spawn_supervisor(&self) -> LinkHandle {
+        let (tx, rx) = watch::channel(Link::Connecting);
+        let broken = Arc::new(BrokenSignal::default());
+        let config = AsyncConnectionConfig::new()
+            .set_connection_timeout(Some(self.connect_timeout))
+            // Every request carries our own, much shorter, per-node timeout.
+            .set_response_timeout(None);
+        tokio::spawn(supervise(
+            self.client.clone(),
+            config,
+            tx,
+            broken.clone(),
+            self.id.clone(),
+        ));
+        LinkHandle { link: rx, broken }
+    }
+}
+
+impl fmt::Debug for Node {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        // The address only: never the URL, which may carry a password.
+        f.debug_struct("Node")
+            .field("id", &self.id)
+            .finish_non_exhaustive()
+    }
+}
+
+/// Keeps one node connected until every caller's handle is gone.
+async fn supervise(
+    client: Client,
+    config: AsyncConnectionConfig,
+    tx: watch::Sender<Link>,
+    broken: Arc<BrokenSignal>,
+    id: NodeId,
+) {
+    let mut delay = RECONNECT_MIN_DELAY;
+    let mut generation = 0u64;
+    loop {
+        let attempt = client.get_multiplexed_async_connection_with_config(&config);
+        let result = tokio::select! {
+            _ = tx.closed() => return,
+            result = attempt => result,
+        };
+        match result {
+            Ok(conn) => {
+                generation += 1;
+                delay = RECONNECT_MIN_DELAY;
+                tracing::debug!(node = %id, generation, "connected");
+                tx.send_replace(Link::Ready { conn, generation });
+                loop {
+                    tokio::select! {
+                        _ = tx.closed() => return,
+                        _ = broken.notify.notified() => {}
+                    }
+                    if broken.generation.load(Ordering::Acquire) >= generation {
+                        break;
+                    }
+                }
+                tracing::warn!(node = %id, "connection lost, reconnecting");
+                tx.send_replace(Link::Connecting);
+            }
+            Err(err) => {
+                tracing::debug!(node = %id, error = %err, retry_in = ?delay, "connection attempt failed");
+                tx.send_replace(Link::Down(err));
+                tokio::select! {
+                    _ = tx.closed() => return,
+                    _ = tokio::time::sleep(delay) => {}
+                }
+                delay = (delay * 2).min(RECONNECT_MAX_DELAY);
+            }
+        }
+    }
+}
+
+/// Whether an error means the connection itself is unusable (as opposed to the server
+/// refusing one command), so the supervisor must replace it.
+pub(crate) fn breaks_connection(err: &RedisError) -> bool {
+    err.is_io_error() || err.is_connection_dropped() || err.is_unrecoverable_error()
+}
+
+fn canonical_host(host: &str) -> String {
+    let trimmed = host.trim_start_matches('[').trim_end_matches(']');
+    if trimmed.eq_ignore_ascii_case("localhost") {
+        return "loopback".to_owned();
+    }
+    match trimmed.parse::<IpAddr>() {
+        Ok(ip) if ip.is_loopback() && matches!(ip, IpAddr::V6(_)) => "loopback".to_owned(),
+        Ok(IpAddr::V4(v4)) if v4 == std::net::Ipv4Addr::LOCALHOST => "loopback".to_owned(),
+        Ok(ip) => ip.to_canonical().to_string(),
+        Err(_) => trimmed.to_ascii_lowercase(),
+    }
+}
+
+fn bracket_ipv6(host: &str) -> String {
+    if host.contains(':') && !host.starts_with('[') {
+        format!("[{host}]")
+    } else {
+        host.to_owned()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn node(url: &str) -> Node {
+        Node::new(
+            0,
+            url.into_client().expect("valid url"),
+            Duration::from_secs(1),
+        )
+    }
+
+    #[test]
+    fn same_server_spelled_differently_is_detected() {
+        let same = [
+            ("redis://localhost:6379", "redis://127.0.0.1:6379"),
+            ("redis://127.0.0.1:6379/0", "redis://127.0.0.1:6379/3"),
+            ("redis://[::1]:6379", "redis://LOCALHOST:6379"),
+            (
+                "redis://user:pw@example.com:7000",
+                "redis://EXAMPLE.com:7000",
+            ),
+        ];
+        for (a, b) in same {
+            assert!(node(a).same_server(&node(b)), "{a} vs {b}");
+        }
+        let different = [
+            ("redis://127.0.0.1:6379", "redis://127.0.0.1:6380"),
+            ("redis://127.0.0.2:6379", "redis://127.0.0.1:6379"),
+            ("redis://a.example:6379", "redis://b.example:6379"),
+        ];
+        for (a, b) in different {
+            assert!(!node(a).same_server(&node(b)), "{a} vs {b}");
+        }
+    }
+
+    #[test]
+    fn address_and_debug_never_show_credentials() {
+        let n = node("redis://admin:s3cret@127.0.0.1:6379/2");
+        assert_eq!(n.id().address(), "127.0.0.1:6379");
+        let shown = format!("{n:?} {}", n.id());
+        assert!(
+            !shown.contains("s3cret") && !shown.contains("admin"),
+            "{shown}"
+        );
+    }
+}

@@ -1,0 +1,421 @@
+//! The client handle: N nodes and the acquire loop.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use crate::cleanup::Cleanup;
+use crate::config::{Builder, Config, Timing};
+use crate::error::{Error, Failure, Operation};
+use crate::lock::Lock;
+use crate::node::{IntoNode, Node};
+use crate::quorum::{self, Decision};
+use crate::report::{NodeOutcome, NodeReport, Report};
+use crate::retry::{Jitter, RetryPolicy};
+use crate::round::{self, Request, Round, Stragglers, Wait};
+use crate::scripts;
+use crate::token::Token;
+use crate::{Result, resource};
+
+/// A Redlock client over N independent Redis masters.
+///
+/// A lock is granted only when a majority (N/2+1) of the masters set its key within the round
+/// and enough of the ttl is left once the round's duration and the clock-drift allowance are
+/// subtracted. The handle is cheap to clone (an `Arc`), `Send` and `Sync`; clones share the
+/// nodes' connections. It is bound to the tokio runtime it is first used in.
+///
+/// ```no_run
+/// use std::time::Duration;
+///
+/// # async fn demo() -> Result<(), redquorum::Error> {
+/// let rl = redquorum::RedLock::new([
+///     "redis://127.0.0.1:7001", "redis://127.0.0.1:7002", "redis://127.0.0.1:7003",
+///     "redis://127.0.0.1:7004", "redis://127.0.0.1:7005",
+/// ])?;
+/// let lock = rl.acquire("orders:42", Duration::from_secs(10)).await?;
+/// // … the critical section, finished before lock.valid_until() …
+/// lock.release().await?;
+/// # Ok(()) }
+/// ```
+#[derive(Debug, Clone)]
+pub struct RedLock {
+    inner: Arc<Inner>,
+}
+
+#[derive(Debug)]
+pub(crate) struct Inner {
+    nodes: Box<[Node]>,
+    config: Config,
+    jitter: Jitter,
+}
+
+impl Inner {
+    pub(crate) fn new(nodes: Box<[Node]>, config: Config, jitter: Jitter) -> Self {
+        Self {
+            nodes,
+            config,
+            jitter,
+        }
+    }
+}
+
+impl RedLock {
+    /// A client over `nodes` with the default configuration (see [`Builder`]).
+    ///
+    /// No I/O happens here; nodes connect in the background on first use.
+    ///
+    /// # Errors
+    /// [`Error::Config`] when the list is empty, a node is malformed, or two entries name the
+    /// same server (`localhost` and `127.0.0.1` count as the same host).
+    ///
+    /// ```
+    /// # fn main() -> Result<(), redquorum::Error> {
+    /// let rl = redquorum::RedLock::new(["redis://127.0.0.1:7001", "redis://127.0.0.1:7002", "redis://127.0.0.1:7003"])?;
+    /// assert_eq!(rl.quorum(), 2);
+    /// # Ok(()) }
+    /// ```
+    pub fn new<I>(nodes: I) -> Result<Self>
+    where
+        I: IntoIterator,
+        I::Item: IntoNode,
+    {
+        Self::builder(nodes).build()
+    }
+
+    /// A [`Builder`] over `nodes`, to change the defaults before [`Builder::build`].
+    ///
+    /// ```
+    /// # fn main() -> Result<(), redquorum::Error> {
+    /// use std::time::Duration;
+    /// let rl = redquorum::RedLock::builder(["redis://127.0.0.1:7001"])
+    ///     .per_node_timeout(Duration::from_millis(20))
+    ///     .build()?;
+    /// # let _ = rl; Ok(()) }
+    /// ```
+    pub fn builder<I>(nodes: I) -> Builder
+    where
+        I: IntoIterator,
+        I::Item: IntoNode,
+    {
+        Builder::new(nodes)
+    }
+
+    pub(crate) fn from_inner(inner: Arc<Inner>) -> Self {
+        Self { inner }
+    }
+
+    /// How many nodes this client uses.
+    ///
+    /// ```
+    /// # fn demo(rl: redquorum::RedLock) { assert!(rl.node_count() >= 1); }
+    /// ```
+    pub fn node_count(&self) -> usize {
+        self.inner.nodes.len()
+    }
+
+    /// How many nodes must agree: `node_count() / 2 + 1`.
+    ///
+    /// ```
+    /// # fn demo(rl: redquorum::RedLock) { assert!(2 * rl.quorum() > rl.node_count()); }
+    /// ```
+    pub fn quorum(&self) -> usize {
+        quorum::quorum(self.node_count())
+    }
+
+    /// Connects to every node now instead of on first use, waiting at most the connect
+    /// timeout. Useful at start-up, so the first acquire does not pay for connection set-up.
+    ///
+    /// Nodes that fail keep reconnecting in the background.
+    ///
+    /// # Errors
+    /// [`Error::NoQuorum`] when fewer than a majority connected, with each node's error;
+    /// [`Error::NoRuntime`] outside a tokio runtime.
+    ///
+    /// # Cancel safety
+    /// Cancel safe: dropping the future only stops waiting; connections keep being made.
+    ///
+    /// ```no_run
+    /// # async fn demo(rl: redquorum::RedLock) -> Result<(), redquorum::Error> {
+    /// let report = rl.connect().await?;
+    /// println!("connected: {report}");
+    /// # Ok(()) }
+    /// ```
+    pub async fn connect(&self) -> Result<Report> {
+        ensure_runtime()?;
+        let start = Instant::now();
+        let timeout = self.inner.config.connect_timeout;
+        let reports = futures::future::join_all(self.inner.nodes.iter().map(|node| async move {
+            let outcome = match tokio::time::timeout(timeout, node.wait_connected()).await {
+                Ok(Ok(())) => NodeOutcome::Connected,
+                Ok(Err(err)) => NodeOutcome::Failed(err),
+                Err(_) => NodeOutcome::Failed(crate::NodeError::TimedOut(timeout)),
+            };
+            NodeReport::new(node.id().clone(), outcome, start.elapsed())
+        }))
+        .await;
+        let report = Report::new(reports);
+        if report.successes() >= self.quorum() {
+            Ok(report)
+        } else {
+            let failure = Failure::new(Operation::Connect, b"", 1, start.elapsed(), report);
+            Err(Error::NoQuorum(Box::new(failure)))
+        }
+    }
+
+    /// One round: tries to take `resource` for `ttl` once, without retrying.
+    ///
+    /// `resource` is any bytes (not empty, at most [`MAX_RESOURCE_LEN`](crate::MAX_RESOURCE_LEN)).
+    /// The servers are told `ttl` in whole milliseconds; the returned lock is valid until
+    /// `start + ttl − drift`, measured on the monotonic clock from before the first request.
+    ///
+    /// # Errors
+    /// - [`Error::Conflict`]: another owner holds it on too many nodes;
+    /// - [`Error::NoQuorum`]: too many nodes failed (the report says which and why);
+    /// - [`Error::ValidityExhausted`]: a majority granted, but too late;
+    /// - [`Error::Config`]: a bad resource or ttl, found before any I/O;
+    /// - [`Error::NoRuntime`]: called outside a tokio runtime.
+    ///
+    /// After a failed round our key is deleted (compare-and-delete) from every node, including
+    /// the ones that did not answer, before the error is returned.
+    ///
+    /// # Cancel safety
+    /// Not cancel safe in the sense that a dropped call may have set keys; it cleans up after
+    /// itself: dropping the future mid-round spawns a compare-and-delete on every node, so
+    /// nothing of ours outlives the cleanup (at worst, with no runtime left to run it, the keys
+    /// expire after `ttl`). No lock is lost or leaked to the caller.
+    ///
+    /// ```no_run
+    /// # use std::time::Duration;
+    /// # async fn demo(rl: redquorum::RedLock) -> Result<(), redquorum::Error> {
+    /// match rl.try_acquire("nightly-report", Duration::from_secs(60)).await {
+    ///     Ok(lock) => { /* run the report */ lock.release().await?; }
+    ///     Err(e) if e.is_conflict() => println!("another instance is running it"),
+    ///     Err(e) => return Err(e),
+    /// }
+    /// # Ok(()) }
+    /// ```
+    pub async fn try_acquire(&self, resource: impl AsRef<[u8]>, ttl: Duration) -> Result<Lock> {
+        self.acquire_with(resource, ttl, &RetryPolicy::once()).await
+    }
+
+    /// Takes `resource` for `ttl`, retrying failed rounds as the configured [`RetryPolicy`]
+    /// says (by default up to 10 rounds, 50–200 ms apart).
+    ///
+    /// # Errors
+    /// As [`try_acquire`](Self::try_acquire), for the last round; [`Failure::attempts`] says how
+    /// many rounds were tried. Invalid arguments fail at once, without I/O.
+    ///
+    /// # Cancel safety
+    /// As [`try_acquire`](Self::try_acquire): dropping the future during a round spawns that
+    /// round's cleanup; dropping it between rounds leaves nothing behind.
+    ///
+    /// ```no_run
+    /// # use std::time::Duration;
+    /// # async fn demo(rl: redquorum::RedLock) -> Result<(), redquorum::Error> {
+    /// let lock = rl.acquire("orders:42", Duration::from_secs(10)).await?;
+    /// lock.release().await?;
+    /// # Ok(()) }
+    /// ```
+    pub async fn acquire(&self, resource: impl AsRef<[u8]>, ttl: Duration) -> Result<Lock> {
+        let policy = self.inner.config.retry.clone();
+        self.acquire_with(resource, ttl, &policy).await
+    }
+
+    /// Takes `resource` for `ttl`, retrying for up to `max_wait` (no limit on the number of
+    /// rounds; the configured delays between them).
+    ///
+    /// # Errors
+    /// As [`acquire`](Self::acquire).
+    ///
+    /// # Cancel safety
+    /// As [`acquire`](Self::acquire).
+    ///
+    /// ```no_run
+    /// # use std::time::Duration;
+    /// # async fn demo(rl: redquorum::RedLock) -> Result<(), redquorum::Error> {
+    /// let lock = rl.acquire_within("orders:42", Duration::from_secs(10), Duration::from_secs(30)).await?;
+    /// lock.release().await?;
+    /// # Ok(()) }
+    /// ```
+    pub async fn acquire_within(
+        &self,
+        resource: impl AsRef<[u8]>,
+        ttl: Duration,
+        max_wait: Duration,
+    ) -> Result<Lock> {
+        let policy = self
+            .inner
+            .config
+            .retry
+            .clone()
+            .max_attempts(None)
+            .max_wait(Some(max_wait));
+        self.acquire_with(resource, ttl, &policy).await
+    }
+
+    /// Takes `resource` for `ttl`, retrying as `policy` says.
+    ///
+    /// # Errors
+    /// As [`acquire`](Self::acquire); [`Error::Config`] if `policy` allows no attempt.
+    ///
+    /// # Cancel safety
+    /// As [`acquire`](Self::acquire).
+    ///
+    /// ```no_run
+    /// # use std::time::Duration;
+    /// # async fn demo(rl: redquorum::RedLock) -> Result<(), redquorum::Error> {
+    /// let policy = redquorum::RetryPolicy::default().max_attempts(Some(3));
+    /// let lock = rl.acquire_with("orders:42", Duration::from_secs(10), &policy).await?;
+    /// lock.release().await?;
+    /// # Ok(()) }
+    /// ```
+    pub async fn acquire_with(
+        &self,
+        resource: impl AsRef<[u8]>,
+        ttl: Duration,
+        policy: &RetryPolicy,
+    ) -> Result<Lock> {
+        let resource = resource.as_ref();
+        resource::validate(resource)?;
+        let timing = self.inner.config.timing(ttl)?;
+        if !policy.allows_any_attempt() {
+            return Err(crate::ConfigError::NoAttempts.into());
+        }
+        ensure_runtime()?;
+        let key = resource::lock_key(&self.inner.config.key_prefix, resource);
+        let started = Instant::now();
+        let deadline = policy.wait_limit().and_then(|w| started.checked_add(w));
+        let mut attempts = 0u32;
+        loop {
+            attempts = attempts.saturating_add(1);
+            let kind = match self.acquire_round(resource, &key, &timing, attempts).await {
+                Ok(lock) => return Ok(lock),
+                Err(failed) => failed,
+            };
+            let out_of_attempts = policy.attempts_limit().is_some_and(|max| attempts >= max);
+            let now = Instant::now();
+            let past_deadline = deadline.is_some_and(|d| now >= d);
+            if out_of_attempts || past_deadline {
+                let failure = Failure::new(
+                    Operation::Acquire,
+                    resource,
+                    attempts,
+                    started.elapsed(),
+                    kind.report,
+                );
+                return Err((kind.make)(Box::new(failure)));
+            }
+            let mut delay = policy.next_delay(&self.inner.jitter);
+            if let Some(d) = deadline {
+                delay = delay.min(d.saturating_duration_since(now));
+            }
+            tracing::debug!(resource = %resource::display(resource), attempts, ?delay, "acquire round failed, retrying");
+            tokio::time::sleep(delay).await;
+        }
+    }
+
+    async fn acquire_round(
+        &self,
+        resource: &[u8],
+        key: &[u8],
+        timing: &Timing,
+        attempt: u32,
+    ) -> std::result::Result<Lock, FailedRound> {
+        let token = Token::generate();
+        let mut cleanup = Cleanup::arm(
+            self.clone(),
+            key.to_vec(),
+            token.clone(),
+            timing.per_node_timeout,
+        );
+        let request = Request {
+            script: &scripts::ACQUIRE,
+            key: key.to_vec(),
+            token: token.expose().to_owned(),
+            ttl_ms: Some(timing.ttl_ms),
+            done: NodeOutcome::Granted,
+        };
+        let round = round::run(
+            self,
+            request,
+            timing.per_node_timeout,
+            Wait::UntilDecided,
+            None,
+        )
+        .await;
+        cleanup.after(round.stragglers.clone());
+        let make: fn(Box<Failure>) -> Error = match round.tally.decision() {
+            Decision::Won => {
+                if timing.validity_after(round.elapsed()).is_some() {
+                    cleanup.disarm();
+                    let valid_until = valid_until(&round, timing);
+                    tracing::debug!(resource = %resource::display(resource), attempt, elapsed = ?round.elapsed(), "acquired");
+                    return Ok(Lock::new(
+                        self.clone(),
+                        resource,
+                        key.to_vec(),
+                        token,
+                        *timing,
+                        valid_until,
+                        round,
+                        attempt,
+                    ));
+                }
+                Error::ValidityExhausted
+            }
+            Decision::Lost if round.tally.lost_to_outage() => Error::NoQuorum,
+            Decision::Lost | Decision::Open => Error::Conflict,
+        };
+        cleanup.run().await;
+        Err(FailedRound {
+            make,
+            report: round.report,
+        })
+    }
+
+    pub(crate) fn nodes(&self) -> &[Node] {
+        &self.inner.nodes
+    }
+
+    pub(crate) fn config(&self) -> &Config {
+        &self.inner.config
+    }
+
+    /// Compare-and-delete of `key` on every node, waiting for every answer or timeout; on a
+    /// node where an earlier request is still running (`after`), only once it has finished.
+    pub(crate) async fn release_everywhere(
+        &self,
+        key: &[u8],
+        token: &Token,
+        per_node_timeout: Duration,
+        after: Option<&Stragglers>,
+    ) -> Round {
+        let request = Request {
+            script: &scripts::RELEASE,
+            key: key.to_vec(),
+            token: token.expose().to_owned(),
+            ttl_ms: None,
+            done: NodeOutcome::Released,
+        };
+        round::run(self, request, per_node_timeout, Wait::ForAll, after).await
+    }
+}
+
+/// A failed acquire round: which error it makes, and its report.
+struct FailedRound {
+    make: fn(Box<Failure>) -> Error,
+    report: Report,
+}
+
+/// `start + ttl − drift`, saturating at the far future rather than overflowing.
+pub(crate) fn valid_until(round: &Round, timing: &Timing) -> Instant {
+    round
+        .start
+        .checked_add(timing.validity_span())
+        .unwrap_or(round.decided)
+}
+
+pub(crate) fn ensure_runtime() -> Result<()> {
+    tokio::runtime::Handle::try_current()
+        .map(drop)
+        .map_err(|_| Error::NoRuntime)
+}

@@ -1,0 +1,295 @@
+//! Per-node reports: which node said what, and how fast.
+
+use std::fmt;
+use std::sync::Arc;
+use std::time::Duration;
+
+use crate::error::NodeError;
+use crate::quorum::Vote;
+
+/// Names one of the configured nodes: its position in the list given to
+/// [`RedLock::new`](crate::RedLock::new) and its address (`host:port`, never credentials).
+///
+/// ```
+/// # fn demo(err: redquorum::Error) {
+/// for node in err.report().into_iter().flatten() {
+///     println!("{} (#{}): {}", node.node().address(), node.node().index(), node.outcome());
+/// }
+/// # }
+/// ```
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct NodeId {
+    index: usize,
+    address: Arc<str>,
+}
+
+impl NodeId {
+    pub(crate) fn new(index: usize, address: Arc<str>) -> Self {
+        Self { index, address }
+    }
+
+    /// Zero-based position of the node in the configured list.
+    ///
+    /// ```
+    /// # fn demo(r: &redquorum::NodeReport) { let _first: bool = r.node().index() == 0; }
+    /// ```
+    pub fn index(&self) -> usize {
+        self.index
+    }
+
+    /// `host:port` (or the socket path) of the node, without user name or password.
+    ///
+    /// ```
+    /// # fn demo(r: &redquorum::NodeReport) { println!("{}", r.node().address()); }
+    /// ```
+    pub fn address(&self) -> &str {
+        &self.address
+    }
+}
+
+impl fmt::Display for NodeId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "node {} ({})", self.index, self.address)
+    }
+}
+
+/// What one node answered in one round.
+///
+/// ```
+/// # fn demo(r: &redquorum::NodeReport) {
+/// use redquorum::NodeOutcome;
+/// if let NodeOutcome::HeldByOther { expires_in } = r.outcome() {
+///     println!("{} is busy for another {expires_in:?}", r.node());
+/// }
+/// # }
+/// ```
+#[derive(Debug, Clone)]
+#[non_exhaustive]
+pub enum NodeOutcome {
+    /// Acquire: the node set our key.
+    Granted,
+    /// Extend: the node renewed our key's ttl.
+    Extended,
+    /// Release: the node deleted our key.
+    Released,
+    /// Connect: the node is connected.
+    Connected,
+    /// The key belongs to another owner; it expires after `expires_in` (`None`: it has no expiry).
+    HeldByOther {
+        /// The other owner's remaining ttl on this node, as the node reported it.
+        expires_in: Option<Duration>,
+    },
+    /// Extend or release: the key is gone from this node (it expired, or never was set here).
+    Missing,
+    /// The node could not be asked, or did not answer usefully.
+    Failed(NodeError),
+    /// The round was decided before this node answered; its request was abandoned.
+    ///
+    /// Anything the abandoned request may still do on the node is undone by the
+    /// compare-and-delete that later goes to every node on the same connection.
+    NoReply,
+}
+
+impl NodeOutcome {
+    pub(crate) fn vote(&self) -> Vote {
+        match self {
+            Self::Granted | Self::Extended | Self::Released | Self::Connected => Vote::Yes,
+            Self::HeldByOther { .. } | Self::Missing => Vote::Refused,
+            Self::Failed(_) | Self::NoReply => Vote::Failed,
+        }
+    }
+
+    /// The node's error, if it failed.
+    ///
+    /// ```
+    /// # fn demo(r: &redquorum::NodeReport) {
+    /// if let Some(err) = r.outcome().error() { eprintln!("{}: {err}", r.node()); }
+    /// # }
+    /// ```
+    pub fn error(&self) -> Option<&NodeError> {
+        match self {
+            Self::Failed(err) => Some(err),
+            _ => None,
+        }
+    }
+
+    /// True for [`Granted`](Self::Granted), [`Extended`](Self::Extended) and
+    /// [`Released`](Self::Released): the node counted toward the majority.
+    ///
+    /// ```
+    /// # fn demo(report: &redquorum::Report) {
+    /// let yes = report.iter().filter(|r| r.outcome().is_success()).count();
+    /// # }
+    /// ```
+    pub fn is_success(&self) -> bool {
+        self.vote() == Vote::Yes
+    }
+}
+
+impl fmt::Display for NodeOutcome {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Self::Granted => f.write_str("granted"),
+            Self::Extended => f.write_str("extended"),
+            Self::Released => f.write_str("released"),
+            Self::Connected => f.write_str("connected"),
+            Self::HeldByOther {
+                expires_in: Some(left),
+            } => write!(f, "held by another owner for {left:?}"),
+            Self::HeldByOther { expires_in: None } => {
+                f.write_str("held by another owner, with no expiry")
+            }
+            Self::Missing => f.write_str("key not found"),
+            Self::Failed(err) => write!(f, "failed: {err}"),
+            Self::NoReply => f.write_str("no reply before the round was decided"),
+        }
+    }
+}
+
+/// One node's line in a [`Report`].
+///
+/// ```
+/// # fn demo(r: &redquorum::NodeReport) {
+/// println!("{}: {} after {:?}", r.node(), r.outcome(), r.latency());
+/// # }
+/// ```
+#[derive(Debug, Clone)]
+pub struct NodeReport {
+    node: NodeId,
+    outcome: NodeOutcome,
+    latency: Duration,
+}
+
+impl NodeReport {
+    pub(crate) fn new(node: NodeId, outcome: NodeOutcome, latency: Duration) -> Self {
+        Self {
+            node,
+            outcome,
+            latency,
+        }
+    }
+
+    /// Which node.
+    ///
+    /// ```
+    /// # fn demo(r: &redquorum::NodeReport) { let _ = r.node().address(); }
+    /// ```
+    pub fn node(&self) -> &NodeId {
+        &self.node
+    }
+
+    /// What it answered.
+    ///
+    /// ```
+    /// # fn demo(r: &redquorum::NodeReport) { let _ = r.outcome().is_success(); }
+    /// ```
+    pub fn outcome(&self) -> &NodeOutcome {
+        &self.outcome
+    }
+
+    /// Time from the start of the round to this node's answer (to the decision, for
+    /// [`NodeOutcome::NoReply`]).
+    ///
+    /// ```
+    /// # fn demo(r: &redquorum::NodeReport) { let _ = r.latency().as_micros(); }
+    /// ```
+    pub fn latency(&self) -> Duration {
+        self.latency
+    }
+}
+
+/// Every node's answer in one round, in the order the nodes were configured.
+///
+/// `Display` writes a one-line summary such as
+/// `2/5 yes (quorum 3); node 1 (127.0.0.1:7001): held by another owner for 9.1s; …`.
+///
+/// ```
+/// # async fn demo(lock: redquorum::Lock) {
+/// let report = lock.report();
+/// println!("{} of {} nodes granted: {report}", report.successes(), report.len());
+/// # }
+/// ```
+#[derive(Debug, Clone, Default)]
+pub struct Report {
+    nodes: Vec<NodeReport>,
+}
+
+impl Report {
+    pub(crate) fn new(nodes: Vec<NodeReport>) -> Self {
+        Self { nodes }
+    }
+
+    /// The per-node lines, in configured order.
+    ///
+    /// ```
+    /// # fn demo(report: &redquorum::Report) { for r in report.iter() { let _ = r.node(); } }
+    /// ```
+    pub fn iter(&self) -> std::slice::Iter<'_, NodeReport> {
+        self.nodes.iter()
+    }
+
+    /// How many nodes are in the report (all configured nodes).
+    ///
+    /// ```
+    /// # fn demo(report: &redquorum::Report) { assert!(report.len() >= report.successes()); }
+    /// ```
+    pub fn len(&self) -> usize {
+        self.nodes.len()
+    }
+
+    /// True when no node was asked (an operation refused before any I/O).
+    ///
+    /// ```
+    /// # fn demo(report: &redquorum::Report) { if report.is_empty() { println!("no I/O"); } }
+    /// ```
+    pub fn is_empty(&self) -> bool {
+        self.nodes.is_empty()
+    }
+
+    /// How many nodes counted toward the majority.
+    ///
+    /// ```
+    /// # fn demo(report: &redquorum::Report) { println!("{} yes", report.successes()); }
+    /// ```
+    pub fn successes(&self) -> usize {
+        self.nodes.iter().filter(|r| r.outcome.is_success()).count()
+    }
+
+    /// The nodes that failed, with their errors.
+    ///
+    /// ```
+    /// # fn demo(report: &redquorum::Report) {
+    /// for (node, err) in report.failures() { eprintln!("{node}: {err}"); }
+    /// # }
+    /// ```
+    pub fn failures(&self) -> impl Iterator<Item = (&NodeId, &NodeError)> {
+        self.nodes
+            .iter()
+            .filter_map(|r| r.outcome.error().map(|e| (&r.node, e)))
+    }
+}
+
+impl<'a> IntoIterator for &'a Report {
+    type Item = &'a NodeReport;
+    type IntoIter = std::slice::Iter<'a, NodeReport>;
+
+    fn into_iter(self) -> Self::IntoIter {
+        self.nodes.iter()
+    }
+}
+
+impl fmt::Display for Report {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let n = self.nodes.len();
+        write!(
+            f,
+            "{}/{n} yes (quorum {})",
+            self.successes(),
+            crate::quorum::quorum(n)
+        )?;
+        for r in self.nodes.iter().filter(|r| !r.outcome.is_success()) {
+            write!(f, "; {}: {}", r.node, r.outcome)?;
+        }
+        Ok(())
+    }
+}

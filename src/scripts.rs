@@ -1,0 +1,123 @@
+//! The Lua scripts, in one place, each hashed once per process.
+//!
+//! Every script answers with one integer, so a reply is cheap to classify:
+//!
+//! | reply | meaning |
+//! |---|---|
+//! | `-1` | done: the key was set (acquire), its ttl renewed (extend) or deleted (release) |
+//! | `-2` | the key does not exist (expired, released, or never set here) |
+//! | `-3` | the key belongs to another owner and has no expiry |
+//! | `n ≥ 0` | the key belongs to another owner and expires in `n` ms |
+//!
+//! [`redis::Script`] sends `EVALSHA` and, on `NOSCRIPT` (a restarted node, a `SCRIPT FLUSH`),
+//! loads the script and retries once.
+
+use std::sync::LazyLock;
+
+use redis::Script;
+
+/// `KEYS[1]` lock key, `ARGV[1]` token, `ARGV[2]` ttl in ms.
+/// `SET NX PX`; when the key is taken, reports the holder's remaining ttl.
+pub(crate) static ACQUIRE: LazyLock<Script> = LazyLock::new(|| {
+    Script::new(
+        r"
+if redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then return -1 end
+local ttl = redis.call('PTTL', KEYS[1])
+if ttl == -1 then return -3 end
+return ttl
+",
+    )
+});
+
+/// `KEYS[1]` lock key, `ARGV[1]` token. Deletes the key only if it holds our token.
+pub(crate) static RELEASE: LazyLock<Script> = LazyLock::new(|| {
+    Script::new(
+        r"
+local value = redis.call('GET', KEYS[1])
+if value == ARGV[1] then redis.call('DEL', KEYS[1]) return -1 end
+if not value then return -2 end
+local ttl = redis.call('PTTL', KEYS[1])
+if ttl == -1 then return -3 end
+return ttl
+",
+    )
+});
+
+/// `KEYS[1]` lock key, `ARGV[1]` token, `ARGV[2]` new ttl in ms. Renews the key's ttl only if
+/// it holds our token; never creates or deletes a key.
+pub(crate) static EXTEND: LazyLock<Script> = LazyLock::new(|| {
+    Script::new(
+        r"
+local value = redis.call('GET', KEYS[1])
+if value == ARGV[1] then redis.call('PEXPIRE', KEYS[1], ARGV[2]) return -1 end
+if not value then return -2 end
+local ttl = redis.call('PTTL', KEYS[1])
+if ttl == -1 then return -3 end
+return ttl
+",
+    )
+});
+
+/// What a script's integer reply means.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum ScriptReply {
+    Done,
+    Missing,
+    Foreign { expires_in_ms: Option<u64> },
+}
+
+impl ScriptReply {
+    /// Classifies a script's reply; `None` for a value no script of ours returns.
+    pub(crate) fn from_code(code: i64) -> Option<Self> {
+        match code {
+            -1 => Some(Self::Done),
+            -2 => Some(Self::Missing),
+            -3 => Some(Self::Foreign {
+                expires_in_ms: None,
+            }),
+            n => u64::try_from(n).ok().map(|ms| Self::Foreign {
+                expires_in_ms: Some(ms),
+            }),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_integer_classifies_without_panicking() {
+        assert_eq!(ScriptReply::from_code(-1), Some(ScriptReply::Done));
+        assert_eq!(ScriptReply::from_code(-2), Some(ScriptReply::Missing));
+        assert_eq!(
+            ScriptReply::from_code(-3),
+            Some(ScriptReply::Foreign {
+                expires_in_ms: None
+            })
+        );
+        assert_eq!(
+            ScriptReply::from_code(0),
+            Some(ScriptReply::Foreign {
+                expires_in_ms: Some(0)
+            })
+        );
+        assert_eq!(
+            ScriptReply::from_code(i64::MAX),
+            Some(ScriptReply::Foreign {
+                expires_in_ms: Some(i64::MAX as u64)
+            })
+        );
+        for code in [-4, -100, i64::MIN] {
+            assert_eq!(ScriptReply::from_code(code), None);
+        }
+    }
+
+    #[test]
+    fn scripts_hash_to_distinct_shas() {
+        let shas = [ACQUIRE.get_hash(), RELEASE.get_hash(), EXTEND.get_hash()];
+        assert_ne!(shas[0], shas[1]);
+        assert_ne!(shas[1], shas[2]);
+        assert_eq!(shas[0].len(), 40);
+    }
+}

@@ -1,0 +1,47 @@
+//! Integration tests against real `redis-server` processes (one test binary, several modules).
+
+#[path = "../support/cluster.rs"]
+mod cluster;
+
+mod acquire;
+mod failures;
+mod lifecycle;
+mod types;
+
+use std::time::Duration;
+
+use cluster::Cluster;
+use redquorum::RedLock;
+
+pub(crate) const PREFIX: &[u8] = b"redquorum:";
+
+/// A client over every server of `cluster`, with a per-node timeout generous enough for a
+/// loaded 2-core CI machine.
+pub(crate) fn client(cluster: &Cluster, per_node_timeout: Duration) -> RedLock {
+    RedLock::builder(cluster.urls())
+        .per_node_timeout(per_node_timeout)
+        .build()
+        .expect("valid configuration")
+}
+
+pub(crate) fn lock_key(resource: &[u8]) -> Vec<u8> {
+    let mut key = PREFIX.to_vec();
+    key.push(b'{');
+    key.extend_from_slice(resource);
+    key.push(b'}');
+    key
+}
+
+/// Polls `check` every 10 ms until it holds or `within` has passed.
+pub(crate) async fn eventually(within: Duration, mut check: impl FnMut() -> bool) -> bool {
+    let deadline = tokio::time::Instant::now() + within;
+    loop {
+        if check() {
+            return true;
+        }
+        if tokio::time::Instant::now() >= deadline {
+            return false;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}

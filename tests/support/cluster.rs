@@ -1,0 +1,330 @@
+//! Real `redis-server` processes on free loopback ports, for tests, benches and examples.
+//!
+//! Every server runs from its own temporary directory, listens only on 127.0.0.1, and is ended
+//! (by its pid, SIGCONT then SIGKILL) when the [`Cluster`] is dropped, also when a test panics.
+#![allow(dead_code, unreachable_pub)]
+
+use std::net::{TcpListener, TcpStream};
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use nix::sys::signal::{Signal, kill};
+use nix::unistd::Pid;
+
+const START_ATTEMPTS: usize = 20;
+const READY_TIMEOUT: Duration = Duration::from_secs(10);
+const INSPECT_TIMEOUT: Duration = Duration::from_secs(2);
+
+/// How a restarted server comes back.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Persistence {
+    /// No persistence: a restart comes back empty.
+    None,
+    /// AOF with `appendfsync always`: a restart comes back with every acknowledged write.
+    AofAlways,
+}
+
+/// One `redis-server` process.
+#[derive(Debug)]
+pub struct Server {
+    port: u16,
+    child: Option<Child>,
+    dir: tempfile::TempDir,
+    persistence: Persistence,
+    paused: bool,
+}
+
+/// N independent masters.
+#[derive(Debug)]
+pub struct Cluster {
+    servers: Vec<Server>,
+}
+
+/// Fails with the install command when `redis-server` is missing: never skip silently.
+fn redis_server_binary() -> PathBuf {
+    let found = std::env::var_os("PATH").and_then(|paths| {
+        std::env::split_paths(&paths)
+            .map(|p| p.join("redis-server"))
+            .find(|p| p.is_file())
+    });
+    found.unwrap_or_else(|| {
+        panic!(
+            "redis-server not found on PATH. The tests start real Redis servers; install it with \
+             `sudo apt-get install -y redis-server` (Debian/Ubuntu) or run `bash .ci/test`, which does."
+        )
+    })
+}
+
+fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .map(|a| a.port())
+        .expect("no free loopback port")
+}
+
+impl Server {
+    fn start(persistence: Persistence) -> Self {
+        let mut last_error = String::new();
+        for _ in 0..START_ATTEMPTS {
+            let mut server = Self {
+                port: free_port(),
+                child: None,
+                dir: tempfile::tempdir().expect("temp dir"),
+                persistence,
+                paused: false,
+            };
+            match server.spawn() {
+                Ok(()) => return server,
+                Err(e) => last_error = e,
+            }
+        }
+        panic!("could not start redis-server after {START_ATTEMPTS} attempts: {last_error}");
+    }
+
+    /// Starts the process on `self.port`; Err when it exits (port taken) or never answers.
+    fn spawn(&mut self) -> Result<(), String> {
+        let mut cmd = Command::new(redis_server_binary());
+        cmd.arg("--port")
+            .arg(self.port.to_string())
+            .args([
+                "--bind",
+                "127.0.0.1",
+                "--protected-mode",
+                "yes",
+                "--save",
+                "",
+            ])
+            .args(["--daemonize", "no", "--maxmemory-policy", "noeviction"])
+            .arg("--dir")
+            .arg(self.dir.path())
+            .arg("--logfile")
+            .arg(self.dir.path().join("redis.log"));
+        match self.persistence {
+            Persistence::None => cmd.args(["--appendonly", "no"]),
+            Persistence::AofAlways => cmd.args(["--appendonly", "yes", "--appendfsync", "always"]),
+        };
+        let mut child = cmd
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .map_err(|e| format!("spawn redis-server: {e}"))?;
+        let deadline = Instant::now() + READY_TIMEOUT;
+        loop {
+            if let Ok(Some(status)) = child.try_wait() {
+                let log =
+                    std::fs::read_to_string(self.dir.path().join("redis.log")).unwrap_or_default();
+                return Err(format!(
+                    "redis-server on port {} exited with {status}: {log}",
+                    self.port
+                ));
+            }
+            if self.answers_ping() {
+                self.child = Some(child);
+                self.paused = false;
+                return Ok(());
+            }
+            if Instant::now() > deadline {
+                let _ = child.kill();
+                let _ = child.wait();
+                return Err(format!(
+                    "redis-server on port {} never answered PING",
+                    self.port
+                ));
+            }
+            std::thread::sleep(Duration::from_millis(5));
+        }
+    }
+
+    fn answers_ping(&self) -> bool {
+        let Ok(client) = redis::Client::open(self.url()) else {
+            return false;
+        };
+        let Ok(mut con) = client.get_connection_with_timeout(Duration::from_millis(200)) else {
+            return false;
+        };
+        redis::cmd("PING").query::<String>(&mut con).is_ok()
+    }
+
+    fn pid(&self) -> Option<Pid> {
+        self.child.as_ref().map(|c| Pid::from_raw(c.id() as i32))
+    }
+
+    fn signal(&self, signal: Signal) {
+        if let Some(pid) = self.pid() {
+            kill(pid, signal).expect("signal our own redis-server");
+        }
+    }
+
+    pub fn url(&self) -> String {
+        format!("redis://127.0.0.1:{}", self.port)
+    }
+
+    pub fn port(&self) -> u16 {
+        self.port
+    }
+
+    pub fn is_running(&self) -> bool {
+        self.child.is_some() && !self.paused
+    }
+
+    fn kill(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            let pid = Pid::from_raw(child.id() as i32);
+            let _ = kill(pid, Signal::SIGCONT);
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+        self.paused = false;
+    }
+
+    /// A synchronous connection for inspecting the server from a test.
+    pub fn inspect(&self) -> redis::Connection {
+        assert!(
+            self.is_running(),
+            "cannot inspect a stopped or paused server"
+        );
+        let client = redis::Client::open(self.url()).expect("url");
+        let con = client
+            .get_connection_with_timeout(INSPECT_TIMEOUT)
+            .expect("connect to inspect");
+        con.set_read_timeout(Some(INSPECT_TIMEOUT))
+            .expect("timeout");
+        con.set_write_timeout(Some(INSPECT_TIMEOUT))
+            .expect("timeout");
+        con
+    }
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        self.kill();
+    }
+}
+
+impl Cluster {
+    /// Starts `n` servers without persistence.
+    pub fn start(n: usize) -> Self {
+        Self::start_with(n, Persistence::None)
+    }
+
+    pub fn start_with(n: usize, persistence: Persistence) -> Self {
+        Self {
+            servers: (0..n).map(|_| Server::start(persistence)).collect(),
+        }
+    }
+
+    pub fn len(&self) -> usize {
+        self.servers.len()
+    }
+
+    pub fn urls(&self) -> Vec<String> {
+        self.servers.iter().map(Server::url).collect()
+    }
+
+    pub fn server(&self, i: usize) -> &Server {
+        &self.servers[i]
+    }
+
+    /// SIGKILL: the process is gone, its port refuses connections.
+    pub fn kill(&mut self, i: usize) {
+        self.servers[i].kill();
+    }
+
+    /// SIGSTOP: the kernel still accepts connections, nothing is answered.
+    pub fn pause(&mut self, i: usize) {
+        let server = &mut self.servers[i];
+        server.signal(Signal::SIGSTOP);
+        server.paused = true;
+    }
+
+    /// SIGCONT after [`Cluster::pause`].
+    pub fn resume(&mut self, i: usize) {
+        let server = &mut self.servers[i];
+        server.signal(Signal::SIGCONT);
+        server.paused = false;
+    }
+
+    /// Kills (if running) and starts the server again on the same port; with
+    /// [`Persistence::None`] it comes back empty.
+    pub fn restart(&mut self, i: usize) {
+        let server = &mut self.servers[i];
+        server.kill();
+        let deadline = Instant::now() + READY_TIMEOUT;
+        loop {
+            match server.spawn() {
+                Ok(()) => return,
+                // The port can linger briefly after a kill; never move to another port here.
+                Err(e) if Instant::now() > deadline => panic!("restart failed: {e}"),
+                Err(_) => std::thread::sleep(Duration::from_millis(50)),
+            }
+        }
+    }
+
+    /// Every key on every running server, as (server index, key).
+    pub fn keys(&self) -> Vec<(usize, Vec<u8>)> {
+        let mut out = Vec::new();
+        for (i, s) in self
+            .servers
+            .iter()
+            .enumerate()
+            .filter(|(_, s)| s.is_running())
+        {
+            let keys: Vec<Vec<u8>> = redis::cmd("KEYS")
+                .arg("*")
+                .query(&mut s.inspect())
+                .expect("KEYS");
+            out.extend(keys.into_iter().map(|k| (i, k)));
+        }
+        out
+    }
+
+    /// The value of `key` on server `i`.
+    pub fn get(&self, i: usize, key: &[u8]) -> Option<Vec<u8>> {
+        redis::cmd("GET")
+            .arg(key)
+            .query(&mut self.servers[i].inspect())
+            .expect("GET")
+    }
+
+    /// The remaining ttl of `key` on server `i`, in ms (-1 no expiry, -2 missing).
+    pub fn pttl(&self, i: usize, key: &[u8]) -> i64 {
+        redis::cmd("PTTL")
+            .arg(key)
+            .query(&mut self.servers[i].inspect())
+            .expect("PTTL")
+    }
+
+    /// Sets `key` to `value` on server `i`, with a ttl.
+    pub fn set(&self, i: usize, key: &[u8], value: &[u8], ttl: Duration) {
+        let _: () = redis::cmd("SET")
+            .arg(key)
+            .arg(value)
+            .arg("PX")
+            .arg(ttl.as_millis() as u64)
+            .query(&mut self.servers[i].inspect())
+            .expect("SET");
+    }
+
+    /// Runs any command on server `i`.
+    pub fn run<T: redis::FromRedisValue>(&self, i: usize, cmd: &redis::Cmd) -> T {
+        cmd.query(&mut self.servers[i].inspect()).expect("command")
+    }
+
+    /// Panics listing the keys if any running server holds a key under `prefix`.
+    pub fn assert_no_keys_under(&self, prefix: &[u8]) {
+        let left: Vec<_> = self
+            .keys()
+            .into_iter()
+            .filter(|(_, k)| k.starts_with(prefix))
+            .map(|(i, k)| format!("server {i}: {}", k.escape_ascii()))
+            .collect();
+        assert!(left.is_empty(), "keys left behind: {left:?}");
+    }
+
+    /// True if a TCP connection to server `i`'s port is accepted (a paused server still accepts).
+    pub fn port_open(&self, i: usize) -> bool {
+        TcpStream::connect(("127.0.0.1", self.servers[i].port)).is_ok()
+    }
+}
