@@ -1,0 +1,84 @@
+//! Uncontended acquire+release latency on five local masters, next to a single `SET NX PX`
+//! round trip to one of them, measured in the same run on the same servers.
+//!
+//! ```text
+//! cargo run --release --example latency [-- ITERATIONS]
+//! ```
+//!
+//! Starts its own five `redis-server` processes on free loopback ports (and ends them).
+
+#[path = "../tests/support/cluster.rs"]
+mod cluster;
+
+use std::time::{Duration, Instant};
+
+use redquorum::RedLock;
+
+const TTL: Duration = Duration::from_secs(10);
+
+#[tokio::main(flavor = "current_thread")]
+async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    let iterations: usize = std::env::args()
+        .nth(1)
+        .map(|a| a.parse())
+        .transpose()?
+        .unwrap_or(2000);
+    let cluster = cluster::Cluster::start(5);
+    let rl = RedLock::new(cluster.urls())?;
+    rl.connect().await?;
+
+    let single = redis::Client::open(cluster.server(0).url())?;
+    let mut conn = single.get_multiplexed_async_connection().await?;
+
+    let mut set_nx = Vec::with_capacity(iterations);
+    let mut acquire = Vec::with_capacity(iterations);
+    let mut pair = Vec::with_capacity(iterations);
+    let warmup = iterations / 10;
+    // Interleaved, so both series see the same machine load.
+    for i in 0..warmup + iterations {
+        let t = Instant::now();
+        let ok: Option<String> = redis::cmd("SET")
+            .arg("baseline")
+            .arg("v")
+            .arg("NX")
+            .arg("PX")
+            .arg(10_000)
+            .query_async(&mut conn)
+            .await?;
+        let set_time = t.elapsed();
+        assert!(ok.is_some(), "baseline key should have been free");
+        let _: i64 = redis::cmd("DEL")
+            .arg("baseline")
+            .query_async(&mut conn)
+            .await?;
+
+        let t = Instant::now();
+        let lock = rl.try_acquire("latency", TTL).await?;
+        let acquired = t.elapsed();
+        lock.release().await?;
+        let both = t.elapsed();
+        if i >= warmup {
+            set_nx.push(set_time);
+            acquire.push(acquired);
+            pair.push(both);
+        }
+    }
+    println!("{iterations} iterations, 5 local redis-server masters, uncontended, sequential");
+    println!("{:<38} {:>9} {:>9} {:>9}", "", "p50", "p99", "max");
+    row("single SET NX PX round trip (1 node)", &mut set_nx);
+    row("redquorum acquire (5 nodes)", &mut acquire);
+    row("redquorum acquire+release (5 nodes)", &mut pair);
+    cluster.assert_no_keys_under(b"redquorum:");
+    Ok(())
+}
+
+fn row(name: &str, samples: &mut [Duration]) {
+    samples.sort_unstable();
+    let at = |q: f64| samples[((samples.len() as f64 - 1.0) * q).round() as usize];
+    println!(
+        "{name:<38} {:>7.0}µs {:>7.0}µs {:>7.0}µs",
+        at(0.50).as_secs_f64() * 1e6,
+        at(0.99).as_secs_f64() * 1e6,
+        at(1.0).as_secs_f64() * 1e6
+    );
+}
