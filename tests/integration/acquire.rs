@@ -5,7 +5,7 @@ use std::time::{Duration, Instant};
 use redquorum::{Error, NodeOutcome, RedLock, RetryPolicy};
 
 use crate::cluster::Cluster;
-use crate::{PREFIX, client, eventually, lock_key};
+use crate::{PREFIX, client, eventually, held_everywhere, lock_key};
 
 const TTL: Duration = Duration::from_secs(10);
 const NODE_TIMEOUT: Duration = Duration::from_millis(250);
@@ -22,12 +22,7 @@ async fn happy_path_sets_the_token_everywhere_then_extends_and_releases() {
     // background, so every node soon holds exactly our token, with the ttl we asked for.
     let key = lock_key(b"orders:42");
     assert!(lock.report().successes() >= 3);
-    let token = lock.token().expose().as_bytes().to_vec();
-    assert!(
-        eventually(Duration::from_secs(2), || (0..5)
-            .all(|i| cluster.get(i, &key).as_deref() == Some(&token[..])))
-        .await
-    );
+    assert!(held_everywhere(&cluster, &lock).await);
     for i in 0..5 {
         assert_eq!(
             cluster.get(i, &key).as_deref(),
@@ -51,9 +46,12 @@ async fn happy_path_sets_the_token_everywhere_then_extends_and_releases() {
     let old_deadline = lock.valid_until();
     lock.extend(Duration::from_secs(20)).await.expect("extend");
     assert!(lock.valid_until() > old_deadline);
-    for i in 0..5 {
-        assert!(cluster.pttl(i, &key) > 19_000, "node {i} not extended");
-    }
+    // Decided at the majority; the rest are renewed in the background.
+    assert!(
+        eventually(Duration::from_secs(2), || (0..5)
+            .all(|i| cluster.pttl(i, &key) > 19_000))
+        .await
+    );
 
     let report = lock.release().await.expect("release");
     assert_eq!(report.successes(), 5);
@@ -75,7 +73,19 @@ async fn two_clients_racing_for_one_resource_exactly_one_wins() {
         let (winner, loser) = match (ra, rb) {
             (Ok(w), Err(l)) | (Err(l), Ok(w)) => (w, l),
             (Ok(_), Ok(_)) => panic!("round {round}: both clients hold the lock"),
-            (Err(x), Err(y)) => panic!("round {round}: nobody won: {x} / {y}"),
+            // With every node answering, one client always has 3 of 5; both can lose only
+            // when a node failed (a timeout on an overloaded machine). Safety is unaffected.
+            (Err(x), Err(y)) => {
+                let failed = |e: &redquorum::Error| {
+                    e.report().is_some_and(|r| r.failures().next().is_some())
+                };
+                assert!(
+                    failed(&x) || failed(&y),
+                    "round {round}: both lost with every node answering: {x} / {y}"
+                );
+                cluster.assert_no_keys_under(PREFIX);
+                continue;
+            }
         };
         assert!(loser.is_conflict(), "round {round}: {loser}");
         assert!(!loser.is_no_quorum());
@@ -267,13 +277,7 @@ async fn binary_resource_names_round_trip_exactly() {
     ] {
         let lock = rl.try_acquire(resource, TTL).await.expect("acquire");
         assert_eq!(lock.resource(), resource);
-        let key = lock_key(resource);
-        for i in 0..3 {
-            assert_eq!(
-                cluster.get(i, &key).as_deref(),
-                Some(lock.token().expose().as_bytes())
-            );
-        }
+        assert!(held_everywhere(&cluster, &lock).await);
         lock.release().await.expect("release");
     }
     cluster.assert_no_keys_under(PREFIX);
@@ -288,6 +292,15 @@ async fn a_custom_prefix_is_the_only_namespace_written() {
         .build()
         .expect("config");
     let lock = rl.try_acquire("job", TTL).await.expect("acquire");
+    let on_all = || {
+        cluster
+            .keys()
+            .iter()
+            .filter(|(_, k)| k == b"app:locks:{job}")
+            .count()
+            == 3
+    };
+    assert!(eventually(Duration::from_secs(2), on_all).await);
     let keys = cluster.keys();
     assert_eq!(keys.len(), 3);
     assert!(

@@ -5,7 +5,7 @@ use std::time::Duration;
 use redquorum::NodeOutcome;
 
 use crate::cluster::Cluster;
-use crate::{PREFIX, client, eventually, lock_key};
+use crate::{PREFIX, client, eventually, held_everywhere, lock_key};
 
 const NODE_TIMEOUT: Duration = Duration::from_millis(50);
 const SHORT_TTL: Duration = Duration::from_millis(300);
@@ -22,6 +22,7 @@ async fn release_after_expiry_is_an_error_and_leaves_the_next_holder_alone() {
         .try_acquire("job", Duration::from_secs(10))
         .await
         .expect("free again");
+    assert!(held_everywhere(&cluster, &current).await);
 
     let err = stale.release().await.expect_err("it had expired");
     assert!(err.is_expired(), "{err}");
@@ -53,6 +54,7 @@ async fn release_after_keys_vanished_reports_expired() {
         .try_acquire("gone", Duration::from_secs(10))
         .await
         .expect("acquire");
+    assert!(held_everywhere(&cluster, &lock).await);
     // Premature expiry on 3 of 5 nodes (a server clock jump, or an operator): the lock is no
     // longer held by a majority, even though its local deadline has not passed.
     let key = lock_key(b"gone");
@@ -75,6 +77,7 @@ async fn extend_after_another_client_acquired_fails_and_touches_nothing() {
         .try_acquire("job", Duration::from_secs(10))
         .await
         .expect("free again");
+    assert!(held_everywhere(&cluster, &current).await);
     let key = lock_key(b"job");
     let ttls_before: Vec<i64> = (0..5).map(|i| cluster.pttl(i, &key)).collect();
 

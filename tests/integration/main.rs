@@ -45,3 +45,17 @@ pub(crate) async fn eventually(within: Duration, mut check: impl FnMut() -> bool
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
 }
+
+/// Waits until every running server holds `lock`'s key with its token. A round is decided at the
+/// majority; the slower nodes' requests finish in the background, so tests that inspect every
+/// node right after an acquire must wait for them.
+pub(crate) async fn held_everywhere(cluster: &Cluster, lock: &redquorum::Lock) -> bool {
+    let key = lock_key(lock.resource());
+    let token = lock.token().expose().as_bytes();
+    eventually(Duration::from_secs(3), || {
+        (0..cluster.len())
+            .filter(|i| cluster.server(*i).is_running())
+            .all(|i| cluster.get(i, &key).as_deref() == Some(token))
+    })
+    .await
+}
