@@ -140,7 +140,16 @@ impl fmt::Display for NodeOutcome {
                 f.write_str("held by another owner, with no expiry")
             }
             Self::Missing => f.write_str("key not found"),
-            Self::Failed(err) => write!(f, "failed: {err}"),
+            Self::Failed(err) => {
+                // A report names many nodes, so each line carries its own cause (the error's
+                // `source()` can only point at one of them). One level: the redis crate's
+                // errors repeat their text in their own sources.
+                write!(f, "failed: {err}")?;
+                match std::error::Error::source(err) {
+                    Some(cause) => write!(f, ": {cause}"),
+                    None => Ok(()),
+                }
+            }
             Self::NoReply => f.write_str("no reply before the round was decided"),
         }
     }

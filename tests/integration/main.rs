@@ -6,6 +6,7 @@ mod cluster;
 mod acquire;
 mod failures;
 mod lifecycle;
+mod misbehaving;
 mod types;
 
 use std::time::Duration;

@@ -32,6 +32,7 @@ pub struct Server {
     child: Option<Child>,
     dir: tempfile::TempDir,
     persistence: Persistence,
+    extra_args: Vec<String>,
     paused: bool,
 }
 
@@ -64,7 +65,7 @@ fn free_port() -> u16 {
 }
 
 impl Server {
-    fn start(persistence: Persistence) -> Self {
+    fn start(persistence: Persistence, extra_args: &[&str]) -> Self {
         let mut last_error = String::new();
         for _ in 0..START_ATTEMPTS {
             let mut server = Self {
@@ -72,6 +73,7 @@ impl Server {
                 child: None,
                 dir: tempfile::tempdir().expect("temp dir"),
                 persistence,
+                extra_args: extra_args.iter().map(|a| (*a).to_owned()).collect(),
                 paused: false,
             };
             match server.spawn() {
@@ -104,6 +106,7 @@ impl Server {
             Persistence::None => cmd.args(["--appendonly", "no"]),
             Persistence::AofAlways => cmd.args(["--appendonly", "yes", "--appendfsync", "always"]),
         };
+        cmd.args(&self.extra_args);
         let mut child = cmd
             .stdin(Stdio::null())
             .stdout(Stdio::null())
@@ -137,6 +140,7 @@ impl Server {
         }
     }
 
+    /// Ready when the server answers anything at all (a `NOAUTH` error is an answer).
     fn answers_ping(&self) -> bool {
         let Ok(client) = redis::Client::open(self.url()) else {
             return false;
@@ -144,7 +148,10 @@ impl Server {
         let Ok(mut con) = client.get_connection_with_timeout(Duration::from_millis(200)) else {
             return false;
         };
-        redis::cmd("PING").query::<String>(&mut con).is_ok()
+        match redis::cmd("PING").query::<String>(&mut con) {
+            Ok(_) => true,
+            Err(e) => e.code().is_some(),
+        }
     }
 
     fn pid(&self) -> Option<Pid> {
@@ -179,13 +186,26 @@ impl Server {
         self.paused = false;
     }
 
+    /// The URL with the `--requirepass` password, if the server was started with one.
+    fn admin_url(&self) -> String {
+        let password = self
+            .extra_args
+            .windows(2)
+            .find(|w| w[0] == "--requirepass")
+            .map(|w| w[1].clone());
+        match password {
+            Some(pw) => format!("redis://:{pw}@127.0.0.1:{}", self.port),
+            None => self.url(),
+        }
+    }
+
     /// A synchronous connection for inspecting the server from a test.
     pub fn inspect(&self) -> redis::Connection {
         assert!(
             self.is_running(),
             "cannot inspect a stopped or paused server"
         );
-        let client = redis::Client::open(self.url()).expect("url");
+        let client = redis::Client::open(self.admin_url()).expect("url");
         let con = client
             .get_connection_with_timeout(INSPECT_TIMEOUT)
             .expect("connect to inspect");
@@ -210,9 +230,23 @@ impl Cluster {
     }
 
     pub fn start_with(n: usize, persistence: Persistence) -> Self {
+        Self::start_with_args(n, persistence, &[])
+    }
+
+    /// Starts `n` servers, each with `extra_args` appended to its command line.
+    pub fn start_with_args(n: usize, persistence: Persistence, extra_args: &[&str]) -> Self {
         Self {
-            servers: (0..n).map(|_| Server::start(persistence)).collect(),
+            servers: (0..n)
+                .map(|_| Server::start(persistence, extra_args))
+                .collect(),
         }
+    }
+
+    /// Adds one more server, with its own extra arguments; returns its index.
+    pub fn add(&mut self, extra_args: &[&str]) -> usize {
+        self.servers
+            .push(Server::start(Persistence::None, extra_args));
+        self.servers.len() - 1
     }
 
     pub fn len(&self) -> usize {

@@ -1,0 +1,219 @@
+//! Servers that answer with errors: each is one failed vote, reported with the server's reply,
+//! and nothing of ours is left behind.
+
+use std::time::Duration;
+
+use redquorum::{NodeError, NodeOutcome, RedLock};
+
+use crate::cluster::{Cluster, Persistence};
+use crate::{PREFIX, client, eventually, lock_key};
+
+const TTL: Duration = Duration::from_secs(10);
+const NODE_TIMEOUT: Duration = Duration::from_millis(250);
+
+fn failure_text(report: &redquorum::Report, node: usize) -> String {
+    report
+        .iter()
+        .nth(node)
+        .map(|r| r.outcome().to_string())
+        .unwrap_or_default()
+}
+
+#[tokio::test]
+async fn wrong_password_everywhere_says_authentication() {
+    let cluster = Cluster::start_with_args(3, Persistence::None, &["--requirepass", "right"]);
+    let urls: Vec<String> = (0..3)
+        .map(|i| format!("redis://:wrong@127.0.0.1:{}", cluster.server(i).port()))
+        .collect();
+    let rl = RedLock::builder(&urls)
+        .per_node_timeout(NODE_TIMEOUT)
+        .build()
+        .expect("config");
+    let _ = rl.connect().await;
+    let err = rl
+        .try_acquire("r", TTL)
+        .await
+        .expect_err("no node accepts us");
+    assert!(err.is_no_quorum(), "{err}");
+    assert!(
+        !err.is_conflict(),
+        "an auth failure must not look like a busy lock"
+    );
+    let text = err.to_string().to_lowercase();
+    assert!(text.contains("password") || text.contains("auth"), "{err}");
+    assert!(
+        !text.contains("wrong@"),
+        "the URL with its password is never shown: {err}"
+    );
+
+    // No password at all: the server answers NOAUTH to our scripts.
+    let rl = client(&cluster, NODE_TIMEOUT);
+    let err = rl.try_acquire("r", TTL).await.expect_err("NOAUTH");
+    assert!(err.is_no_quorum(), "{err}");
+    assert!(err.to_string().contains("NOAUTH"), "{err}");
+
+    // The right password works, and never appears in Debug output.
+    let urls: Vec<String> = (0..3)
+        .map(|i| format!("redis://:right@127.0.0.1:{}", cluster.server(i).port()))
+        .collect();
+    let rl = RedLock::builder(&urls)
+        .per_node_timeout(NODE_TIMEOUT)
+        .build()
+        .expect("config");
+    assert!(!format!("{rl:?}").contains("right"), "{rl:?}");
+    let lock = rl.try_acquire("r", TTL).await.expect("authenticated");
+    assert!(
+        !format!("{lock:?}").contains(lock.token().expose()),
+        "Debug hides the token"
+    );
+    lock.release().await.expect("release");
+    cluster.assert_no_keys_under(PREFIX);
+}
+
+#[tokio::test]
+async fn out_of_memory_nodes_are_failed_votes() {
+    let mut cluster = Cluster::start(3);
+    // Two more masters that refuse every write: maxmemory below what they already use.
+    let oom: Vec<usize> = (0..2)
+        .map(|_| cluster.add(&["--maxmemory", "1", "--maxmemory-policy", "noeviction"]))
+        .collect();
+    let rl = client(&cluster, NODE_TIMEOUT);
+    let lock = rl
+        .try_acquire("r", TTL)
+        .await
+        .expect("3 of 5 accept writes");
+    let report = lock.release().await.expect("release");
+    assert_eq!(report.successes(), 3);
+
+    let lock = rl.try_acquire("r", TTL).await.expect("acquire");
+    for i in &oom {
+        let text = failure_text(lock.report(), *i);
+        assert!(
+            text.contains("OOM") || text.contains("no reply"),
+            "node {i}: {text}"
+        );
+    }
+    lock.release().await.expect("release");
+
+    // With a majority out of memory, acquire fails as an outage, naming OOM.
+    cluster.kill(0);
+    let err = rl
+        .try_acquire("r", TTL)
+        .await
+        .expect_err("only 2 of 5 writable");
+    assert!(err.is_no_quorum(), "{err}");
+    assert!(err.to_string().contains("OOM"), "{err}");
+    cluster.assert_no_keys_under(PREFIX);
+}
+
+#[tokio::test]
+async fn a_replica_listed_as_a_master_is_a_failed_vote() {
+    let mut cluster = Cluster::start(3);
+    let primary_port = cluster.server(0).port().to_string();
+    let replica = cluster.add(&["--replicaof", "127.0.0.1", &primary_port]);
+    let other_replica = cluster.add(&["--replicaof", "127.0.0.1", &primary_port]);
+    let rl = client(&cluster, NODE_TIMEOUT);
+    let lock = rl
+        .try_acquire("r", TTL)
+        .await
+        .expect("3 masters of 5 nodes");
+    let report = lock.release().await.expect("release");
+    for i in [replica, other_replica] {
+        // A replica refuses the delete (READONLY) when it has replicated our key, and reports
+        // it missing when it has not yet: never a success either way.
+        let text = failure_text(&report, i);
+        assert!(
+            text.to_uppercase().contains("READONLY") || text.contains("key not found"),
+            "node {i}: {text}"
+        );
+    }
+    let key = lock_key(b"r");
+    let replicated = || {
+        [replica, other_replica]
+            .iter()
+            .all(|i| cluster.get(*i, &key).is_none())
+    };
+    assert!(eventually(Duration::from_secs(3), replicated).await);
+    // Dropping one master leaves 2 writable of 5: no quorum, READONLY named.
+    cluster.kill(2);
+    let err = rl.try_acquire("r", TTL).await.expect_err("2 writable of 5");
+    assert!(err.is_no_quorum(), "{err}");
+    assert!(err.to_string().to_uppercase().contains("READONLY"), "{err}");
+    cluster.assert_no_keys_under(PREFIX);
+}
+
+#[tokio::test]
+async fn a_lock_key_of_the_wrong_type_is_never_overwritten() {
+    let cluster = Cluster::start(5);
+    let key = lock_key(b"typed");
+    for i in [0, 1] {
+        let _: i64 = cluster.run(i, redis::cmd("RPUSH").arg(&key).arg("not-a-lock"));
+    }
+    let rl = client(&cluster, NODE_TIMEOUT);
+    let lock = rl.try_acquire("typed", TTL).await.expect("3 of 5");
+    for i in [0, 1] {
+        assert!(
+            matches!(
+                lock.report().iter().nth(i).map(|r| r.outcome()),
+                Some(NodeOutcome::HeldByOther { expires_in: None } | NodeOutcome::NoReply)
+            ),
+            "node {i}: {}",
+            lock.report()
+        );
+    }
+    let report = lock.release().await.expect("release");
+    for i in [0, 1] {
+        // GET on a list is WRONGTYPE: the node fails the vote, and the list is untouched.
+        let text = failure_text(&report, i);
+        assert!(text.contains("WRONGTYPE"), "node {i}: {text}");
+        let len: i64 = cluster.run(i, redis::cmd("LLEN").arg(&key));
+        assert_eq!(len, 1);
+    }
+    for i in 2..5 {
+        assert_eq!(cluster.get(i, &key), None);
+    }
+}
+
+#[tokio::test]
+async fn a_node_busy_running_a_script_is_a_failed_vote() {
+    let cluster =
+        Cluster::start_with_args(5, Persistence::None, &["--busy-reply-threshold", "100"]);
+    // Keep two nodes inside a long-running script (from other connections).
+    let mut blockers = Vec::new();
+    for i in [3, 4] {
+        let url = cluster.server(i).url();
+        blockers.push(std::thread::spawn(move || {
+            let mut con = redis::Client::open(url).expect("url").get_connection().expect("connect");
+            let script = "local t = redis.call('TIME') local start = t[1] while true do t = redis.call('TIME') if t[1] - start > 3 then break end end return 1";
+            let _: redis::RedisResult<i64> = redis::cmd("EVAL").arg(script).arg(0).query(&mut con);
+        }));
+    }
+    // Let the scripts pass the busy threshold.
+    tokio::time::sleep(Duration::from_millis(400)).await;
+    let rl = client(&cluster, NODE_TIMEOUT);
+    let lock = rl.try_acquire("busy", TTL).await.expect("3 of 5 are free");
+    let report = lock.release().await.expect("release");
+    for i in [3, 4] {
+        let text = failure_text(&report, i);
+        assert!(
+            matches!(
+                report.iter().nth(i).map(|r| r.outcome()),
+                Some(NodeOutcome::Failed(NodeError::Redis(_)))
+            ),
+            "node {i}: {text}"
+        );
+        assert!(text.contains("BUSY"), "node {i}: {text}");
+    }
+    for i in [3, 4] {
+        let url = cluster.server(i).url();
+        let mut con = redis::Client::open(url)
+            .expect("url")
+            .get_connection()
+            .expect("connect");
+        let _: redis::RedisResult<()> = redis::cmd("SCRIPT").arg("KILL").query(&mut con);
+    }
+    for b in blockers {
+        b.join().expect("blocker thread");
+    }
+    cluster.assert_no_keys_under(PREFIX);
+}
