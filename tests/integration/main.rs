@@ -3,6 +3,7 @@
 #[path = "../support/cluster.rs"]
 mod cluster;
 
+mod acl;
 mod acquire;
 mod failures;
 mod lifecycle;

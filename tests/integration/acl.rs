@@ -1,0 +1,98 @@
+//! The least-privilege ACL user given in the README is enough, and nothing less is.
+
+use std::time::Duration;
+
+use redquorum::RedLock;
+
+use crate::cluster::Cluster;
+use crate::{PREFIX, eventually};
+
+const TTL: Duration = Duration::from_secs(10);
+
+/// The rule the README gives operators, word for word (checked below).
+const README_RULE: &str = "ACL SETUSER redquorum on >CHANGE-ME resetkeys ~redquorum:* resetchannels -@all +eval +evalsha +script|load +set +get +del +pexpire +pttl";
+
+fn set_user(cluster: &Cluster, rule: &str) {
+    for i in 0..cluster.len() {
+        let mut cmd = redis::Cmd::new();
+        for word in rule.split_whitespace() {
+            cmd.arg(word);
+        }
+        let _: () = cluster.run(i, &cmd);
+    }
+}
+
+fn client_as_user(cluster: &Cluster) -> RedLock {
+    let urls: Vec<String> = (0..cluster.len())
+        .map(|i| {
+            format!(
+                "redis://redquorum:CHANGE-ME@127.0.0.1:{}",
+                cluster.server(i).port()
+            )
+        })
+        .collect();
+    RedLock::builder(&urls)
+        .per_node_timeout(Duration::from_millis(250))
+        .build()
+        .expect("config")
+}
+
+#[test]
+fn the_readme_gives_this_exact_rule() {
+    let readme = include_str!("../../README.md");
+    assert!(
+        readme.contains(README_RULE),
+        "README must show: {README_RULE}"
+    );
+}
+
+#[tokio::test]
+async fn the_least_privilege_user_can_acquire_extend_and_release() {
+    let cluster = Cluster::start(3);
+    set_user(&cluster, README_RULE);
+    let rl = client_as_user(&cluster);
+    let mut lock = rl
+        .try_acquire("orders:42", TTL)
+        .await
+        .expect("acquire as the ACL user");
+    lock.extend(TTL).await.expect("extend as the ACL user");
+    lock.release().await.expect("release as the ACL user");
+    cluster.assert_no_keys_under(PREFIX);
+    // Other key names are out of its reach: a prefix outside ~redquorum:* is refused.
+    let outside = RedLock::builder((0..3).map(|i| {
+        format!(
+            "redis://redquorum:CHANGE-ME@127.0.0.1:{}",
+            cluster.server(i).port()
+        )
+    }))
+    .key_prefix("other:")
+    .per_node_timeout(Duration::from_millis(250))
+    .build()
+    .expect("config");
+    let err = outside
+        .try_acquire("x", TTL)
+        .await
+        .expect_err("no key permission");
+    assert!(err.is_no_quorum(), "{err}");
+    assert!(
+        err.to_string().to_lowercase().contains("no permission")
+            || err.to_string().contains("NOPERM"),
+        "{err}"
+    );
+    assert!(cluster.keys().is_empty());
+}
+
+#[tokio::test]
+async fn a_rule_without_pexpire_cannot_extend() {
+    let cluster = Cluster::start(3);
+    set_user(&cluster, &README_RULE.replace(" +pexpire", ""));
+    let rl = client_as_user(&cluster);
+    let mut lock = rl
+        .try_acquire("r", TTL)
+        .await
+        .expect("acquire needs no PEXPIRE");
+    let err = lock.extend(TTL).await.expect_err("extend needs PEXPIRE");
+    assert!(err.is_no_quorum(), "{err}");
+    lock.release().await.expect("release needs no PEXPIRE");
+    assert!(eventually(Duration::from_secs(2), || cluster.keys().is_empty()).await);
+}
