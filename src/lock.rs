@@ -3,6 +3,8 @@
 use std::fmt;
 use std::time::{Duration, Instant};
 
+use tracing::Instrument;
+
 use crate::Result;
 use crate::cleanup::Cleanup;
 use crate::config::Timing;
@@ -211,6 +213,11 @@ impl Lock {
             Wait::UntilDecided,
             None,
         )
+        .instrument(tracing::debug_span!(
+            "redquorum.extend",
+            resource = %self.resource_display(),
+            ttl_ms = timing.ttl_ms,
+        ))
         .await;
         let make: fn(Box<Failure>) -> Error = match round.tally.decision() {
             Decision::Won if timing.validity_after(round.elapsed()).is_some() => {
@@ -261,6 +268,11 @@ impl Lock {
                 self.timing.per_node_timeout,
                 self.stragglers.as_ref(),
             )
+            .instrument(tracing::debug_span!(
+                "redquorum.release",
+                resource = %self.resource_display(),
+                expired_before,
+            ))
             .await;
         self.released = true;
         let make: fn(Box<Failure>) -> Error = match round.tally.decision() {

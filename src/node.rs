@@ -22,8 +22,9 @@ use crate::report::NodeId;
 /// The first reconnect delay after a failed connection attempt; it doubles up to
 /// [`RECONNECT_MAX_DELAY`].
 const RECONNECT_MIN_DELAY: Duration = Duration::from_millis(10);
-/// The longest wait between two reconnect attempts.
-const RECONNECT_MAX_DELAY: Duration = Duration::from_secs(1);
+/// The longest wait between two reconnect attempts, so a restarted master is back in service
+/// soon after it listens again.
+const RECONNECT_MAX_DELAY: Duration = Duration::from_millis(250);
 
 /// Anything that names a Redis master: a URL (`redis://host:port/db`, `rediss://…` with TLS
 /// compiled in, `unix:///path`), a [`redis::ConnectionInfo`], or an existing [`redis::Client`].

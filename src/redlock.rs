@@ -16,6 +16,8 @@ use crate::scripts;
 use crate::token::Token;
 use crate::{Result, resource};
 
+use tracing::Instrument;
+
 /// A Redlock client over N independent Redis masters.
 ///
 /// A lock is granted only when a majority (N/2+1) of the masters set its key within the round
@@ -282,12 +284,30 @@ impl RedLock {
         }
         ensure_runtime()?;
         let key = resource::lock_key(&self.inner.config.key_prefix, resource);
+        let span = tracing::debug_span!(
+            "redquorum.acquire",
+            resource = %resource::display(resource),
+            ttl_ms = timing.ttl_ms,
+            nodes = self.node_count(),
+        );
+        self.acquire_loop(resource, &key, &timing, policy)
+            .instrument(span)
+            .await
+    }
+
+    async fn acquire_loop(
+        &self,
+        resource: &[u8],
+        key: &[u8],
+        timing: &Timing,
+        policy: &RetryPolicy,
+    ) -> Result<Lock> {
         let started = Instant::now();
         let deadline = policy.wait_limit().and_then(|w| started.checked_add(w));
         let mut attempts = 0u32;
         loop {
             attempts = attempts.saturating_add(1);
-            let kind = match self.acquire_round(resource, &key, &timing, attempts).await {
+            let kind = match self.acquire_round(resource, key, timing, attempts).await {
                 Ok(lock) => return Ok(lock),
                 Err(failed) => failed,
             };
@@ -308,7 +328,7 @@ impl RedLock {
             if let Some(d) = deadline {
                 delay = delay.min(d.saturating_duration_since(now));
             }
-            tracing::debug!(resource = %resource::display(resource), attempts, ?delay, "acquire round failed, retrying");
+            tracing::debug!(attempts, ?delay, "acquire round failed, retrying");
             tokio::time::sleep(delay).await;
         }
     }

@@ -114,6 +114,7 @@ pub(crate) async fn run(
     let mut tally = Tally::new(count);
     while let Some((index, outcome, latency)) = pending.next().await {
         tally.record(outcome.vote());
+        tracing::trace!(node = index, %outcome, ?latency, "node answered");
         if let Some(slot) = answers.get_mut(index) {
             *slot = Some((outcome, latency));
         }
@@ -122,6 +123,13 @@ pub(crate) async fn run(
         }
     }
     let decided = Instant::now();
+    tracing::debug!(
+        script = request.script.get_hash(),
+        decision = ?tally.decision(),
+        elapsed = ?decided.saturating_duration_since(start),
+        pending = pending.len(),
+        "round decided"
+    );
     let stragglers = (!pending.is_empty()).then(|| {
         let nodes: Arc<[bool]> = answers.iter().map(Option::is_none).collect();
         let (finished, done) = watch::channel(false);

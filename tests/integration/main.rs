@@ -8,6 +8,7 @@ mod acquire;
 mod failures;
 mod lifecycle;
 mod misbehaving;
+mod observability;
 mod types;
 
 use std::time::Duration;
