@@ -380,6 +380,25 @@ mod tests {
         assert!(Builder::new(one).build().is_ok());
     }
 
+    #[cfg(not(feature = "tls"))]
+    #[test]
+    fn rediss_without_tls_compiled_in_is_a_config_error() {
+        let err = Builder::new(["redis://127.0.0.1:1", "rediss://127.0.0.1:2"]).build();
+        assert!(
+            matches!(
+                err,
+                Err(Error::Config(ConfigError::InvalidNode { index: 1, .. }))
+            ),
+            "{err:?}"
+        );
+    }
+
+    #[cfg(feature = "tls")]
+    #[test]
+    fn rediss_with_tls_compiled_in_is_accepted() {
+        assert!(Builder::new(["rediss://127.0.0.1:2"]).build().is_ok());
+    }
+
     #[test]
     fn malformed_node_error_names_its_position() {
         let err = Builder::new(["redis://127.0.0.1:1", "redis://127.0.0.1:x"]).build();

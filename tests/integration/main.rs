@@ -9,6 +9,7 @@ mod failures;
 mod lifecycle;
 mod misbehaving;
 mod observability;
+mod tls;
 mod types;
 
 use std::time::Duration;

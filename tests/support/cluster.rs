@@ -25,6 +25,14 @@ pub enum Persistence {
     AofAlways,
 }
 
+/// Certificate files for a TLS-only server (`--port 0 --tls-port P`).
+#[derive(Debug, Clone)]
+pub struct TlsFiles {
+    pub cert: PathBuf,
+    pub key: PathBuf,
+    pub ca: PathBuf,
+}
+
 /// One `redis-server` process.
 #[derive(Debug)]
 pub struct Server {
@@ -33,6 +41,7 @@ pub struct Server {
     dir: tempfile::TempDir,
     persistence: Persistence,
     extra_args: Vec<String>,
+    tls: Option<TlsFiles>,
     paused: bool,
 }
 
@@ -65,7 +74,7 @@ fn free_port() -> u16 {
 }
 
 impl Server {
-    fn start(persistence: Persistence, extra_args: &[&str]) -> Self {
+    fn start(persistence: Persistence, extra_args: &[&str], tls: Option<&TlsFiles>) -> Self {
         let mut last_error = String::new();
         for _ in 0..START_ATTEMPTS {
             let mut server = Self {
@@ -74,6 +83,7 @@ impl Server {
                 dir: tempfile::tempdir().expect("temp dir"),
                 persistence,
                 extra_args: extra_args.iter().map(|a| (*a).to_owned()).collect(),
+                tls: tls.cloned(),
                 paused: false,
             };
             match server.spawn() {
@@ -106,6 +116,16 @@ impl Server {
             Persistence::None => cmd.args(["--appendonly", "no"]),
             Persistence::AofAlways => cmd.args(["--appendonly", "yes", "--appendfsync", "always"]),
         };
+        if let Some(tls) = &self.tls {
+            cmd.args(["--port", "0", "--tls-port", &self.port.to_string()])
+                .arg("--tls-cert-file")
+                .arg(&tls.cert)
+                .arg("--tls-key-file")
+                .arg(&tls.key)
+                .arg("--tls-ca-cert-file")
+                .arg(&tls.ca)
+                .args(["--tls-auth-clients", "no"]);
+        }
         cmd.args(&self.extra_args);
         let mut child = cmd
             .stdin(Stdio::null())
@@ -140,8 +160,14 @@ impl Server {
         }
     }
 
-    /// Ready when the server answers anything at all (a `NOAUTH` error is an answer).
+    /// Ready when the server answers anything at all (a `NOAUTH` error is an answer); a TLS
+    /// server when its log says so.
     fn answers_ping(&self) -> bool {
+        if self.tls.is_some() {
+            let log =
+                std::fs::read_to_string(self.dir.path().join("redis.log")).unwrap_or_default();
+            return log.contains("Ready to accept connections");
+        }
         let Ok(client) = redis::Client::open(self.url()) else {
             return false;
         };
@@ -165,7 +191,12 @@ impl Server {
     }
 
     pub fn url(&self) -> String {
-        format!("redis://127.0.0.1:{}", self.port)
+        let scheme = if self.tls.is_some() {
+            "rediss"
+        } else {
+            "redis"
+        };
+        format!("{scheme}://127.0.0.1:{}", self.port)
     }
 
     pub fn port(&self) -> u16 {
@@ -199,13 +230,33 @@ impl Server {
         }
     }
 
+    #[cfg(feature = "tls")]
+    fn admin_client(&self) -> redis::Client {
+        match &self.tls {
+            Some(tls) => redis::Client::build_with_tls(
+                self.admin_url(),
+                redis::TlsCertificates {
+                    client_tls: None,
+                    root_cert: Some(std::fs::read(&tls.ca).expect("CA file")),
+                },
+            )
+            .expect("tls client"),
+            None => redis::Client::open(self.admin_url()).expect("url"),
+        }
+    }
+
+    #[cfg(not(feature = "tls"))]
+    fn admin_client(&self) -> redis::Client {
+        redis::Client::open(self.admin_url()).expect("url")
+    }
+
     /// A synchronous connection for inspecting the server from a test.
     pub fn inspect(&self) -> redis::Connection {
         assert!(
             self.is_running(),
             "cannot inspect a stopped or paused server"
         );
-        let client = redis::Client::open(self.admin_url()).expect("url");
+        let client = self.admin_client();
         let con = client
             .get_connection_with_timeout(INSPECT_TIMEOUT)
             .expect("connect to inspect");
@@ -237,7 +288,7 @@ impl Cluster {
     pub fn start_with_args(n: usize, persistence: Persistence, extra_args: &[&str]) -> Self {
         Self {
             servers: (0..n)
-                .map(|_| Server::start(persistence, extra_args))
+                .map(|_| Server::start(persistence, extra_args, None))
                 .collect(),
         }
     }
@@ -245,8 +296,17 @@ impl Cluster {
     /// Adds one more server, with its own extra arguments; returns its index.
     pub fn add(&mut self, extra_args: &[&str]) -> usize {
         self.servers
-            .push(Server::start(Persistence::None, extra_args));
+            .push(Server::start(Persistence::None, extra_args, None));
         self.servers.len() - 1
+    }
+
+    /// Starts `n` servers that only speak TLS, with the given certificate files.
+    pub fn start_tls(n: usize, tls: &TlsFiles) -> Self {
+        Self {
+            servers: (0..n)
+                .map(|_| Server::start(Persistence::None, &[], Some(tls)))
+                .collect(),
+        }
     }
 
     pub fn len(&self) -> usize {
