@@ -2,12 +2,15 @@
 
 #[path = "../support/cluster.rs"]
 mod cluster;
+#[path = "../support/proxy.rs"]
+mod proxy;
 
 mod acl;
 mod acquire;
 mod failures;
 mod lifecycle;
 mod misbehaving;
+mod network;
 mod observability;
 mod tls;
 mod types;

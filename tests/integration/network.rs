@@ -1,0 +1,137 @@
+//! Network faults between client and masters, through the in-process TCP proxy: black-holes,
+//! connection resets, replies cut mid-way.
+
+use std::time::{Duration, Instant};
+
+use redquorum::{NodeError, NodeOutcome, RedLock};
+
+use crate::cluster::Cluster;
+use crate::proxy::{Fault, Proxy};
+use crate::{PREFIX, eventually};
+
+const TTL: Duration = Duration::from_secs(10);
+const NODE_TIMEOUT: Duration = Duration::from_millis(200);
+
+async fn proxied(cluster: &Cluster) -> (Vec<Proxy>, RedLock) {
+    let mut proxies = Vec::new();
+    for i in 0..cluster.len() {
+        proxies.push(Proxy::start(cluster.server(i).port()).await);
+    }
+    let rl = RedLock::builder(proxies.iter().map(Proxy::url))
+        .per_node_timeout(NODE_TIMEOUT)
+        .build()
+        .expect("config");
+    rl.connect().await.expect("connected through the proxies");
+    (proxies, rl)
+}
+
+fn outcome(report: &redquorum::Report, i: usize) -> NodeOutcome {
+    report
+        .iter()
+        .nth(i)
+        .map(|r| r.outcome().clone())
+        .expect("node in report")
+}
+
+#[tokio::test]
+async fn black_holed_masters_cost_at_most_the_node_timeout() {
+    let cluster = Cluster::start(5);
+    let (proxies, rl) = proxied(&cluster).await;
+    for i in [0, 1] {
+        proxies[i].set(Fault::BlackHole);
+    }
+    let lock = rl.try_acquire("bh", TTL).await.expect("3 of 5 answer");
+    for i in [0, 1] {
+        // Decided by the other three, without waiting for the black-holed nodes.
+        assert!(
+            matches!(outcome(lock.report(), i), NodeOutcome::NoReply),
+            "{}",
+            lock.report()
+        );
+    }
+    let report = lock.release().await.expect("release on 3 of 5");
+    for i in [0, 1] {
+        assert!(
+            matches!(
+                outcome(&report, i),
+                NodeOutcome::Failed(NodeError::TimedOut(_))
+            ),
+            "{report}"
+        );
+    }
+
+    proxies[2].set(Fault::BlackHole);
+    let started = Instant::now();
+    let err = rl.try_acquire("bh", TTL).await.expect_err("2 of 5 answer");
+    let elapsed = started.elapsed();
+    assert!(err.is_no_quorum(), "{err}");
+    // One round (200 ms) and its cleanup (200 ms); generous for a loaded machine.
+    assert!(elapsed < NODE_TIMEOUT * 10, "took {elapsed:?}");
+    for p in &proxies {
+        p.set(Fault::None);
+    }
+    // The black-holed nodes never saw our requests: nothing there, nothing anywhere.
+    assert!(eventually(Duration::from_secs(2), || cluster.keys().is_empty()).await);
+}
+
+#[tokio::test]
+async fn reset_connections_are_failed_votes_and_heal_by_themselves() {
+    let cluster = Cluster::start(5);
+    let (proxies, rl) = proxied(&cluster).await;
+    for i in [3, 4] {
+        proxies[i].set(Fault::Reset);
+    }
+    let lock = rl.try_acquire("rst", TTL).await.expect("3 of 5");
+    let report = lock.release().await.expect("release");
+    for i in [3, 4] {
+        assert!(
+            matches!(outcome(&report, i), NodeOutcome::Failed(_)),
+            "{report}"
+        );
+    }
+    for i in [3, 4] {
+        proxies[i].set(Fault::None);
+    }
+    // The broken connections are replaced in the background.
+    let deadline = Instant::now() + Duration::from_secs(5);
+    loop {
+        let lock = rl.try_acquire("rst", TTL).await.expect("acquire");
+        let report = lock.release().await.expect("release");
+        if report.successes() == 5 {
+            break;
+        }
+        assert!(Instant::now() < deadline, "never healed: {report}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    cluster.assert_no_keys_under(PREFIX);
+}
+
+#[tokio::test]
+async fn replies_cut_mid_way_are_failed_votes_and_leave_only_expiring_keys() {
+    let cluster = Cluster::start(5);
+    let (proxies, rl) = proxied(&cluster).await;
+    for i in [0, 4] {
+        proxies[i].set(Fault::CutReplies);
+    }
+    let ttl = Duration::from_millis(1500);
+    let lock = rl.try_acquire("cut", ttl).await.expect("3 of 5");
+    let report = lock.release().await.expect("release on 3 of 5");
+    for i in [0, 4] {
+        let o = outcome(&report, i);
+        assert!(matches!(o, NodeOutcome::Failed(_)), "node {i}: {o}");
+    }
+    // The cut nodes executed our SET but we never learned it, and cannot reach them to delete
+    // it: what is left there carries the ttl and expires, it is never permanent.
+    for (i, key) in cluster.keys() {
+        let pttl = cluster.pttl(i, &key);
+        assert!(
+            pttl > 0 && pttl <= 1500,
+            "node {i}: {} has pttl {pttl}",
+            key.escape_ascii()
+        );
+    }
+    for p in &proxies {
+        p.set(Fault::None);
+    }
+    assert!(eventually(Duration::from_secs(3), || cluster.keys().is_empty()).await);
+}

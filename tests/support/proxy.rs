@@ -1,0 +1,156 @@
+//! An in-process TCP fault proxy in front of one Redis server.
+//!
+//! tc netem and iptables are not available on the test machines, so latency, black-holes and
+//! resets come from here. The proxy listens on a free 127.0.0.1 port and forwards to the
+//! server; its [`Fault`] can be changed at any time and applies to open connections at once.
+#![allow(dead_code, unreachable_pub)]
+
+use std::net::SocketAddr;
+use std::time::Duration;
+
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::watch;
+use tokio::task::JoinHandle;
+
+/// What the proxy does to traffic.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Fault {
+    /// Forward everything.
+    None,
+    /// Forward everything, each chunk held back this long (both directions).
+    Delay(Duration),
+    /// Accept connections and requests, never forward or answer anything.
+    BlackHole,
+    /// Reset every connection (RST), open ones at once and new ones on accept.
+    Reset,
+    /// Forward requests; of each reply send only the first byte, then reset the connection.
+    CutReplies,
+}
+
+/// A running proxy; dropping it stops it and closes its connections.
+#[derive(Debug)]
+pub struct Proxy {
+    addr: SocketAddr,
+    fault: watch::Sender<Fault>,
+    accept: JoinHandle<()>,
+}
+
+impl Proxy {
+    /// Starts a proxy to `127.0.0.1:target_port`. Must run inside a tokio runtime.
+    pub async fn start(target_port: u16) -> Self {
+        let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind proxy");
+        let addr = listener.local_addr().expect("proxy address");
+        let (fault, watcher) = watch::channel(Fault::None);
+        let target: SocketAddr = ([127, 0, 0, 1], target_port).into();
+        let accept = tokio::spawn(async move {
+            let mut connections = Vec::new();
+            while let Ok((client, _)) = listener.accept().await {
+                connections.retain(|c: &JoinHandle<()>| !c.is_finished());
+                connections.push(tokio::spawn(serve(client, target, watcher.clone())));
+            }
+        });
+        Self {
+            addr,
+            fault,
+            accept,
+        }
+    }
+
+    pub fn url(&self) -> String {
+        format!("redis://{}", self.addr)
+    }
+
+    pub fn set(&self, fault: Fault) {
+        self.fault.send_replace(fault);
+    }
+}
+
+impl Drop for Proxy {
+    fn drop(&mut self) {
+        self.accept.abort();
+    }
+}
+
+async fn serve(client: TcpStream, target: SocketAddr, mut fault: watch::Receiver<Fault>) {
+    if *fault.borrow_and_update() == Fault::Reset {
+        let _ = client.set_zero_linger();
+        return;
+    }
+    let Ok(server) = TcpStream::connect(target).await else {
+        let _ = client.set_zero_linger();
+        return;
+    };
+    let _ = client.set_nodelay(true);
+    let _ = server.set_nodelay(true);
+    // Any close of the client side is a reset, as a crashing server or a middlebox would do.
+    let _ = client.set_zero_linger();
+    let (mut client_rx, mut client_tx) = client.into_split();
+    let (mut server_rx, mut server_tx) = server.into_split();
+    pump(
+        &mut client_rx,
+        &mut client_tx,
+        &mut server_rx,
+        &mut server_tx,
+        &mut fault,
+    )
+    .await;
+    // Reunited, the client side closes with a reset (zero linger), not an orderly FIN.
+    if let Ok(client) = client_rx.reunite(client_tx) {
+        drop(client);
+    }
+}
+
+async fn pump(
+    client_rx: &mut tokio::net::tcp::OwnedReadHalf,
+    client_tx: &mut tokio::net::tcp::OwnedWriteHalf,
+    server_rx: &mut tokio::net::tcp::OwnedReadHalf,
+    server_tx: &mut tokio::net::tcp::OwnedWriteHalf,
+    fault: &mut watch::Receiver<Fault>,
+) {
+    let mut requests = [0u8; 16 * 1024];
+    let mut replies = [0u8; 16 * 1024];
+    loop {
+        tokio::select! {
+            changed = fault.changed() => {
+                if changed.is_err() || *fault.borrow() == Fault::Reset {
+                    return;
+                }
+            }
+            read = client_rx.read(&mut requests) => {
+                let Ok(n @ 1..) = read else { return };
+                let current = *fault.borrow();
+                match current {
+                    Fault::BlackHole => {}
+                    Fault::Reset => return,
+                    Fault::Delay(d) => {
+                        tokio::time::sleep(d).await;
+                        if server_tx.write_all(&requests[..n]).await.is_err() { return; }
+                    }
+                    Fault::None | Fault::CutReplies => {
+                        if server_tx.write_all(&requests[..n]).await.is_err() { return; }
+                    }
+                }
+            }
+            read = server_rx.read(&mut replies) => {
+                let Ok(n @ 1..) = read else { return };
+                let current = *fault.borrow();
+                match current {
+                    Fault::BlackHole => {}
+                    Fault::Reset => return,
+                    Fault::CutReplies => {
+                        let _ = client_tx.write_all(&replies[..1]).await;
+                        return;
+                    }
+                    Fault::Delay(d) => {
+                        tokio::time::sleep(d).await;
+                        if client_tx.write_all(&replies[..n]).await.is_err() { return; }
+                    }
+                    Fault::None => {
+                        if client_tx.write_all(&replies[..n]).await.is_err() { return; }
+                    }
+                }
+            }
+        }
+    }
+}
