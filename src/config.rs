@@ -35,6 +35,7 @@ pub const MAX_TTL: Duration = Duration::from_secs(365 * 24 * 3600);
 /// | [`key_prefix`](Self::key_prefix) | [`DEFAULT_KEY_PREFIX`](crate::DEFAULT_KEY_PREFIX) (`redquorum:`) |
 /// | [`retry`](Self::retry) | [`RetryPolicy::default()`] |
 /// | [`retry_seed`](Self::retry_seed) | none: delays drawn from the thread RNG |
+/// | [`restart_grace`](Self::restart_grace) | none: a restarted master votes at once |
 ///
 /// ```
 /// # fn main() -> Result<(), redquorum::Error> {
@@ -64,6 +65,7 @@ pub(crate) struct Config {
     pub(crate) min_validity: Duration,
     pub(crate) key_prefix: Vec<u8>,
     pub(crate) retry: RetryPolicy,
+    pub(crate) restart_grace: Option<Duration>,
 }
 
 /// The numbers one call works with, checked before any I/O.
@@ -140,6 +142,7 @@ impl Builder {
                 min_validity: Duration::ZERO,
                 key_prefix: DEFAULT_KEY_PREFIX.as_bytes().to_vec(),
                 retry: RetryPolicy::default(),
+                restart_grace: None,
             },
             retry_seed: None,
         }
@@ -225,6 +228,28 @@ impl Builder {
         self
     }
 
+    /// Do not let a master vote on acquire until it has been up for `grace`; set it to the
+    /// longest ttl you use.
+    ///
+    /// A master that crashed and came back **empty** (no `appendfsync always`) before the ttl
+    /// of a lock it had granted ran out can grant that lock again. Operators should delay such
+    /// restarts; this lets the client enforce it. redquorum reads the server's
+    /// `uptime_in_seconds` (`INFO server`) on every (re)connect; a master up for less than
+    /// `grace` is reported as [`NodeError::RecentlyRestarted`](crate::NodeError::RecentlyRestarted)
+    /// for acquire (extend and release still go to it). The price: after restarts, fewer masters
+    /// vote for up to `grace`, and the ACL user needs `+info`.
+    ///
+    /// ```
+    /// # use std::time::Duration;
+    /// # let b = redquorum::RedLock::builder(["redis://127.0.0.1:7001"]);
+    /// let b = b.restart_grace(Duration::from_secs(30));
+    /// # let _ = b;
+    /// ```
+    pub fn restart_grace(mut self, grace: Duration) -> Self {
+        self.config.restart_grace = Some(grace);
+        self
+    }
+
     /// Seeds the random retry delays, so a test run can be replayed exactly.
     ///
     /// ```
@@ -270,7 +295,9 @@ impl Builder {
         let nodes: Vec<Node> = clients
             .into_iter()
             .enumerate()
-            .map(|(index, client)| Node::new(index, client, config.connect_timeout))
+            .map(|(index, client)| {
+                Node::new(index, client, config.connect_timeout, config.restart_grace)
+            })
             .collect();
         for (i, later) in nodes.iter().enumerate() {
             if let Some(earlier) = nodes.iter().take(i).find(|n| n.same_server(later)) {

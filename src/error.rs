@@ -315,6 +315,16 @@ pub enum NodeError {
     /// The node answered with an error, or the connection failed during the request.
     #[error("redis error")]
     Redis(#[source] redis::RedisError),
+    /// With a restart grace configured: the server has been up for less than the grace, so it
+    /// may have come back empty while another client's lock was still valid. It does not vote
+    /// on acquire until the grace has passed.
+    #[error("restarted {up_for:?} ago, less than the restart grace of {grace:?}")]
+    RecentlyRestarted {
+        /// How long the server has been up (at least).
+        up_for: Duration,
+        /// The configured grace.
+        grace: Duration,
+    },
     /// The node answered with a value none of redquorum's scripts returns.
     #[error("unexpected reply {0}")]
     UnexpectedReply(i64),

@@ -205,6 +205,7 @@ impl Lock {
             token: self.token.expose().to_owned(),
             ttl_ms: Some(timing.ttl_ms),
             done: NodeOutcome::Extended,
+            settled_nodes_only: false,
         };
         let round = round::run(
             &self.redlock,

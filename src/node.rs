@@ -10,7 +10,7 @@ use std::fmt;
 use std::net::IpAddr;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use redis::aio::MultiplexedConnection;
 use redis::{AsyncConnectionConfig, Client, ConnectionAddr, RedisError};
@@ -85,13 +85,21 @@ impl IntoNode for Client {
 enum Link {
     /// The first connection attempt, or a reconnect after a broken connection, is under way.
     Connecting,
-    /// Connected; `generation` counts connections, so a report about an old one is ignored.
-    Ready {
-        conn: MultiplexedConnection,
-        generation: u64,
-    },
+    /// Connected.
+    Ready(Ready),
     /// The last attempt failed; the supervisor retries after a backoff.
     Down(RedisError),
+}
+
+/// A usable connection to a node.
+#[derive(Clone)]
+pub(crate) struct Ready {
+    pub(crate) conn: MultiplexedConnection,
+    /// Counts connections, so a report about an old one is ignored.
+    pub(crate) generation: u64,
+    /// When the server process started (from its `uptime_in_seconds`, rounded so that the
+    /// start is never placed too early); known only when a restart grace is configured.
+    up_since: Option<Instant>,
 }
 
 /// The caller's side of a running supervisor.
@@ -113,6 +121,7 @@ pub(crate) struct Node {
     client: Client,
     identity: Identity,
     connect_timeout: Duration,
+    restart_grace: Option<Duration>,
     handle: Mutex<Option<LinkHandle>>,
 }
 
@@ -124,7 +133,12 @@ enum Identity {
 }
 
 impl Node {
-    pub(crate) fn new(index: usize, client: Client, connect_timeout: Duration) -> Self {
+    pub(crate) fn new(
+        index: usize,
+        client: Client,
+        connect_timeout: Duration,
+        restart_grace: Option<Duration>,
+    ) -> Self {
         let (identity, address) = match client.get_connection_info().addr() {
             ConnectionAddr::Tcp(host, port) | ConnectionAddr::TcpTls { host, port, .. } => (
                 Identity::Tcp(canonical_host(host), *port),
@@ -142,6 +156,7 @@ impl Node {
             client,
             identity,
             connect_timeout,
+            restart_grace,
             handle: Mutex::new(None),
         }
     }
@@ -156,16 +171,16 @@ impl Node {
         self.identity == other.identity
     }
 
-    /// A connection to send one request on, and its generation for [`Node::report_broken`].
+    /// A connection to send one request on, with its generation for [`Node::report_broken`].
     ///
     /// Fails at once while the node is known to be down; waits while a connection attempt is
     /// under way (the caller bounds that wait with its per-node timeout). Must run inside a
     /// tokio runtime: the supervisor is spawned on first use.
-    pub(crate) async fn connection(&self) -> Result<(MultiplexedConnection, u64), NodeError> {
+    pub(crate) async fn connection(&self) -> Result<Ready, NodeError> {
         let (mut link, _) = self.link();
         loop {
             match &*link.borrow_and_update() {
-                Link::Ready { conn, generation } => return Ok((conn.clone(), *generation)),
+                Link::Ready(ready) => return Ok(ready.clone()),
                 Link::Down(err) => return Err(NodeError::Unreachable(err.clone())),
                 Link::Connecting => {}
             }
@@ -174,6 +189,19 @@ impl Node {
                 link = self.restart_supervisor();
             }
         }
+    }
+
+    /// With a restart grace configured: fails when the server has been up for less than the
+    /// grace, so it may have restarted empty while someone else's lock was still valid.
+    pub(crate) fn check_settled(&self, ready: &Ready) -> Result<(), NodeError> {
+        let (Some(grace), Some(up_since)) = (self.restart_grace, ready.up_since) else {
+            return Ok(());
+        };
+        let up_for = up_since.elapsed();
+        if up_for < grace {
+            return Err(NodeError::RecentlyRestarted { up_for, grace });
+        }
+        Ok(())
     }
 
     /// Tells the supervisor that the connection of `generation` failed, so it reconnects.
@@ -223,6 +251,7 @@ impl Node {
         tokio::spawn(supervise(
             self.client.clone(),
             config,
+            self.restart_grace.is_some(),
             tx,
             broken.clone(),
             self.id.clone(),
@@ -244,6 +273,7 @@ impl fmt::Debug for Node {
 async fn supervise(
     client: Client,
     config: AsyncConnectionConfig,
+    ask_uptime: bool,
     tx: watch::Sender<Link>,
     broken: Arc<BrokenSignal>,
     id: NodeId,
@@ -251,17 +281,31 @@ async fn supervise(
     let mut delay = RECONNECT_MIN_DELAY;
     let mut generation = 0u64;
     loop {
-        let attempt = client.get_multiplexed_async_connection_with_config(&config);
+        let attempt = async {
+            let mut conn = client
+                .get_multiplexed_async_connection_with_config(&config)
+                .await?;
+            let up_since = if ask_uptime {
+                Some(server_start(&mut conn).await?)
+            } else {
+                None
+            };
+            Ok::<_, RedisError>((conn, up_since))
+        };
         let result = tokio::select! {
             _ = tx.closed() => return,
             result = attempt => result,
         };
         match result {
-            Ok(conn) => {
+            Ok((conn, up_since)) => {
                 generation += 1;
                 delay = RECONNECT_MIN_DELAY;
-                tracing::debug!(node = %id, generation, "connected");
-                tx.send_replace(Link::Ready { conn, generation });
+                tracing::debug!(node = %id, generation, up_for = ?up_since.map(|t| t.elapsed()), "connected");
+                tx.send_replace(Link::Ready(Ready {
+                    conn,
+                    generation,
+                    up_since,
+                }));
                 loop {
                     tokio::select! {
                         _ = tx.closed() => return,
@@ -285,6 +329,27 @@ async fn supervise(
             }
         }
     }
+}
+
+/// When the server process started, from `INFO server`. `uptime_in_seconds` is truncated
+/// (and read from a clock the server caches), so it under-counts: the start is placed at or
+/// after the real one, and a grace measured from it never ends early.
+async fn server_start(conn: &mut MultiplexedConnection) -> Result<Instant, RedisError> {
+    let info: String = redis::cmd("INFO").arg("server").query_async(conn).await?;
+    let uptime = info
+        .lines()
+        .find_map(|line| line.strip_prefix("uptime_in_seconds:"))
+        .and_then(|v| v.trim().parse::<u64>().ok())
+        .ok_or_else(|| {
+            RedisError::from((
+                redis::ErrorKind::Parse,
+                "INFO server has no uptime_in_seconds, needed for the restart grace",
+            ))
+        })?;
+    let up_for = Duration::from_secs(uptime);
+    Ok(Instant::now()
+        .checked_sub(up_for)
+        .unwrap_or_else(Instant::now))
 }
 
 /// Whether an error means the connection itself is unusable (as opposed to the server
@@ -323,6 +388,7 @@ mod tests {
             0,
             url.into_client().expect("valid url"),
             Duration::from_secs(1),
+            None,
         )
     }
 

@@ -353,6 +353,7 @@ impl RedLock {
             token: token.expose().to_owned(),
             ttl_ms: Some(timing.ttl_ms),
             done: NodeOutcome::Granted,
+            settled_nodes_only: true,
         };
         let round = round::run(
             self,
@@ -415,6 +416,7 @@ impl RedLock {
             token: token.expose().to_owned(),
             ttl_ms: None,
             done: NodeOutcome::Released,
+            settled_nodes_only: false,
         };
         round::run(self, request, per_node_timeout, Wait::ForAll, after).await
     }

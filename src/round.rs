@@ -25,6 +25,8 @@ pub(crate) struct Request {
     pub(crate) ttl_ms: Option<u64>,
     /// What a node that did what we asked is reported as.
     pub(crate) done: NodeOutcome,
+    /// Skip nodes still within their restart grace (acquire only: they must not vote).
+    pub(crate) settled_nodes_only: bool,
 }
 
 /// How long a round waits.
@@ -164,7 +166,11 @@ pub(crate) async fn run(
 
 async fn ask(node: &Node, request: &Request, per_node_timeout: Duration) -> NodeOutcome {
     let call = async {
-        let (mut conn, generation) = node.connection().await?;
+        let ready = node.connection().await?;
+        if request.settled_nodes_only {
+            node.check_settled(&ready)?;
+        }
+        let (mut conn, generation) = (ready.conn, ready.generation);
         let mut invocation = request.script.key(request.key.as_slice());
         invocation.arg(request.token.as_str());
         if let Some(ttl_ms) = request.ttl_ms {

@@ -12,6 +12,7 @@ mod lifecycle;
 mod misbehaving;
 mod network;
 mod observability;
+mod restarts;
 mod tls;
 mod types;
 
