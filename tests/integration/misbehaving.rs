@@ -217,3 +217,42 @@ async fn a_node_busy_running_a_script_is_a_failed_vote() {
     }
     cluster.assert_no_keys_under(PREFIX);
 }
+
+#[tokio::test]
+async fn a_node_still_loading_its_dataset_is_a_failed_vote() {
+    let mut cluster = Cluster::start(4);
+    // A fifth master that loads its dataset slowly (200 µs a key) and answers while it does.
+    let slow = cluster.add(&[
+        "--key-load-delay",
+        "200",
+        "--loading-process-events-interval-bytes",
+        "1024",
+    ]);
+    let mut fill = redis::pipe();
+    for n in 0..10_000 {
+        fill.cmd("SET").arg(format!("filler:{n}")).arg(n).ignore();
+    }
+    let _: () = fill
+        .query(&mut cluster.server(slow).inspect())
+        .expect("fill");
+    let _: () = cluster.run(slow, &redis::cmd("SAVE"));
+    // Back from its dump: about two seconds of LOADING replies.
+    cluster.restart(slow);
+    let rl = client(&cluster, NODE_TIMEOUT);
+    let lock = rl
+        .try_acquire("loading", TTL)
+        .await
+        .expect("4 of 5 are loaded");
+    let report = lock.release().await.expect("release");
+    let text = failure_text(&report, slow);
+    assert!(text.contains("loading the dataset"), "node {slow}: {text}");
+    let loaded = || {
+        redis::cmd("SET")
+            .arg("probe")
+            .arg(1)
+            .query::<()>(&mut cluster.server(slow).inspect())
+            .is_ok()
+    };
+    assert!(eventually(Duration::from_secs(10), loaded).await);
+    cluster.assert_no_keys_under(PREFIX);
+}
