@@ -325,9 +325,9 @@ pub enum NodeError {
         /// The configured grace.
         grace: Duration,
     },
-    /// The node answered with a value none of redquorum's scripts returns.
+    /// The node answered with a value none of redquorum's scripts returns (shown, truncated).
     #[error("unexpected reply {0}")]
-    UnexpectedReply(i64),
+    UnexpectedReply(String),
 }
 
 /// A configuration or argument error, found before any I/O.

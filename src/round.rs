@@ -5,7 +5,7 @@ use std::time::{Duration, Instant};
 
 use futures::StreamExt;
 use futures::stream::FuturesUnordered;
-use redis::Script;
+use redis::{Script, Value};
 use tokio::sync::watch;
 
 use crate::error::NodeError;
@@ -177,7 +177,7 @@ async fn ask(node: &Node, request: &Request, per_node_timeout: Duration) -> Node
             invocation.arg(ttl_ms);
         }
         invocation
-            .invoke_async::<i64>(&mut conn)
+            .invoke_async::<Value>(&mut conn)
             .await
             .map_err(|err| {
                 if breaks_connection(&err) {
@@ -189,13 +189,140 @@ async fn ask(node: &Node, request: &Request, per_node_timeout: Duration) -> Node
     match tokio::time::timeout(per_node_timeout, call).await {
         Err(_) => NodeOutcome::Failed(NodeError::TimedOut(per_node_timeout)),
         Ok(Err(err)) => NodeOutcome::Failed(err),
-        Ok(Ok(code)) => match ScriptReply::from_code(code) {
-            Some(ScriptReply::Done) => request.done.clone(),
-            Some(ScriptReply::Missing) => NodeOutcome::Missing,
-            Some(ScriptReply::Foreign { expires_in_ms }) => NodeOutcome::HeldByOther {
-                expires_in: expires_in_ms.map(Duration::from_millis),
-            },
-            None => NodeOutcome::Failed(NodeError::UnexpectedReply(code)),
+        Ok(Ok(reply)) => classify(reply, &request.done),
+    }
+}
+
+/// What a script's reply says about the node. Total: any reply shape, including ones no
+/// script of ours sends, is an outcome (an unexpected one is a failed vote), never a panic.
+pub(crate) fn classify(reply: Value, done: &NodeOutcome) -> NodeOutcome {
+    let Value::Int(code) = reply else {
+        let mut shown = format!("{reply:?}");
+        truncate_on_char_boundary(&mut shown, SHOWN_REPLY_LEN);
+        return NodeOutcome::Failed(NodeError::UnexpectedReply(shown));
+    };
+    match ScriptReply::from_code(code) {
+        Some(ScriptReply::Done) => done.clone(),
+        Some(ScriptReply::Missing) => NodeOutcome::Missing,
+        Some(ScriptReply::Foreign { expires_in_ms }) => NodeOutcome::HeldByOther {
+            expires_in: expires_in_ms.map(Duration::from_millis),
         },
+        None => NodeOutcome::Failed(NodeError::UnexpectedReply(code.to_string())),
+    }
+}
+
+/// How much of an unexpected reply a report keeps, in bytes.
+const SHOWN_REPLY_LEN: usize = 120;
+
+fn truncate_on_char_boundary(text: &mut String, max: usize) {
+    if text.len() > max {
+        let cut = (0..=max)
+            .rev()
+            .find(|i| text.is_char_boundary(*i))
+            .unwrap_or(0);
+        text.truncate(cut);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use rand::rngs::StdRng;
+    use rand::{RngExt, SeedableRng};
+
+    fn random_value(rng: &mut StdRng, depth: u32) -> Value {
+        let kinds = if depth == 0 { 8 } else { 12 };
+        match rng.random_range(0..kinds) {
+            0 => Value::Nil,
+            1 | 2 => Value::Int(match rng.random_range(0..4) {
+                0 => rng.random_range(-5..5),
+                1 => i64::MIN,
+                2 => i64::MAX,
+                _ => rng.random(),
+            }),
+            3 => Value::BulkString(
+                (0..rng.random_range(0..300))
+                    .map(|_| rng.random())
+                    .collect(),
+            ),
+            4 => Value::SimpleString("OK\r\n\u{fffd}é".repeat(rng.random_range(0..50))),
+            5 => Value::Okay,
+            6 => Value::Double(f64::from_bits(rng.random())),
+            7 => Value::Boolean(rng.random()),
+            8 => Value::Array(
+                (0..rng.random_range(0..4))
+                    .map(|_| random_value(rng, depth - 1))
+                    .collect(),
+            ),
+            9 => Value::Set(
+                (0..rng.random_range(0..4))
+                    .map(|_| random_value(rng, depth - 1))
+                    .collect(),
+            ),
+            10 => Value::Map(
+                (0..rng.random_range(0..3))
+                    .map(|_| (random_value(rng, depth - 1), random_value(rng, depth - 1)))
+                    .collect(),
+            ),
+            _ => Value::Attribute {
+                data: Box::new(random_value(rng, depth - 1)),
+                attributes: vec![(random_value(rng, depth - 1), random_value(rng, depth - 1))],
+            },
+        }
+    }
+
+    /// Property: every reply shape classifies without panicking; only the integers our scripts
+    /// send count as an answer, everything else is a failed vote with a bounded description.
+    #[test]
+    fn every_reply_shape_classifies() {
+        let mut rng = StdRng::seed_from_u64(0x5eed);
+        for _ in 0..100_000 {
+            let reply = random_value(&mut rng, 3);
+            let expected = match &reply {
+                Value::Int(-1) => "done",
+                Value::Int(-2) => "missing",
+                Value::Int(n) if *n >= 0 || *n == -3 => "held",
+                _ => "failed",
+            };
+            let outcome = classify(reply.clone(), &NodeOutcome::Granted);
+            let got = match &outcome {
+                NodeOutcome::Granted => "done",
+                NodeOutcome::Missing => "missing",
+                NodeOutcome::HeldByOther { .. } => "held",
+                NodeOutcome::Failed(NodeError::UnexpectedReply(shown)) => {
+                    assert!(shown.len() <= SHOWN_REPLY_LEN);
+                    "failed"
+                }
+                other => panic!("{reply:?} became {other:?}"),
+            };
+            assert_eq!(got, expected, "{reply:?}");
+        }
+    }
+
+    #[test]
+    fn held_replies_carry_the_remaining_ttl() {
+        let held = classify(Value::Int(1500), &NodeOutcome::Released);
+        assert!(
+            matches!(held, NodeOutcome::HeldByOther { expires_in: Some(d) } if d == Duration::from_millis(1500))
+        );
+        let forever = classify(Value::Int(-3), &NodeOutcome::Released);
+        assert!(matches!(
+            forever,
+            NodeOutcome::HeldByOther { expires_in: None }
+        ));
+        assert!(matches!(
+            classify(Value::Int(-1), &NodeOutcome::Released),
+            NodeOutcome::Released
+        ));
+    }
+
+    #[test]
+    fn truncation_respects_utf8() {
+        let mut s = "é".repeat(100);
+        truncate_on_char_boundary(&mut s, 121);
+        assert_eq!(s.len(), 120);
+        let mut short = String::from("abc");
+        truncate_on_char_boundary(&mut short, 120);
+        assert_eq!(short, "abc");
     }
 }
