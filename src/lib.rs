@@ -45,6 +45,7 @@ mod resource;
 mod retry;
 mod round;
 mod scripts;
+pub mod telemetry;
 mod token;
 
 pub use config::{

@@ -14,6 +14,7 @@ use crate::redlock::{RedLock, valid_until};
 use crate::report::{NodeOutcome, Report};
 use crate::round::{self, Request, Round, Stragglers, Wait};
 use crate::scripts;
+use crate::telemetry;
 use crate::token::Token;
 
 /// A lock held on a majority of the nodes, until [`valid_until`](Self::valid_until).
@@ -48,6 +49,8 @@ pub struct Lock {
     /// Acquire requests still running when the lock was granted; release waits for them.
     stragglers: Option<Stragglers>,
     released: bool,
+    /// Still counted in the `redquorum_locks_held` gauge.
+    counted: bool,
 }
 
 impl Lock {
@@ -62,6 +65,7 @@ impl Lock {
         round: Round,
         attempts: u32,
     ) -> Self {
+        telemetry::locks_held(1.0);
         Self {
             redlock,
             resource: resource.to_vec(),
@@ -73,6 +77,7 @@ impl Lock {
             attempts,
             stragglers: round.stragglers,
             released: false,
+            counted: true,
         }
     }
 
@@ -188,6 +193,17 @@ impl Lock {
     /// # Ok(()) }
     /// ```
     pub async fn extend(&mut self, ttl: Duration) -> Result<()> {
+        let started = Instant::now();
+        let result = self.extend_checked(ttl).await;
+        telemetry::operation_finished(
+            Operation::Extend,
+            result.as_ref().map(drop),
+            started.elapsed(),
+        );
+        result
+    }
+
+    async fn extend_checked(&mut self, ttl: Duration) -> Result<()> {
         let timing = self.redlock.config().timing(ttl)?;
         crate::redlock::ensure_runtime()?;
         let started = Instant::now();
@@ -206,6 +222,7 @@ impl Lock {
             ttl_ms: Some(timing.ttl_ms),
             done: NodeOutcome::Extended,
             settled_nodes_only: false,
+            operation: Operation::Extend,
         };
         let round = round::run(
             &self.redlock,
@@ -258,7 +275,19 @@ impl Lock {
     /// # }
     /// ```
     pub async fn release(mut self) -> Result<Report> {
+        let started = Instant::now();
+        let result = self.release_checked().await;
+        telemetry::operation_finished(
+            Operation::Release,
+            result.as_ref().map(drop),
+            started.elapsed(),
+        );
+        result
+    }
+
+    async fn release_checked(&mut self) -> Result<Report> {
         crate::redlock::ensure_runtime()?;
+        self.stop_counting();
         let started = Instant::now();
         let expired_before = started >= self.valid_until;
         let round = self
@@ -284,6 +313,12 @@ impl Lock {
         Err(self.failure(make, Operation::Release, started, round.report))
     }
 
+    fn stop_counting(&mut self) {
+        if std::mem::replace(&mut self.counted, false) {
+            telemetry::locks_held(-1.0);
+        }
+    }
+
     fn failure(
         &self,
         make: fn(Box<Failure>) -> Error,
@@ -303,6 +338,7 @@ impl Lock {
 
 impl Drop for Lock {
     fn drop(&mut self) {
+        self.stop_counting();
         if self.released {
             return;
         }

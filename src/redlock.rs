@@ -13,6 +13,7 @@ use crate::report::{NodeOutcome, NodeReport, Report};
 use crate::retry::{Jitter, RetryPolicy};
 use crate::round::{self, Request, Round, Stragglers, Wait};
 use crate::scripts;
+use crate::telemetry;
 use crate::token::Token;
 use crate::{Result, resource};
 
@@ -155,12 +156,18 @@ impl RedLock {
         }))
         .await;
         let report = Report::new(reports);
-        if report.successes() >= self.quorum() {
+        let result = if report.successes() >= self.quorum() {
             Ok(report)
         } else {
             let failure = Failure::new(Operation::Connect, b"", 1, start.elapsed(), report);
             Err(Error::NoQuorum(Box::new(failure)))
-        }
+        };
+        telemetry::operation_finished(
+            Operation::Connect,
+            result.as_ref().map(drop),
+            start.elapsed(),
+        );
+        result
     }
 
     /// One round: tries to take `resource` for `ttl` once, without retrying.
@@ -276,7 +283,22 @@ impl RedLock {
         ttl: Duration,
         policy: &RetryPolicy,
     ) -> Result<Lock> {
-        let resource = resource.as_ref();
+        let started = Instant::now();
+        let result = self.acquire_checked(resource.as_ref(), ttl, policy).await;
+        telemetry::operation_finished(
+            Operation::Acquire,
+            result.as_ref().map(drop),
+            started.elapsed(),
+        );
+        result
+    }
+
+    async fn acquire_checked(
+        &self,
+        resource: &[u8],
+        ttl: Duration,
+        policy: &RetryPolicy,
+    ) -> Result<Lock> {
         resource::validate(resource)?;
         let timing = self.inner.config.timing(ttl)?;
         if !policy.allows_any_attempt() {
@@ -354,6 +376,7 @@ impl RedLock {
             ttl_ms: Some(timing.ttl_ms),
             done: NodeOutcome::Granted,
             settled_nodes_only: true,
+            operation: Operation::Acquire,
         };
         let round = round::run(
             self,
@@ -417,6 +440,7 @@ impl RedLock {
             ttl_ms: None,
             done: NodeOutcome::Released,
             settled_nodes_only: false,
+            operation: Operation::Release,
         };
         round::run(self, request, per_node_timeout, Wait::ForAll, after).await
     }

@@ -8,12 +8,13 @@ use futures::stream::FuturesUnordered;
 use redis::{Script, Value};
 use tokio::sync::watch;
 
-use crate::error::NodeError;
+use crate::error::{NodeError, Operation};
 use crate::node::{Node, breaks_connection};
 use crate::quorum::{Decision, Tally};
 use crate::redlock::RedLock;
 use crate::report::{NodeOutcome, NodeReport, Report};
 use crate::scripts::ScriptReply;
+use crate::telemetry;
 
 /// What to send to every node.
 #[derive(Debug)]
@@ -27,6 +28,8 @@ pub(crate) struct Request {
     pub(crate) done: NodeOutcome,
     /// Skip nodes still within their restart grace (acquire only: they must not vote).
     pub(crate) settled_nodes_only: bool,
+    /// For metrics.
+    pub(crate) operation: Operation,
 }
 
 /// How long a round waits.
@@ -117,6 +120,9 @@ pub(crate) async fn run(
     while let Some((index, outcome, latency)) = pending.next().await {
         tally.record(outcome.vote());
         tracing::trace!(node = index, %outcome, ?latency, "node answered");
+        if let Some(node) = redlock.nodes().get(index) {
+            telemetry::node_answered(node.id().address(), &outcome, latency);
+        }
         if let Some(slot) = answers.get_mut(index) {
             *slot = Some((outcome, latency));
         }
@@ -125,6 +131,7 @@ pub(crate) async fn run(
         }
     }
     let decided = Instant::now();
+    telemetry::round_decided(request.operation, tally.decision());
     tracing::debug!(
         script = request.script.get_hash(),
         decision = ?tally.decision(),

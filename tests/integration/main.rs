@@ -9,6 +9,7 @@ mod acl;
 mod acquire;
 mod failures;
 mod lifecycle;
+mod metric_recording;
 mod misbehaving;
 mod network;
 mod observability;

@@ -55,8 +55,11 @@ async fn an_empty_restart_cannot_hand_out_a_held_lock_with_a_restart_grace() {
     }
 
     // Negative control: no grace, and the lock is granted a second time while still held.
+    // (Connected first, and a few rounds allowed: on a loaded machine one round can time out.)
     let careless = client_with_grace(&cluster, None);
-    let twice = careless.try_acquire("leader", TTL).await;
+    careless.connect().await.expect("connected");
+    let policy = redquorum::RetryPolicy::default().max_attempts(Some(5));
+    let twice = careless.acquire_with("leader", TTL, &policy).await;
     assert!(
         twice.is_ok(),
         "expected the violation the grace prevents: {:?}",
@@ -78,9 +81,21 @@ async fn an_empty_restart_cannot_hand_out_a_held_lock_with_a_restart_grace() {
         !held.is_expired(),
         "the scenario ran while the lock was held"
     );
-    assert!(err.is_no_quorum(), "{err}");
+    // Refused either way: as an outage when the restarted masters answered first, as
+    // contention when the holder's masters did (the round is decided at the first majority).
+    assert!(err.is_no_quorum() || err.is_conflict(), "{err}");
     let report = err.report().expect("report");
-    assert_eq!(recently_restarted(report), vec![0, 1, 2], "{report}");
+    let sat_out = recently_restarted(report);
+    assert!(
+        !sat_out.is_empty() && sat_out.iter().all(|i| *i < 3),
+        "{report}"
+    );
+    for r in report.iter().take(3) {
+        assert!(
+            !r.outcome().is_success(),
+            "a restarted master voted: {report}"
+        );
+    }
     assert!(report.to_string().contains("restart grace"), "{report}");
     drop(held);
 }
