@@ -373,6 +373,19 @@ mod tests {
     }
 
     #[test]
+    fn a_node_timeout_not_below_the_ttl_is_rejected() {
+        let mut c = config();
+        c.per_node_timeout = Some(Duration::from_secs(5));
+        for ttl in [Duration::from_secs(2), Duration::from_secs(5)] {
+            assert!(
+                matches!(c.timing(ttl), Err(ConfigError::TtlTooShort { minimum, .. }) if minimum > Duration::from_secs(5)),
+                "{ttl:?}"
+            );
+        }
+        assert!(c.timing(Duration::from_secs(6)).is_ok());
+    }
+
+    #[test]
     fn sub_millisecond_ttl_is_truncated_not_rounded_up() {
         let t = config()
             .timing(Duration::from_micros(1_999_999))

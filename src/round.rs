@@ -190,6 +190,13 @@ async fn ask(node: &Node, request: &Request, per_node_timeout: Duration) -> Node
                 if breaks_connection(&err) {
                     node.report_broken(generation);
                 }
+                if err.kind() == redis::ErrorKind::Server(redis::ServerErrorKind::ReadOnly) {
+                    tracing::warn!(
+                        node = %node.id(),
+                        "node is a read-only replica: Redlock needs N independent masters, \
+                         a replica cannot vote and must not be listed"
+                    );
+                }
                 NodeError::Redis(err)
             })
     };

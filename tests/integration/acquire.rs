@@ -283,6 +283,30 @@ async fn binary_resource_names_round_trip_exactly() {
     cluster.assert_no_keys_under(PREFIX);
 }
 
+/// Property, against a real server: any byte string (seeded random, 1 to 300 bytes, every byte
+/// value) round-trips exactly as the resource name and key.
+#[tokio::test]
+async fn random_binary_resource_names_round_trip_exactly() {
+    use rand::{RngExt, SeedableRng};
+    let cluster = Cluster::start(3);
+    let rl = client(&cluster, NODE_TIMEOUT);
+    let mut rng = rand::rngs::StdRng::seed_from_u64(0xb1_7e5);
+    for _ in 0..200 {
+        let len = rng.random_range(1..=300);
+        let resource: Vec<u8> = (0..len).map(|_| rng.random()).collect();
+        let lock = rl.try_acquire(&resource, TTL).await.expect("acquire");
+        assert_eq!(lock.resource(), &resource[..]);
+        assert!(
+            held_everywhere(&cluster, &lock).await,
+            "{}",
+            resource.escape_ascii()
+        );
+        lock.release().await.expect("release");
+    }
+    cluster.assert_no_keys_under(PREFIX);
+    assert!(cluster.keys().is_empty());
+}
+
 #[tokio::test]
 async fn a_custom_prefix_is_the_only_namespace_written() {
     let cluster = Cluster::start(3);
@@ -291,7 +315,19 @@ async fn a_custom_prefix_is_the_only_namespace_written() {
         .key_prefix("app:locks:")
         .build()
         .expect("config");
-    let lock = rl.try_acquire("job", TTL).await.expect("acquire");
+    // Unrelated keys, including ones that look like ours under the default prefix.
+    let unrelated: [(&[u8], &[u8]); 3] = [
+        (b"redquorum:{job}", b"theirs"),
+        (b"job", b"plain"),
+        (b"app:locks:job", b"near"),
+    ];
+    for i in 0..3 {
+        for (k, v) in unrelated {
+            cluster.set(i, k, v, Duration::from_secs(60));
+        }
+    }
+    let mut lock = rl.try_acquire("job", TTL).await.expect("acquire");
+    lock.extend(TTL).await.expect("extend");
     let on_all = || {
         cluster
             .keys()
@@ -301,14 +337,33 @@ async fn a_custom_prefix_is_the_only_namespace_written() {
             == 3
     };
     assert!(eventually(Duration::from_secs(2), on_all).await);
-    let keys = cluster.keys();
-    assert_eq!(keys.len(), 3);
+    let ours: Vec<_> = cluster
+        .keys()
+        .into_iter()
+        .filter(|(_, k)| !unrelated.iter().any(|(u, _)| k.as_slice() == *u))
+        .collect();
+    assert_eq!(ours.len(), 3, "{ours:?}");
     assert!(
-        keys.iter().all(|(_, k)| k == b"app:locks:{job}"),
-        "{keys:?}"
+        ours.iter().all(|(_, k)| k == b"app:locks:{job}"),
+        "{ours:?}"
     );
     lock.release().await.expect("release");
-    assert!(cluster.keys().is_empty());
+    for i in 0..3 {
+        for (k, v) in unrelated {
+            let shown = k.escape_ascii();
+            assert_eq!(
+                cluster.get(i, k).as_deref(),
+                Some(v),
+                "node {i}: {shown} was touched"
+            );
+            let pttl = cluster.pttl(i, k);
+            assert!(
+                pttl > 50_000 && pttl <= 60_000,
+                "node {i}: ttl of {shown} is {pttl}"
+            );
+        }
+    }
+    assert_eq!(cluster.keys().len(), 9, "only the unrelated keys remain");
 }
 
 #[tokio::test]
