@@ -23,14 +23,7 @@ fn set_user(cluster: &Cluster, rule: &str) {
 }
 
 fn client_as_user(cluster: &Cluster) -> RedLock {
-    let urls: Vec<String> = (0..cluster.len())
-        .map(|i| {
-            format!(
-                "redis://redquorum:CHANGE-ME@127.0.0.1:{}",
-                cluster.server(i).port()
-            )
-        })
-        .collect();
+    let urls = cluster.urls_with("redquorum:CHANGE-ME");
     RedLock::builder(&urls)
         .per_node_timeout(Duration::from_millis(250))
         .build()
@@ -59,16 +52,11 @@ async fn the_least_privilege_user_can_acquire_extend_and_release() {
     lock.release().await.expect("release as the ACL user");
     cluster.assert_no_keys_under(PREFIX);
     // Other key names are out of its reach: a prefix outside ~redquorum:* is refused.
-    let outside = RedLock::builder((0..3).map(|i| {
-        format!(
-            "redis://redquorum:CHANGE-ME@127.0.0.1:{}",
-            cluster.server(i).port()
-        )
-    }))
-    .key_prefix("other:")
-    .per_node_timeout(Duration::from_millis(250))
-    .build()
-    .expect("config");
+    let outside = RedLock::builder(cluster.urls_with("redquorum:CHANGE-ME"))
+        .key_prefix("other:")
+        .per_node_timeout(Duration::from_millis(250))
+        .build()
+        .expect("config");
     let err = outside
         .try_acquire("x", TTL)
         .await

@@ -22,9 +22,7 @@ fn failure_text(report: &redquorum::Report, node: usize) -> String {
 #[tokio::test]
 async fn wrong_password_everywhere_says_authentication() {
     let cluster = Cluster::start_with_args(3, Persistence::None, &["--requirepass", "right"]);
-    let urls: Vec<String> = (0..3)
-        .map(|i| format!("redis://:wrong@127.0.0.1:{}", cluster.server(i).port()))
-        .collect();
+    let urls = cluster.urls_with(":wrong");
     let rl = RedLock::builder(&urls)
         .per_node_timeout(NODE_TIMEOUT)
         .build()
@@ -53,9 +51,7 @@ async fn wrong_password_everywhere_says_authentication() {
     assert!(err.to_string().contains("NOAUTH"), "{err}");
 
     // The right password works, and never appears in Debug output.
-    let urls: Vec<String> = (0..3)
-        .map(|i| format!("redis://:right@127.0.0.1:{}", cluster.server(i).port()))
-        .collect();
+    let urls = cluster.urls_with(":right");
     let rl = RedLock::builder(&urls)
         .per_node_timeout(NODE_TIMEOUT)
         .build()

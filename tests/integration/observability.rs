@@ -53,9 +53,7 @@ impl Subscriber for Capture {
 #[tokio::test]
 async fn operations_are_traced_without_tokens_or_passwords() {
     let cluster = Cluster::start_with_args(3, Persistence::None, &["--requirepass", "hunter2"]);
-    let urls: Vec<String> = (0..3)
-        .map(|i| format!("redis://:hunter2@127.0.0.1:{}", cluster.server(i).port()))
-        .collect();
+    let urls = cluster.urls_with(":hunter2");
     let capture = Capture::default();
     let _guard = tracing::subscriber::set_default(capture.clone());
 

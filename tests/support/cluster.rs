@@ -317,6 +317,14 @@ impl Cluster {
         self.servers.iter().map(Server::url).collect()
     }
 
+    /// Every server's URL with `userinfo` (`user:password`, or `:password`) in it.
+    pub fn urls_with(&self, userinfo: &str) -> Vec<String> {
+        self.servers
+            .iter()
+            .map(|s| s.url().replacen("://", &format!("://{userinfo}@"), 1))
+            .collect()
+    }
+
     pub fn server(&self, i: usize) -> &Server {
         &self.servers[i]
     }
