@@ -40,6 +40,14 @@ pub enum Error {
     Expired(Box<Failure>),
     /// No tokio runtime is running; redquorum's connections need one.
     NoRuntime,
+    /// The lease was lost while the work ran under it
+    /// ([`RedLock::with_lock`](crate::RedLock::with_lock)); the work was cancelled.
+    LeaseLost {
+        /// The resource, with non-printable bytes escaped.
+        resource: String,
+        /// Why the lease was lost.
+        reason: crate::LostReason,
+    },
 }
 
 impl Error {
@@ -79,6 +87,15 @@ impl Error {
         matches!(self, Self::Expired(_))
     }
 
+    /// A lease was lost while work ran under it.
+    ///
+    /// ```
+    /// # fn demo(e: redquorum::Error) { if e.is_lease_lost() { println!("work cancelled"); } }
+    /// ```
+    pub fn is_lease_lost(&self) -> bool {
+        matches!(self, Self::LeaseLost { .. })
+    }
+
     /// The configuration or the arguments are invalid.
     ///
     /// ```
@@ -101,7 +118,7 @@ impl Error {
             | Self::NoQuorum(f)
             | Self::ValidityExhausted(f)
             | Self::Expired(f) => Some(f),
-            Self::Config(_) | Self::NoRuntime => None,
+            Self::Config(_) | Self::NoRuntime | Self::LeaseLost { .. } => None,
         }
     }
 
@@ -150,6 +167,12 @@ impl fmt::Display for Error {
                 x.summary()
             ),
             Self::NoRuntime => f.write_str("no tokio runtime is running"),
+            Self::LeaseLost { resource, reason } => {
+                write!(
+                    f,
+                    "the lease on {resource} was lost and the work under it cancelled: {reason}"
+                )
+            }
         }
     }
 }
@@ -158,6 +181,10 @@ impl std::error::Error for Error {
     fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
         match self {
             Self::Config(e) => Some(e),
+            Self::LeaseLost {
+                reason: crate::LostReason::Gone(e),
+                ..
+            } => Some(e.as_ref()),
             other => other
                 .report()
                 .and_then(|r| r.failures().next())

@@ -36,6 +36,7 @@
 mod cleanup;
 mod config;
 mod error;
+mod lease;
 mod lock;
 mod node;
 mod quorum;
@@ -53,6 +54,7 @@ pub use config::{
     MIN_DERIVED_NODE_TIMEOUT,
 };
 pub use error::{ConfigError, Error, Failure, NodeError, Operation};
+pub use lease::{Lease, LeaseOptions, LeaseSignal, LostReason};
 pub use lock::Lock;
 pub use node::IntoNode;
 pub use quorum::DRIFT_FLOOR;

@@ -355,6 +355,60 @@ impl RedLock {
         }
     }
 
+    /// Runs `work` while holding `resource` as a [`Lease`](crate::Lease): acquires (retrying as
+    /// the configured policy says), renews the lock while `work` runs, and releases it on every
+    /// exit path. If the lease is lost, `work` is cancelled (its future dropped) at once.
+    ///
+    /// `work` gets a [`LeaseSignal`](crate::LeaseSignal) to watch the deadline itself, e.g. to
+    /// stop before a long write.
+    ///
+    /// # Errors
+    /// As [`acquire`](Self::acquire) before the work starts; [`Error::LeaseLost`] if the lease
+    /// was lost while it ran; and as [`Lock::release`] after it finished (an
+    /// [`Error::Expired`] then means the work may have overlapped another holder's).
+    ///
+    /// # Cancel safety
+    /// Dropping the future cancels `work` and drops the lease, which stops the renewals and
+    /// schedules a best-effort release.
+    ///
+    /// ```no_run
+    /// # use std::time::Duration;
+    /// # async fn demo(rl: redquorum::RedLock) -> Result<(), redquorum::Error> {
+    /// let rows = rl
+    ///     .with_lock("nightly-report", Duration::from_secs(30), async |_signal| {
+    ///         42 // … the work …
+    ///     })
+    ///     .await?;
+    /// # Ok(()) }
+    /// ```
+    pub async fn with_lock<F, Fut, T>(
+        &self,
+        resource: impl AsRef<[u8]>,
+        ttl: Duration,
+        work: F,
+    ) -> Result<T>
+    where
+        F: FnOnce(crate::LeaseSignal) -> Fut,
+        Fut: std::future::Future<Output = T>,
+    {
+        let lease = self
+            .acquire(resource, ttl)
+            .await?
+            .into_lease(crate::LeaseOptions::default());
+        let outcome = tokio::select! {
+            reason = lease.lost() => Err(reason),
+            value = work(lease.signal()) => Ok(value),
+        };
+        match outcome {
+            Ok(value) => lease.release().await.map(|_| value),
+            Err(reason) => {
+                let resource = lease.resource_display().to_owned();
+                let _ = lease.release().await;
+                Err(Error::LeaseLost { resource, reason })
+            }
+        }
+    }
+
     async fn acquire_round(
         &self,
         resource: &[u8],

@@ -8,7 +8,7 @@
 //!
 //! | name | kind | labels |
 //! |---|---|---|
-//! | `redquorum_operations_total` | counter | `operation` (acquire, extend, release, connect), `outcome` (ok, conflict, no_quorum, validity_exhausted, expired, config, no_runtime) |
+//! | `redquorum_operations_total` | counter | `operation` (acquire, extend, release, connect), `outcome` (ok, conflict, no_quorum, validity_exhausted, expired, config, no_runtime, lease_lost) |
 //! | `redquorum_rounds_total` | counter | `operation`, `decision` (won, lost) |
 //! | `redquorum_operation_duration_seconds` | histogram | `operation`, `outcome` |
 //! | `redquorum_node_latency_seconds` | histogram | `node` (`host:port`), `outcome` (success, refused, failed) |
@@ -51,6 +51,7 @@ fn outcome_label(result: Result<(), &Error>) -> &'static str {
         Err(Error::Expired(_)) => "expired",
         Err(Error::Config(_)) => "config",
         Err(Error::NoRuntime) => "no_runtime",
+        Err(Error::LeaseLost { .. }) => "lease_lost",
     }
 }
 

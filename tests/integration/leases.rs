@@ -1,0 +1,172 @@
+//! Leases: renewal, the loss signal and its deadline, and the scoped `with_lock`.
+
+use std::time::{Duration, Instant};
+
+use redquorum::{LeaseOptions, LostReason};
+
+use crate::cluster::Cluster;
+use crate::{PREFIX, client, eventually, held_everywhere, lock_key};
+
+const NODE_TIMEOUT: Duration = Duration::from_millis(100);
+
+#[tokio::test]
+async fn a_lease_outlives_its_ttl_by_renewing() {
+    let cluster = Cluster::start(5);
+    let rl = client(&cluster, NODE_TIMEOUT);
+    let ttl = Duration::from_millis(600);
+    let lock = rl.try_acquire("renewed", ttl).await.expect("acquire");
+    assert!(held_everywhere(&cluster, &lock).await);
+    let token = lock.token().expose().as_bytes().to_vec();
+    let first_deadline = lock.valid_until();
+    let lease = lock.into_lease(LeaseOptions::default());
+    // Five ttls later it is still ours on every node, and never reported lost.
+    tokio::time::sleep(ttl * 5).await;
+    assert!(!lease.is_lost());
+    assert!(lease.valid_until() > first_deadline + ttl * 3);
+    let key = lock_key(b"renewed");
+    assert!((0..5).all(|i| cluster.get(i, &key).as_deref() == Some(&token[..])));
+    lease.release().await.expect("release");
+    cluster.assert_no_keys_under(PREFIX);
+}
+
+#[tokio::test]
+async fn losing_the_majority_fires_lost_by_the_deadline_even_while_extend_hangs() {
+    let mut cluster = Cluster::start(5);
+    // A per-node timeout as long as the ttl: the extension hangs past the deadline.
+    let ttl = Duration::from_secs(2);
+    // Drift factor 0.05: a 102 ms margin between our deadline and the servers' expiry, wide
+    // enough that scheduling noise on a loaded test machine does not eat it.
+    let rl = redquorum::RedLock::builder(cluster.urls())
+        .per_node_timeout(Duration::from_millis(1500))
+        .drift_factor(0.05)
+        .build()
+        .expect("config");
+    let lock = rl.try_acquire("hung", ttl).await.expect("acquire");
+    let lease = lock.into_lease(LeaseOptions::default());
+    for i in [0, 1, 2] {
+        cluster.pause(i);
+    }
+    let reason = lease.lost().await;
+    let lost_at = Instant::now();
+    assert!(matches!(reason, LostReason::DeadlinePassed), "{reason}");
+    // The safety claim: lost before any other client could hold the lock, i.e. before the
+    // servers' expiry, which is at least `drift` (2 s × 0.05 + 2 ms = 102 ms) after the deadline.
+    let deadline = lease.valid_until();
+    assert!(lost_at >= deadline, "fired {:?} early", deadline - lost_at);
+    assert!(
+        lost_at < deadline + Duration::from_millis(22),
+        "fired {:?} late",
+        lost_at - deadline
+    );
+    for i in [0, 1, 2] {
+        cluster.resume(i);
+    }
+    let err = lease.release().await.expect_err("it had been lost");
+    assert!(err.is_expired(), "{err}");
+    assert!(eventually(Duration::from_secs(4), || cluster.keys().is_empty()).await);
+}
+
+#[tokio::test]
+async fn a_lock_deleted_under_the_lease_is_lost_at_the_next_renewal() {
+    let cluster = Cluster::start(5);
+    let rl = client(&cluster, NODE_TIMEOUT);
+    let ttl = Duration::from_secs(3);
+    let lock = rl.try_acquire("deleted", ttl).await.expect("acquire");
+    assert!(held_everywhere(&cluster, &lock).await);
+    let lease = lock.into_lease(LeaseOptions::default().renew_every(Duration::from_millis(200)));
+    let key = lock_key(b"deleted");
+    for i in 0..5 {
+        let _: i64 = cluster.run(i, redis::cmd("DEL").arg(&key));
+    }
+    let started = Instant::now();
+    let reason = lease.lost().await;
+    assert!(matches!(reason, LostReason::Gone(_)), "{reason}");
+    assert!(
+        started.elapsed() < ttl / 2,
+        "reported at the next renewal, not at the deadline"
+    );
+    assert!(lease.is_lost());
+    drop(lease);
+    cluster.assert_no_keys_under(PREFIX);
+}
+
+#[tokio::test]
+async fn a_dropped_lease_stops_renewing_and_releases() {
+    let cluster = Cluster::start(3);
+    let rl = client(&cluster, NODE_TIMEOUT);
+    let lease = rl
+        .try_acquire("dropped", Duration::from_millis(900))
+        .await
+        .expect("acquire")
+        .into_lease(LeaseOptions::default().renew_every(Duration::from_millis(100)));
+    tokio::time::sleep(Duration::from_millis(250)).await;
+    drop(lease);
+    assert!(eventually(Duration::from_secs(2), || cluster.keys().is_empty()).await);
+    // And no renewal resurrects it (a renewal never creates a key, but keep watching).
+    tokio::time::sleep(Duration::from_millis(400)).await;
+    assert!(cluster.keys().is_empty());
+}
+
+#[tokio::test]
+async fn a_lease_limit_ends_renewals_and_fires_lost_at_the_last_deadline() {
+    let cluster = Cluster::start(3);
+    let rl = client(&cluster, NODE_TIMEOUT);
+    let ttl = Duration::from_millis(600);
+    let lease = rl
+        .try_acquire("limited", ttl)
+        .await
+        .expect("acquire")
+        .into_lease(LeaseOptions::default().max_extensions(Some(2)));
+    let reason = lease.lost().await;
+    assert!(matches!(reason, LostReason::LimitReached), "{reason}");
+    let _ = lease.release().await;
+    assert!(eventually(Duration::from_secs(2), || cluster.keys().is_empty()).await);
+}
+
+#[tokio::test]
+async fn with_lock_runs_the_work_and_releases() {
+    let cluster = Cluster::start(3);
+    let rl = client(&cluster, NODE_TIMEOUT);
+    let value = rl
+        .with_lock("scoped", Duration::from_secs(5), async |signal| {
+            assert!(!signal.is_lost());
+            assert!(cluster.keys().len() >= 2, "held while the work runs");
+            7
+        })
+        .await
+        .expect("work done");
+    assert_eq!(value, 7);
+    cluster.assert_no_keys_under(PREFIX);
+}
+
+#[tokio::test]
+async fn with_lock_cancels_the_work_when_the_lease_is_lost() {
+    let mut cluster = Cluster::start(5);
+    let rl = client(&cluster, NODE_TIMEOUT);
+    let ttl = Duration::from_secs(1);
+    let started = Instant::now();
+    let (paused, mut paused_rx) = tokio::sync::oneshot::channel::<()>();
+    let pauser = async {
+        let _ = (&mut paused_rx).await;
+    };
+    let work = rl.with_lock("doomed", ttl, async |_signal| {
+        let _ = paused.send(());
+        std::future::pending::<()>().await;
+    });
+    let (result, ()) = tokio::join!(work, async {
+        pauser.await;
+        for i in [0, 1, 2] {
+            cluster.pause(i);
+        }
+    });
+    let err = result.expect_err("the lease was lost");
+    assert!(err.is_lease_lost(), "{err}");
+    assert!(
+        started.elapsed() < ttl * 3,
+        "cancelled at the deadline, not later"
+    );
+    for i in [0, 1, 2] {
+        cluster.resume(i);
+    }
+    assert!(eventually(Duration::from_secs(3), || cluster.keys().is_empty()).await);
+}
