@@ -1,5 +1,6 @@
 //! Uncontended acquire+release latency on five local masters, next to a single `SET NX PX`
-//! round trip to one of them, measured in the same run on the same servers.
+//! round trip to one of them, and the fenced acquire (one more round trip), all measured in the
+//! same run on the same servers.
 //!
 //! ```text
 //! cargo run --release --example latency [-- ITERATIONS]
@@ -26,6 +27,8 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let cluster = cluster::Cluster::start(5);
     let rl = RedLock::new(cluster.urls())?;
     rl.connect().await?;
+    let fenced = RedLock::builder(cluster.urls()).fencing(true).build()?;
+    fenced.connect().await?;
 
     let single = redis::Client::open(cluster.server(0).url())?;
     let mut conn = single.get_multiplexed_async_connection().await?;
@@ -33,6 +36,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let mut set_nx = Vec::with_capacity(iterations);
     let mut acquire = Vec::with_capacity(iterations);
     let mut pair = Vec::with_capacity(iterations);
+    let mut fenced_acquire = Vec::with_capacity(iterations);
     let warmup = iterations / 10;
     // Interleaved, so both series see the same machine load.
     for i in 0..warmup + iterations {
@@ -57,10 +61,16 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         let acquired = t.elapsed();
         lock.release().await?;
         let both = t.elapsed();
+
+        let t = Instant::now();
+        let lock = fenced.try_acquire("latency-fenced", TTL).await?;
+        let fenced_time = t.elapsed();
+        lock.release().await?;
         if i >= warmup {
             set_nx.push(set_time);
             acquire.push(acquired);
             pair.push(both);
+            fenced_acquire.push(fenced_time);
         }
     }
     println!("{iterations} iterations, 5 local redis-server masters, uncontended, sequential");
@@ -68,7 +78,14 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     row("single SET NX PX round trip (1 node)", &mut set_nx);
     row("redquorum acquire (5 nodes)", &mut acquire);
     row("redquorum acquire+release (5 nodes)", &mut pair);
-    cluster.assert_no_keys_under(b"redquorum:");
+    row("redquorum fenced acquire (5 nodes)", &mut fenced_acquire);
+    // Only the fence counter outlives the run.
+    let left: Vec<_> = cluster.keys().into_iter().map(|(_, k)| k).collect();
+    assert!(
+        left.iter()
+            .all(|k| k == b"redquorum:{latency-fenced}:fence"),
+        "{left:?}"
+    );
     Ok(())
 }
 

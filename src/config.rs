@@ -36,6 +36,7 @@ pub const MAX_TTL: Duration = Duration::from_secs(365 * 24 * 3600);
 /// | [`retry`](Self::retry) | [`RetryPolicy::default()`] |
 /// | [`retry_seed`](Self::retry_seed) | none: delays drawn from the thread RNG |
 /// | [`restart_grace`](Self::restart_grace) | none: a restarted master votes at once |
+/// | [`fencing`](Self::fencing) | off |
 ///
 /// ```
 /// # fn main() -> Result<(), redquorum::Error> {
@@ -66,6 +67,7 @@ pub(crate) struct Config {
     pub(crate) key_prefix: Vec<u8>,
     pub(crate) retry: RetryPolicy,
     pub(crate) restart_grace: Option<Duration>,
+    pub(crate) fencing: bool,
 }
 
 /// The numbers one call works with, checked before any I/O.
@@ -143,6 +145,7 @@ impl Builder {
                 key_prefix: DEFAULT_KEY_PREFIX.as_bytes().to_vec(),
                 retry: RetryPolicy::default(),
                 restart_grace: None,
+                fencing: false,
             },
             retry_seed: None,
         }
@@ -247,6 +250,27 @@ impl Builder {
     /// ```
     pub fn restart_grace(mut self, grace: Duration) -> Self {
         self.config.restart_grace = Some(grace);
+        self
+    }
+
+    /// Give every lock a fencing token ([`Lock::fencing_token`](crate::Lock::fencing_token)).
+    ///
+    /// Each master keeps a counter per resource (`prefix{resource}:fence`, no expiry). The
+    /// acquire script increments it where it sets the key; the token is the highest counter
+    /// among the granting majority, written back (never lowered) on every master that still
+    /// holds our key, and usable only once a majority confirmed it. Any later holder's majority
+    /// shares a master with ours, whose counter is already at our token, so its token is higher:
+    /// no clock is involved. It needs counters that survive restarts (`appendfsync always`).
+    ///
+    /// Costs one more round trip per acquire, and the ACL user needs `+incr`.
+    ///
+    /// ```
+    /// # let b = redquorum::RedLock::builder(["redis://127.0.0.1:7001"]);
+    /// let b = b.fencing(true);
+    /// # let _ = b;
+    /// ```
+    pub fn fencing(mut self, enabled: bool) -> Self {
+        self.config.fencing = enabled;
         self
     }
 

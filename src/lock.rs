@@ -51,6 +51,7 @@ pub struct Lock {
     released: bool,
     /// Still counted in the `redquorum_locks_held` gauge.
     counted: bool,
+    fencing_token: Option<u64>,
 }
 
 impl Lock {
@@ -78,6 +79,7 @@ impl Lock {
             stragglers: round.stragglers,
             released: false,
             counted: true,
+            fencing_token: None,
         }
     }
 
@@ -157,6 +159,25 @@ impl Lock {
         &self.report
     }
 
+    /// The fencing token, when the client was built with
+    /// [`fencing(true)`](crate::Builder::fencing): a number that strictly increases from one
+    /// holder of this resource to the next and is never shared by two holders. Pass it to the
+    /// protected resource, and have it reject any write with a token lower than the highest
+    /// it has seen: a holder paused past its lease can then do no harm.
+    ///
+    /// ```
+    /// # fn demo(lock: &redquorum::Lock) {
+    /// if let Some(token) = lock.fencing_token() { println!("write with fencing token {token}"); }
+    /// # }
+    /// ```
+    pub fn fencing_token(&self) -> Option<u64> {
+        self.fencing_token
+    }
+
+    pub(crate) fn set_fencing_token(&mut self, token: Option<u64>) {
+        self.fencing_token = token;
+    }
+
     /// How many acquire rounds it took to get the lock.
     ///
     /// ```
@@ -219,7 +240,8 @@ impl Lock {
             script: &scripts::EXTEND,
             key: self.key.clone(),
             token: self.token.expose().to_owned(),
-            ttl_ms: Some(timing.ttl_ms),
+            fence_key: None,
+            number: Some(timing.ttl_ms),
             done: NodeOutcome::Extended,
             settled_nodes_only: false,
             operation: Operation::Extend,
@@ -361,6 +383,7 @@ impl fmt::Debug for Lock {
             .field("resource", &self.resource_display())
             .field("token", &self.token)
             .field("ttl", &self.timing.ttl)
+            .field("fencing_token", &self.fencing_token)
             .field("remaining", &self.remaining())
             .field("released", &self.released)
             .finish_non_exhaustive()

@@ -423,11 +423,20 @@ impl RedLock {
             token.clone(),
             timing.per_node_timeout,
         );
+        let config = &self.inner.config;
+        let fence_key = config
+            .fencing
+            .then(|| resource::fence_key(&config.key_prefix, resource));
         let request = Request {
-            script: &scripts::ACQUIRE,
+            script: if fence_key.is_some() {
+                &scripts::ACQUIRE_FENCED
+            } else {
+                &scripts::ACQUIRE
+            },
             key: key.to_vec(),
+            fence_key: fence_key.clone(),
             token: token.expose().to_owned(),
-            ttl_ms: Some(timing.ttl_ms),
+            number: Some(timing.ttl_ms),
             done: NodeOutcome::Granted,
             settled_nodes_only: true,
             operation: Operation::Acquire,
@@ -441,33 +450,89 @@ impl RedLock {
         )
         .await;
         cleanup.after(round.stragglers.clone());
-        let make: fn(Box<Failure>) -> Error = match round.tally.decision() {
-            Decision::Won => {
-                if timing.validity_after(round.elapsed()).is_some() {
-                    cleanup.disarm();
-                    let valid_until = valid_until(&round, timing);
-                    tracing::debug!(resource = %resource::display(resource), attempt, elapsed = ?round.elapsed(), "acquired");
-                    return Ok(Lock::new(
-                        self.clone(),
-                        resource,
-                        key.to_vec(),
-                        token,
-                        *timing,
-                        valid_until,
-                        round,
-                        attempt,
-                    ));
+        let (make, report): (fn(Box<Failure>) -> Error, Report) = match round.tally.decision() {
+            Decision::Won if timing.validity_after(round.elapsed()).is_some() => {
+                let fencing_token = match (fence_key, round.fence) {
+                    (None, _) => Ok(None),
+                    (Some(fence_key), Some(fence)) => self
+                        .confirm_fence(key, fence_key, &token, fence, &round, timing)
+                        .await
+                        .map(|()| Some(fence)),
+                    // A fenced round won without any counter: impossible with our script.
+                    (Some(_), None) => Err((
+                        Error::NoQuorum as fn(Box<Failure>) -> Error,
+                        Report::default(),
+                    )),
+                };
+                match fencing_token {
+                    Ok(fencing_token) => {
+                        cleanup.disarm();
+                        let valid_until = valid_until(&round, timing);
+                        tracing::debug!(attempt, elapsed = ?round.elapsed(), fencing_token, "acquired");
+                        let mut lock = Lock::new(
+                            self.clone(),
+                            resource,
+                            key.to_vec(),
+                            token,
+                            *timing,
+                            valid_until,
+                            round,
+                            attempt,
+                        );
+                        lock.set_fencing_token(fencing_token);
+                        return Ok(lock);
+                    }
+                    Err(failed) => failed,
                 }
-                Error::ValidityExhausted
             }
-            Decision::Lost if round.tally.lost_to_outage() => Error::NoQuorum,
-            Decision::Lost | Decision::Open => Error::Conflict,
+            Decision::Won => (Error::ValidityExhausted, round.report),
+            Decision::Lost if round.tally.lost_to_outage() => (Error::NoQuorum, round.report),
+            Decision::Lost | Decision::Open => (Error::Conflict, round.report),
         };
         cleanup.run().await;
-        Err(FailedRound {
-            make,
-            report: round.report,
-        })
+        Err(FailedRound { make, report })
+    }
+
+    /// The second round of a fenced acquire: on every node that still holds our key, raise the
+    /// fence counter to at least `fence`; the token is usable only once a majority confirmed it,
+    /// and only with validity left, counted from the start of the first round.
+    async fn confirm_fence(
+        &self,
+        key: &[u8],
+        fence_key: Vec<u8>,
+        token: &Token,
+        fence: u64,
+        acquired: &Round,
+        timing: &Timing,
+    ) -> std::result::Result<(), (fn(Box<Failure>) -> Error, Report)> {
+        let request = Request {
+            script: &scripts::CONFIRM_FENCE,
+            key: key.to_vec(),
+            fence_key: Some(fence_key),
+            token: token.expose().to_owned(),
+            number: Some(fence),
+            done: NodeOutcome::FenceConfirmed,
+            settled_nodes_only: false,
+            operation: Operation::Acquire,
+        };
+        let confirm = round::run(
+            self,
+            request,
+            timing.per_node_timeout,
+            Wait::UntilDecided,
+            None,
+        )
+        .await;
+        let elapsed = confirm.decided.saturating_duration_since(acquired.start);
+        match confirm.tally.decision() {
+            Decision::Won if timing.validity_after(elapsed).is_some() => Ok(()),
+            Decision::Won => Err((Error::ValidityExhausted, confirm.report)),
+            Decision::Lost if confirm.tally.lost_to_outage() => {
+                Err((Error::NoQuorum, confirm.report))
+            }
+            // Our key vanished from too many nodes between the two rounds.
+            Decision::Lost | Decision::Open => Err((Error::Expired, confirm.report)),
+        }
     }
 
     pub(crate) fn nodes(&self) -> &[Node] {
@@ -491,7 +556,8 @@ impl RedLock {
             script: &scripts::RELEASE,
             key: key.to_vec(),
             token: token.expose().to_owned(),
-            ttl_ms: None,
+            fence_key: None,
+            number: None,
             done: NodeOutcome::Released,
             settled_nodes_only: false,
             operation: Operation::Release,

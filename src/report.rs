@@ -74,6 +74,9 @@ pub enum NodeOutcome {
     Released,
     /// Connect: the node is connected.
     Connected,
+    /// Fenced acquire, second round: the node holds our key and its fence counter is now at
+    /// least our fencing token.
+    FenceConfirmed,
     /// The key belongs to another owner; it expires after `expires_in` (`None`: it has no expiry).
     HeldByOther {
         /// The other owner's remaining ttl on this node, as the node reported it.
@@ -93,7 +96,11 @@ pub enum NodeOutcome {
 impl NodeOutcome {
     pub(crate) fn vote(&self) -> Vote {
         match self {
-            Self::Granted | Self::Extended | Self::Released | Self::Connected => Vote::Yes,
+            Self::Granted
+            | Self::Extended
+            | Self::Released
+            | Self::Connected
+            | Self::FenceConfirmed => Vote::Yes,
             Self::HeldByOther { .. } | Self::Missing => Vote::Refused,
             Self::Failed(_) | Self::NoReply => Vote::Failed,
         }
@@ -133,6 +140,7 @@ impl fmt::Display for NodeOutcome {
             Self::Extended => f.write_str("extended"),
             Self::Released => f.write_str("released"),
             Self::Connected => f.write_str("connected"),
+            Self::FenceConfirmed => f.write_str("fencing token confirmed"),
             Self::HeldByOther {
                 expires_in: Some(left),
             } => write!(f, "held by another owner for {left:?}"),

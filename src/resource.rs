@@ -39,6 +39,16 @@ pub(crate) fn lock_key(prefix: &[u8], resource: &[u8]) -> Vec<u8> {
     key
 }
 
+/// The fence counter key of `resource`: `prefix{resource}:fence`.
+///
+/// Same hash tag as the lock key. It can never equal a lock key (those end in `}`), and two
+/// resources never share one.
+pub(crate) fn fence_key(prefix: &[u8], resource: &[u8]) -> Vec<u8> {
+    let mut key = lock_key(prefix, resource);
+    key.extend_from_slice(b":fence");
+    key
+}
+
 /// A resource name for messages: UTF-8 shown as is, other bytes escaped.
 pub(crate) fn display(resource: &[u8]) -> String {
     resource.escape_ascii().to_string()
@@ -65,6 +75,18 @@ mod tests {
                 assert_eq!(x == y, lock_key(b"p:", x) == lock_key(b"p:", y));
             }
         }
+    }
+
+    #[test]
+    fn fence_keys_never_collide_with_lock_keys() {
+        let names: [&[u8]; 5] = [b"a", b"a}:fence", b"a}", b"{a", b"a:fence"];
+        for x in names {
+            for y in names {
+                assert_ne!(fence_key(b"p:", x), lock_key(b"p:", y));
+                assert_eq!(x == y, fence_key(b"p:", x) == fence_key(b"p:", y));
+            }
+        }
+        assert_eq!(fence_key(b"p:", b"r"), b"p:{r}:fence");
     }
 
     #[test]

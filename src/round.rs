@@ -21,9 +21,11 @@ use crate::telemetry;
 pub(crate) struct Request {
     pub(crate) script: &'static Script,
     pub(crate) key: Vec<u8>,
+    /// The fence counter key, for the scripts that take one (`KEYS[2]`).
+    pub(crate) fence_key: Option<Vec<u8>>,
     pub(crate) token: String,
-    /// The ttl argument in ms, for the scripts that take one.
-    pub(crate) ttl_ms: Option<u64>,
+    /// The numeric argument (`ARGV[2]`): the ttl in ms, or the fencing token to confirm.
+    pub(crate) number: Option<u64>,
     /// What a node that did what we asked is reported as.
     pub(crate) done: NodeOutcome,
     /// Skip nodes still within their restart grace (acquire only: they must not vote).
@@ -76,6 +78,8 @@ pub(crate) struct Round {
     pub(crate) tally: Tally,
     pub(crate) report: Report,
     pub(crate) stragglers: Option<Stragglers>,
+    /// The highest fence counter among the answers before the decision (fenced acquire).
+    pub(crate) fence: Option<u64>,
 }
 
 impl Round {
@@ -107,18 +111,20 @@ pub(crate) async fn run(
                 if let Some(after) = &after {
                     after.settled(index).await;
                 }
-                let outcome = match redlock.nodes().get(index) {
+                let (outcome, fence) = match redlock.nodes().get(index) {
                     Some(node) => ask(node, &request, per_node_timeout).await,
-                    None => NodeOutcome::NoReply,
+                    None => (NodeOutcome::NoReply, None),
                 };
-                (index, outcome, start.elapsed())
+                (index, outcome, fence, start.elapsed())
             }
         })
         .collect();
     let mut answers: Vec<Option<(NodeOutcome, Duration)>> = vec![None; count];
     let mut tally = Tally::new(count);
-    while let Some((index, outcome, latency)) = pending.next().await {
+    let mut fence: Option<u64> = None;
+    while let Some((index, outcome, answer_fence, latency)) = pending.next().await {
         tally.record(outcome.vote());
+        fence = fence.max(answer_fence);
         tracing::trace!(node = index, %outcome, ?latency, "node answered");
         if let Some(node) = redlock.nodes().get(index) {
             telemetry::node_answered(node.id().address(), &outcome, latency);
@@ -143,7 +149,7 @@ pub(crate) async fn run(
         let nodes: Arc<[bool]> = answers.iter().map(Option::is_none).collect();
         let (finished, done) = watch::channel(false);
         tokio::spawn(async move {
-            while let Some((index, outcome, latency)) = pending.next().await {
+            while let Some((index, outcome, _, latency)) = pending.next().await {
                 tracing::debug!(node = index, %outcome, ?latency, "answer after the round was decided");
             }
             finished.send_replace(true);
@@ -168,10 +174,15 @@ pub(crate) async fn run(
         tally,
         report: Report::new(report),
         stragglers,
+        fence,
     }
 }
 
-async fn ask(node: &Node, request: &Request, per_node_timeout: Duration) -> NodeOutcome {
+async fn ask(
+    node: &Node,
+    request: &Request,
+    per_node_timeout: Duration,
+) -> (NodeOutcome, Option<u64>) {
     let call = async {
         let ready = node.connection().await?;
         if request.settled_nodes_only {
@@ -179,9 +190,12 @@ async fn ask(node: &Node, request: &Request, per_node_timeout: Duration) -> Node
         }
         let (mut conn, generation) = (ready.conn, ready.generation);
         let mut invocation = request.script.key(request.key.as_slice());
+        if let Some(fence_key) = &request.fence_key {
+            invocation.key(fence_key.as_slice());
+        }
         invocation.arg(request.token.as_str());
-        if let Some(ttl_ms) = request.ttl_ms {
-            invocation.arg(ttl_ms);
+        if let Some(number) = request.number {
+            invocation.arg(number);
         }
         invocation
             .invoke_async::<Value>(&mut conn)
@@ -201,20 +215,38 @@ async fn ask(node: &Node, request: &Request, per_node_timeout: Duration) -> Node
             })
     };
     match tokio::time::timeout(per_node_timeout, call).await {
-        Err(_) => NodeOutcome::Failed(NodeError::TimedOut(per_node_timeout)),
-        Ok(Err(err)) => NodeOutcome::Failed(err),
+        Err(_) => (
+            NodeOutcome::Failed(NodeError::TimedOut(per_node_timeout)),
+            None,
+        ),
+        Ok(Err(err)) => (NodeOutcome::Failed(err), None),
         Ok(Ok(reply)) => classify(reply, &request.done),
     }
 }
 
-/// What a script's reply says about the node. Total: any reply shape, including ones no
-/// script of ours sends, is an outcome (an unexpected one is a failed vote), never a panic.
-pub(crate) fn classify(reply: Value, done: &NodeOutcome) -> NodeOutcome {
-    let Value::Int(code) = reply else {
-        let mut shown = format!("{reply:?}");
-        truncate_on_char_boundary(&mut shown, SHOWN_REPLY_LEN);
-        return NodeOutcome::Failed(NodeError::UnexpectedReply(shown));
-    };
+/// What a script's reply says about the node, and the fence counter a fenced acquire returned.
+/// Total: any reply shape, including ones no script of ours sends, is an outcome (an unexpected
+/// one is a failed vote), never a panic.
+pub(crate) fn classify(reply: Value, done: &NodeOutcome) -> (NodeOutcome, Option<u64>) {
+    match reply {
+        Value::Int(code) => (classify_code(code, done), None),
+        Value::Array(items) => match items.as_slice() {
+            [Value::Int(-1), Value::Int(fence)] if *fence >= 0 => {
+                (done.clone(), u64::try_from(*fence).ok())
+            }
+            _ => (unexpected(&Value::Array(items)), None),
+        },
+        other => (unexpected(&other), None),
+    }
+}
+
+fn unexpected(reply: &Value) -> NodeOutcome {
+    let mut shown = format!("{reply:?}");
+    truncate_on_char_boundary(&mut shown, SHOWN_REPLY_LEN);
+    NodeOutcome::Failed(NodeError::UnexpectedReply(shown))
+}
+
+fn classify_code(code: i64, done: &NodeOutcome) -> NodeOutcome {
     match ScriptReply::from_code(code) {
         Some(ScriptReply::Done) => done.clone(),
         Some(ScriptReply::Missing) => NodeOutcome::Missing,
@@ -296,9 +328,17 @@ mod tests {
                 Value::Int(-1) => "done",
                 Value::Int(-2) => "missing",
                 Value::Int(n) if *n >= 0 || *n == -3 => "held",
+                Value::Array(items) => match items.as_slice() {
+                    [Value::Int(-1), Value::Int(f)] if *f >= 0 => "done",
+                    _ => "failed",
+                },
                 _ => "failed",
             };
-            let outcome = classify(reply.clone(), &NodeOutcome::Granted);
+            let (outcome, fence) = classify(reply.clone(), &NodeOutcome::Granted);
+            assert_eq!(
+                fence.is_some(),
+                matches!(&reply, Value::Array(_)) && expected == "done"
+            );
             let got = match &outcome {
                 NodeOutcome::Granted => "done",
                 NodeOutcome::Missing => "missing",
@@ -315,19 +355,29 @@ mod tests {
 
     #[test]
     fn held_replies_carry_the_remaining_ttl() {
-        let held = classify(Value::Int(1500), &NodeOutcome::Released);
+        let (held, _) = classify(Value::Int(1500), &NodeOutcome::Released);
         assert!(
             matches!(held, NodeOutcome::HeldByOther { expires_in: Some(d) } if d == Duration::from_millis(1500))
         );
-        let forever = classify(Value::Int(-3), &NodeOutcome::Released);
+        let (forever, _) = classify(Value::Int(-3), &NodeOutcome::Released);
         assert!(matches!(
             forever,
             NodeOutcome::HeldByOther { expires_in: None }
         ));
         assert!(matches!(
             classify(Value::Int(-1), &NodeOutcome::Released),
-            NodeOutcome::Released
+            (NodeOutcome::Released, None)
         ));
+        let fenced = classify(
+            Value::Array(vec![Value::Int(-1), Value::Int(41)]),
+            &NodeOutcome::Granted,
+        );
+        assert!(matches!(fenced, (NodeOutcome::Granted, Some(41))));
+        let negative = classify(
+            Value::Array(vec![Value::Int(-1), Value::Int(-5)]),
+            &NodeOutcome::Granted,
+        );
+        assert!(matches!(negative, (NodeOutcome::Failed(_), None)));
     }
 
     #[test]

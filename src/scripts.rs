@@ -8,6 +8,7 @@
 //! | `-2` | the key does not exist (expired, released, or never set here) |
 //! | `-3` | the key belongs to another owner and has no expiry |
 //! | `n ≥ 0` | the key belongs to another owner and expires in `n` ms |
+//! | `{-1, f}` | fenced acquire: the key was set and the fence counter is now `f` |
 //!
 //! [`redis::Script`] sends `EVALSHA` and, on `NOSCRIPT` (a restarted node, a `SCRIPT FLUSH`),
 //! loads the script and retries once.
@@ -50,6 +51,42 @@ pub(crate) static EXTEND: LazyLock<Script> = LazyLock::new(|| {
         r"
 local value = redis.call('GET', KEYS[1])
 if value == ARGV[1] then redis.call('PEXPIRE', KEYS[1], ARGV[2]) return -1 end
+if not value then return -2 end
+local ttl = redis.call('PTTL', KEYS[1])
+if ttl == -1 then return -3 end
+return ttl
+",
+    )
+});
+
+/// `KEYS[1]` lock key, `KEYS[2]` fence counter, `ARGV[1]` token, `ARGV[2]` ttl in ms.
+/// As [`ACQUIRE`], and when the key is set, also `INCR`s the resource's fence counter and
+/// answers `{-1, counter}`.
+pub(crate) static ACQUIRE_FENCED: LazyLock<Script> = LazyLock::new(|| {
+    Script::new(
+        r"
+if redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then
+  return {-1, redis.call('INCR', KEYS[2])}
+end
+local ttl = redis.call('PTTL', KEYS[1])
+if ttl == -1 then return -3 end
+return ttl
+",
+    )
+});
+
+/// `KEYS[1]` lock key, `KEYS[2]` fence counter, `ARGV[1]` token, `ARGV[2]` fencing token T.
+/// Only while the lock key holds our token: raises the counter to at least T. Never lowers it,
+/// never touches the lock key.
+pub(crate) static CONFIRM_FENCE: LazyLock<Script> = LazyLock::new(|| {
+    Script::new(
+        r"
+local value = redis.call('GET', KEYS[1])
+if value == ARGV[1] then
+  local fence = tonumber(redis.call('GET', KEYS[2]) or '0') or 0
+  if fence < tonumber(ARGV[2]) then redis.call('SET', KEYS[2], ARGV[2]) end
+  return -1
+end
 if not value then return -2 end
 local ttl = redis.call('PTTL', KEYS[1])
 if ttl == -1 then return -3 end
@@ -115,9 +152,15 @@ mod tests {
 
     #[test]
     fn scripts_hash_to_distinct_shas() {
-        let shas = [ACQUIRE.get_hash(), RELEASE.get_hash(), EXTEND.get_hash()];
-        assert_ne!(shas[0], shas[1]);
-        assert_ne!(shas[1], shas[2]);
-        assert_eq!(shas[0].len(), 40);
+        let shas = [
+            ACQUIRE.get_hash(),
+            RELEASE.get_hash(),
+            EXTEND.get_hash(),
+            ACQUIRE_FENCED.get_hash(),
+            CONFIRM_FENCE.get_hash(),
+        ];
+        let distinct: std::collections::HashSet<_> = shas.iter().collect();
+        assert_eq!(distinct.len(), shas.len());
+        assert!(shas.iter().all(|s| s.len() == 40));
     }
 }

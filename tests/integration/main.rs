@@ -8,6 +8,7 @@ mod proxy;
 mod acl;
 mod acquire;
 mod failures;
+mod fencing;
 mod leases;
 mod lifecycle;
 mod metric_recording;
