@@ -40,6 +40,11 @@ pub enum Error {
     Expired(Box<Failure>),
     /// No tokio runtime is running; redquorum's connections need one.
     NoRuntime,
+    /// An election has no leader agreed by a majority ([`Election::leader`](crate::Election::leader)).
+    NoLeader {
+        /// The election's resource, with non-printable bytes escaped.
+        resource: String,
+    },
     /// The lease was lost while the work ran under it
     /// ([`RedLock::with_lock`](crate::RedLock::with_lock)); the work was cancelled.
     LeaseLost {
@@ -87,6 +92,15 @@ impl Error {
         matches!(self, Self::Expired(_))
     }
 
+    /// An election has no leader.
+    ///
+    /// ```
+    /// # fn demo(e: redquorum::Error) { if e.is_no_leader() { println!("nobody leads"); } }
+    /// ```
+    pub fn is_no_leader(&self) -> bool {
+        matches!(self, Self::NoLeader { .. })
+    }
+
     /// A lease was lost while work ran under it.
     ///
     /// ```
@@ -118,7 +132,9 @@ impl Error {
             | Self::NoQuorum(f)
             | Self::ValidityExhausted(f)
             | Self::Expired(f) => Some(f),
-            Self::Config(_) | Self::NoRuntime | Self::LeaseLost { .. } => None,
+            Self::Config(_) | Self::NoRuntime | Self::LeaseLost { .. } | Self::NoLeader { .. } => {
+                None
+            }
         }
     }
 
@@ -167,6 +183,7 @@ impl fmt::Display for Error {
                 x.summary()
             ),
             Self::NoRuntime => f.write_str("no tokio runtime is running"),
+            Self::NoLeader { resource } => write!(f, "the election on {resource} has no leader"),
             Self::LeaseLost { resource, reason } => {
                 write!(
                     f,

@@ -35,6 +35,7 @@
 
 mod cleanup;
 mod config;
+mod election;
 mod error;
 mod lease;
 mod lock;
@@ -53,6 +54,7 @@ pub use config::{
     Builder, DEFAULT_CONNECT_TIMEOUT, DEFAULT_DRIFT_FACTOR, MAX_DERIVED_NODE_TIMEOUT, MAX_TTL,
     MIN_DERIVED_NODE_TIMEOUT,
 };
+pub use election::{Election, Leader, Leadership};
 pub use error::{ConfigError, Error, Failure, NodeError, Operation};
 pub use lease::{Lease, LeaseOptions, LeaseSignal, LostReason};
 pub use lock::Lock;

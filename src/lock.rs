@@ -242,6 +242,7 @@ impl Lock {
             token: self.token.expose().to_owned(),
             fence_key: None,
             number: Some(timing.ttl_ms),
+            payload: None,
             done: NodeOutcome::Extended,
             settled_nodes_only: false,
             operation: Operation::Extend,

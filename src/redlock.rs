@@ -284,7 +284,27 @@ impl RedLock {
         policy: &RetryPolicy,
     ) -> Result<Lock> {
         let started = Instant::now();
-        let result = self.acquire_checked(resource.as_ref(), ttl, policy).await;
+        let fencing = self.inner.config.fencing;
+        let result = self
+            .acquire_checked(resource.as_ref(), ttl, policy, fencing)
+            .await;
+        telemetry::operation_finished(
+            Operation::Acquire,
+            result.as_ref().map(drop),
+            started.elapsed(),
+        );
+        result
+    }
+
+    /// Acquire with fencing on, whatever the configuration (elections: the term is the token).
+    pub(crate) async fn acquire_fenced(
+        &self,
+        resource: &[u8],
+        ttl: Duration,
+        policy: &RetryPolicy,
+    ) -> Result<Lock> {
+        let started = Instant::now();
+        let result = self.acquire_checked(resource, ttl, policy, true).await;
         telemetry::operation_finished(
             Operation::Acquire,
             result.as_ref().map(drop),
@@ -298,6 +318,7 @@ impl RedLock {
         resource: &[u8],
         ttl: Duration,
         policy: &RetryPolicy,
+        fencing: bool,
     ) -> Result<Lock> {
         resource::validate(resource)?;
         let timing = self.inner.config.timing(ttl)?;
@@ -312,7 +333,7 @@ impl RedLock {
             ttl_ms = timing.ttl_ms,
             nodes = self.node_count(),
         );
-        self.acquire_loop(resource, &key, &timing, policy)
+        self.acquire_loop(resource, &key, &timing, policy, fencing)
             .instrument(span)
             .await
     }
@@ -323,13 +344,17 @@ impl RedLock {
         key: &[u8],
         timing: &Timing,
         policy: &RetryPolicy,
+        fencing: bool,
     ) -> Result<Lock> {
         let started = Instant::now();
         let deadline = policy.wait_limit().and_then(|w| started.checked_add(w));
         let mut attempts = 0u32;
         loop {
             attempts = attempts.saturating_add(1);
-            let kind = match self.acquire_round(resource, key, timing, attempts).await {
+            let kind = match self
+                .acquire_round(resource, key, timing, attempts, fencing)
+                .await
+            {
                 Ok(lock) => return Ok(lock),
                 Err(failed) => failed,
             };
@@ -415,6 +440,7 @@ impl RedLock {
         key: &[u8],
         timing: &Timing,
         attempt: u32,
+        fencing: bool,
     ) -> std::result::Result<Lock, FailedRound> {
         let token = Token::generate();
         let mut cleanup = Cleanup::arm(
@@ -424,9 +450,7 @@ impl RedLock {
             timing.per_node_timeout,
         );
         let config = &self.inner.config;
-        let fence_key = config
-            .fencing
-            .then(|| resource::fence_key(&config.key_prefix, resource));
+        let fence_key = fencing.then(|| resource::fence_key(&config.key_prefix, resource));
         let request = Request {
             script: if fence_key.is_some() {
                 &scripts::ACQUIRE_FENCED
@@ -437,6 +461,7 @@ impl RedLock {
             fence_key: fence_key.clone(),
             token: token.expose().to_owned(),
             number: Some(timing.ttl_ms),
+            payload: None,
             done: NodeOutcome::Granted,
             settled_nodes_only: true,
             operation: Operation::Acquire,
@@ -511,6 +536,7 @@ impl RedLock {
             fence_key: Some(fence_key),
             token: token.expose().to_owned(),
             number: Some(fence),
+            payload: None,
             done: NodeOutcome::FenceConfirmed,
             settled_nodes_only: false,
             operation: Operation::Acquire,
@@ -558,6 +584,7 @@ impl RedLock {
             token: token.expose().to_owned(),
             fence_key: None,
             number: None,
+            payload: None,
             done: NodeOutcome::Released,
             settled_nodes_only: false,
             operation: Operation::Release,

@@ -49,6 +49,13 @@ pub(crate) fn fence_key(prefix: &[u8], resource: &[u8]) -> Vec<u8> {
     key
 }
 
+/// The leader-info key of an election on `resource`: `prefix{resource}:leader`.
+pub(crate) fn leader_key(prefix: &[u8], resource: &[u8]) -> Vec<u8> {
+    let mut key = lock_key(prefix, resource);
+    key.extend_from_slice(b":leader");
+    key
+}
+
 /// A resource name for messages: UTF-8 shown as is, other bytes escaped.
 pub(crate) fn display(resource: &[u8]) -> String {
     resource.escape_ascii().to_string()

@@ -26,6 +26,8 @@ pub(crate) struct Request {
     pub(crate) token: String,
     /// The numeric argument (`ARGV[2]`): the ttl in ms, or the fencing token to confirm.
     pub(crate) number: Option<u64>,
+    /// A bytes argument after the others (leader info).
+    pub(crate) payload: Option<Vec<u8>>,
     /// What a node that did what we asked is reported as.
     pub(crate) done: NodeOutcome,
     /// Skip nodes still within their restart grace (acquire only: they must not vote).
@@ -196,6 +198,9 @@ async fn ask(
         invocation.arg(request.token.as_str());
         if let Some(number) = request.number {
             invocation.arg(number);
+        }
+        if let Some(payload) = &request.payload {
+            invocation.arg(payload.as_slice());
         }
         invocation
             .invoke_async::<Value>(&mut conn)

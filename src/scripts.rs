@@ -95,6 +95,22 @@ return ttl
     )
 });
 
+/// `KEYS[1]` lock key, `KEYS[2]` leader-info key, `ARGV[1]` token, `ARGV[2]` info.
+/// Only while the lock key holds our token: stores the leader's info (no expiry: it is
+/// trusted only while it names the token in the lock key).
+pub(crate) static WRITE_LEADER_INFO: LazyLock<Script> = LazyLock::new(|| {
+    Script::new(
+        r"
+local value = redis.call('GET', KEYS[1])
+if value == ARGV[1] then redis.call('SET', KEYS[2], ARGV[2]) return -1 end
+if not value then return -2 end
+local ttl = redis.call('PTTL', KEYS[1])
+if ttl == -1 then return -3 end
+return ttl
+",
+    )
+});
+
 /// What a script's integer reply means.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum ScriptReply {
@@ -158,6 +174,7 @@ mod tests {
             EXTEND.get_hash(),
             ACQUIRE_FENCED.get_hash(),
             CONFIRM_FENCE.get_hash(),
+            WRITE_LEADER_INFO.get_hash(),
         ];
         let distinct: std::collections::HashSet<_> = shas.iter().collect();
         assert_eq!(distinct.len(), shas.len());

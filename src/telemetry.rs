@@ -52,6 +52,7 @@ fn outcome_label(result: Result<(), &Error>) -> &'static str {
         Err(Error::Config(_)) => "config",
         Err(Error::NoRuntime) => "no_runtime",
         Err(Error::LeaseLost { .. }) => "lease_lost",
+        Err(Error::NoLeader { .. }) => "no_leader",
     }
 }
 

@@ -1,0 +1,188 @@
+//! Leader election: campaign, resign, proclaim, leader, observe, and terms across failures.
+
+use std::time::{Duration, Instant};
+
+use redquorum::RedLock;
+
+use crate::client;
+use crate::cluster::Cluster;
+
+const TTL: Duration = Duration::from_secs(1);
+
+fn candidate(cluster: &Cluster) -> RedLock {
+    // An unfenced client: elections fence anyway (the term is the fencing token).
+    client(cluster, Duration::from_millis(100))
+}
+
+#[tokio::test]
+async fn one_leader_at_a_time_and_a_prompt_hand_over_on_resign() {
+    let cluster = Cluster::start(5);
+    let a = candidate(&cluster)
+        .election("scheduler", TTL)
+        .expect("election");
+    let b = candidate(&cluster)
+        .election("scheduler", TTL)
+        .expect("election");
+    let observer = candidate(&cluster)
+        .election("scheduler", TTL)
+        .expect("election");
+    assert!(
+        observer
+            .leader()
+            .await
+            .expect_err("nobody yet")
+            .is_no_leader()
+    );
+
+    let leading_a = a.campaign("a").await.expect("a leads");
+    let leader = observer.leader().await.expect("a majority agrees");
+    assert_eq!(
+        (leader.value(), leader.term()),
+        (&b"a"[..], leading_a.term())
+    );
+
+    // b waits while a leads.
+    let campaign_b = tokio::spawn(async move { b.campaign("b").await });
+    tokio::time::sleep(TTL * 2).await;
+    assert!(!campaign_b.is_finished(), "b must not lead while a does");
+    assert!(!leading_a.signal().is_lost());
+
+    let resigned_at = Instant::now();
+    let term_a = leading_a.term();
+    leading_a.resign().await.expect("resign");
+    let leading_b = campaign_b.await.expect("task").expect("b leads");
+    let hand_over = resigned_at.elapsed();
+    println!("hand-over after resign: {hand_over:?}");
+    assert!(leading_b.term() > term_a, "terms strictly increase");
+    assert!(
+        hand_over < TTL,
+        "resign hands over before a's ttl would have expired: {hand_over:?}"
+    );
+    let leader = observer.leader().await.expect("b leads");
+    assert_eq!(
+        (leader.value(), leader.term()),
+        (&b"b"[..], leading_b.term())
+    );
+    leading_b.resign().await.expect("resign");
+    assert!(observer.leader().await.expect_err("nobody").is_no_leader());
+}
+
+#[tokio::test]
+async fn proclaim_changes_the_value_and_observers_see_it() {
+    let cluster = Cluster::start(3);
+    let election = candidate(&cluster)
+        .election("service", TTL)
+        .expect("election");
+    let mut leaders = election.observe();
+    let mut leading = election.campaign("10.0.0.1:80").await.expect("leads");
+    let term = leading.term();
+    let seen = tokio::time::timeout(Duration::from_secs(3), leaders.wait_for(|l| l.is_some()))
+        .await
+        .expect("observed in time")
+        .expect("observer alive")
+        .clone()
+        .expect("a leader");
+    assert_eq!((seen.value(), seen.term()), (&b"10.0.0.1:80"[..], term));
+    leading.proclaim("10.0.0.1:81").await.expect("proclaim");
+    let seen = tokio::time::timeout(
+        Duration::from_secs(3),
+        leaders.wait_for(|l| l.as_ref().is_some_and(|l| l.value() == b"10.0.0.1:81")),
+    )
+    .await
+    .expect("observed in time")
+    .expect("observer alive")
+    .clone()
+    .expect("a leader");
+    assert_eq!(seen.term(), term, "proclaim keeps the term");
+    leading.resign().await.expect("resign");
+    tokio::time::timeout(Duration::from_secs(3), leaders.wait_for(Option::is_none))
+        .await
+        .expect("observed in time")
+        .expect("observer alive");
+}
+
+#[tokio::test]
+async fn leadership_survives_two_dead_masters_and_steps_down_without_a_majority() {
+    let mut cluster = Cluster::start(5);
+    // Drift factor 0.1: the servers' expiry is at least 102 ms after the local deadline, a
+    // margin scheduling noise on a loaded machine cannot eat.
+    let election = RedLock::builder(cluster.urls())
+        .per_node_timeout(Duration::from_millis(100))
+        .drift_factor(0.1)
+        .build()
+        .expect("config")
+        .election("ha", TTL)
+        .expect("election");
+    let observer = candidate(&cluster).election("ha", TTL).expect("election");
+    let leading = election.campaign("first").await.expect("leads");
+    let first_term = leading.term();
+    cluster.kill(3);
+    cluster.kill(4);
+    tokio::time::sleep(TTL * 3).await;
+    assert!(
+        !leading.signal().is_lost(),
+        "2 of 5 down: leadership continues"
+    );
+    assert_eq!(
+        observer.leader().await.expect("still agreed").term(),
+        first_term
+    );
+
+    cluster.kill(2);
+    let reason = tokio::time::timeout(TTL * 2, leading.lost())
+        .await
+        .expect("lost by its deadline");
+    let lost_at = Instant::now();
+    assert!(
+        lost_at <= leading.signal().valid_until() + Duration::from_millis(12),
+        "{reason}"
+    );
+    let err = observer.leader().await.expect_err("no majority to agree");
+    assert!(err.is_no_quorum() || err.is_no_leader(), "{err}");
+    drop(leading);
+
+    for i in [2, 3, 4] {
+        cluster.restart(i);
+    }
+    let again = tokio::time::timeout(Duration::from_secs(10), election.campaign("second"))
+        .await
+        .expect("elected again after healing")
+        .expect("leads");
+    assert!(
+        again.term() > first_term,
+        "{} after {first_term}",
+        again.term()
+    );
+    again.resign().await.expect("resign");
+}
+
+#[tokio::test]
+async fn a_cancelled_campaign_leaves_nothing_behind() {
+    let cluster = Cluster::start(3);
+    let holder = candidate(&cluster).election("busy", TTL).expect("election");
+    let waiter = candidate(&cluster).election("busy", TTL).expect("election");
+    let leading = holder.campaign("holder").await.expect("leads");
+    let cancelled =
+        tokio::time::timeout(Duration::from_millis(600), waiter.campaign("waiter")).await;
+    assert!(
+        cancelled.is_err(),
+        "the waiter cannot lead while the holder does"
+    );
+    let term = leading.term();
+    leading.resign().await.expect("resign");
+    // Only the persistent counter and the (stale) leader info remain; no lock key.
+    let gone = || {
+        cluster
+            .keys()
+            .iter()
+            .all(|(_, k)| k.ends_with(b":fence") || k.ends_with(b":leader"))
+    };
+    assert!(
+        crate::eventually(Duration::from_secs(2), gone).await,
+        "{:?}",
+        cluster.keys()
+    );
+    let next = waiter.campaign("waiter").await.expect("leads now");
+    assert!(next.term() > term);
+    next.resign().await.expect("resign");
+}
