@@ -186,3 +186,69 @@ async fn a_cancelled_campaign_leaves_nothing_behind() {
     assert!(next.term() > term);
     next.resign().await.expect("resign");
 }
+
+/// The leader's whole runtime is frozen past its ttl: its own OS thread and current-thread
+/// runtime are blocked, so no timer, renewal or connection task runs, as under SIGSTOP of its
+/// process (a separate-process variant needs a helper binary; see the CLI). Another candidate
+/// is elected only after the frozen leader's deadline, with a higher term; when the frozen
+/// leader resumes, its `lost()` has already fired.
+#[test]
+fn a_frozen_leader_has_lost_by_its_deadline_and_the_next_term_starts_after_it() {
+    let cluster = Cluster::start(5);
+    let urls = cluster.urls();
+    let (frozen_tx, frozen_rx) = std::sync::mpsc::channel::<(Instant, u64)>();
+    let leader_a = std::thread::spawn(move || {
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .expect("runtime");
+        runtime.block_on(async {
+            let election = RedLock::new(&urls)
+                .expect("config")
+                .election("frozen", TTL)
+                .expect("election");
+            let leading = election.campaign("a").await.expect("a leads");
+            tokio::time::sleep(TTL).await; // a few renewals
+            let deadline = leading.signal().valid_until();
+            frozen_tx.send((deadline, leading.term())).expect("report");
+            // Freeze everything on this runtime for three ttls.
+            std::thread::sleep(TTL * 3);
+            let resumed = Instant::now();
+            let lost_at_once = tokio::time::timeout(Duration::from_millis(100), leading.lost())
+                .await
+                .is_ok();
+            (lost_at_once, resumed > deadline)
+        })
+    });
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("runtime");
+    let (deadline_a, term_a, elected_b, term_b) = runtime.block_on(async {
+        let (deadline_a, term_a) = frozen_rx.recv().expect("a froze");
+        let frozen_at = Instant::now();
+        let b = candidate(&cluster)
+            .election("frozen", TTL)
+            .expect("election");
+        let leading_b = b.campaign("b").await.expect("b leads");
+        let elected_b = Instant::now();
+        println!(
+            "b elected {:?} after a froze (ttl {TTL:?})",
+            elected_b - frozen_at
+        );
+        let term_b = leading_b.term();
+        leading_b.resign().await.expect("resign");
+        (deadline_a, term_a, elected_b, term_b)
+    });
+    let (lost_at_once, resumed_after_deadline) = leader_a.join().expect("leader thread");
+    assert!(resumed_after_deadline);
+    assert!(
+        lost_at_once,
+        "the frozen leader must see lost() as soon as it resumes"
+    );
+    assert!(
+        elected_b > deadline_a,
+        "leadership windows overlap: b elected before a's deadline"
+    );
+    assert!(term_b > term_a, "term {term_b} after {term_a}");
+}
