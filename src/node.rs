@@ -108,11 +108,13 @@ struct LinkHandle {
     broken: Arc<BrokenSignal>,
 }
 
-/// How callers tell the supervisor that a connection broke.
+/// How callers talk to the supervisor: a connection broke, or a down node is wanted now.
 #[derive(Default)]
 struct BrokenSignal {
     generation: AtomicU64,
     notify: Notify,
+    /// Traffic to a down node: retry the connection without waiting out the whole backoff.
+    wanted: Notify,
 }
 
 /// One configured Redis master.
@@ -181,7 +183,19 @@ impl Node {
         loop {
             match &*link.borrow_and_update() {
                 Link::Ready(ready) => return Ok(ready.clone()),
-                Link::Down(err) => return Err(NodeError::Unreachable(err.clone())),
+                Link::Down(err) => {
+                    // Fail fast, but let the supervisor know the node is wanted, so it comes
+                    // back into service soon after it returns rather than after a long backoff.
+                    if let Some(h) = self
+                        .handle
+                        .lock()
+                        .unwrap_or_else(|e| e.into_inner())
+                        .as_ref()
+                    {
+                        h.broken.wanted.notify_one();
+                    }
+                    return Err(NodeError::Unreachable(err.clone()));
+                }
                 Link::Connecting => {}
             }
             if link.changed().await.is_err() {
@@ -321,9 +335,15 @@ async fn supervise(
             Err(err) => {
                 tracing::debug!(node = %id, error = %err, retry_in = ?delay, "connection attempt failed");
                 tx.send_replace(Link::Down(err));
+                let earliest = tokio::time::Instant::now() + RECONNECT_MIN_DELAY;
                 tokio::select! {
                     _ = tx.closed() => return,
                     _ = tokio::time::sleep(delay) => {}
+                    // Wanted by a caller: retry early, but never more often than the minimum.
+                    _ = async {
+                        broken.wanted.notified().await;
+                        tokio::time::sleep_until(earliest).await;
+                    } => {}
                 }
                 delay = (delay * 2).min(RECONNECT_MAX_DELAY);
             }

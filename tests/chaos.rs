@@ -1,0 +1,357 @@
+//! The chaos suite: mutual exclusion under real faults, with figures, and negative controls
+//! that prove the checker can fail.
+//!
+//! Each scenario runs three contenders on one lock over five real masters behind fault
+//! proxies, while a seeded nemesis injects faults, and prints one line of figures. Bounded for
+//! CI by default; `REDQUORUM_SOAK_SECS=120` runs each scenario longer, and
+//! `REDQUORUM_CHAOS_SEED=n` replays another fault schedule.
+
+#[path = "support/chaos.rs"]
+mod chaos;
+#[path = "support/cluster.rs"]
+mod cluster;
+#[path = "support/proxy.rs"]
+mod proxy;
+
+use std::time::{Duration, Instant};
+
+use chaos::{Action, Figures, Hold, Scenario, overlaps, random_schedule};
+use proxy::{Fault, Proxy};
+use redquorum::RedLock;
+
+const TTL: Duration = Duration::from_millis(500);
+const NODE_TIMEOUT: Duration = Duration::from_millis(50);
+
+fn scenario(
+    name: &'static str,
+    schedule: Vec<(Duration, Action)>,
+    duration: Duration,
+    aof: bool,
+) -> Scenario {
+    Scenario {
+        name,
+        duration,
+        ttl: TTL,
+        per_node_timeout: NODE_TIMEOUT,
+        contenders: 3,
+        schedule,
+        aof,
+    }
+}
+
+/// The safety targets of scenarios 1–6.
+fn assert_safe(f: &Figures) {
+    println!("{f}");
+    assert_eq!(
+        f.overlaps, 0,
+        "{}: overlapping holds; faults: {:#?}",
+        f.name, f.fault_log
+    );
+    assert_eq!(f.keys_left, 0, "{}: keys left behind", f.name);
+    assert!(f.acquisitions > 0, "{}: nobody ever held the lock", f.name);
+}
+
+fn kill_then_restart_later(n: usize) -> (Action, Action) {
+    (Action::Kill(n), Action::Restart(n))
+}
+
+fn pause_then_resume(n: usize) -> (Action, Action) {
+    (Action::Pause(n), Action::Resume(n))
+}
+
+fn black_hole(n: usize) -> (Action, Action) {
+    (
+        Action::Net(n, Fault::BlackHole),
+        Action::Net(n, Fault::None),
+    )
+}
+
+fn latency_spike(n: usize) -> (Action, Action) {
+    (
+        Action::Net(n, Fault::Delay(NODE_TIMEOUT * 2)),
+        Action::Net(n, Fault::None),
+    )
+}
+
+fn resets(n: usize) -> (Action, Action) {
+    (Action::Net(n, Fault::Reset), Action::Net(n, Fault::None))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn scenario_1_kill_and_delayed_empty_restart() {
+    let seed = chaos::seed();
+    let duration = chaos::duration(Duration::from_secs(5));
+    // Restarted empty only after more than a ttl: the delayed-restart rule.
+    let schedule = random_schedule(
+        seed,
+        duration,
+        TTL * 3,
+        0.45..0.95,
+        2,
+        &[kill_then_restart_later],
+    );
+    let f = chaos::run(
+        scenario("1a kill + delayed restart", schedule, duration, false),
+        seed,
+    )
+    .await;
+    assert_safe(&f);
+    assert!(f.availability() >= 0.95, "{f}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn scenario_1_kill_and_durable_restart() {
+    let seed = chaos::seed() + 1;
+    let duration = chaos::duration(Duration::from_secs(5));
+    // appendfsync always: an immediate restart keeps every acknowledged key.
+    let schedule = random_schedule(
+        seed,
+        duration,
+        TTL * 2,
+        0.05..0.3,
+        2,
+        &[kill_then_restart_later],
+    );
+    let f = chaos::run(
+        scenario("1b kill + AOF restart", schedule, duration, true),
+        seed,
+    )
+    .await;
+    assert_safe(&f);
+    assert!(f.availability() >= 0.95, "{f}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn scenario_2_paused_masters() {
+    let seed = chaos::seed() + 2;
+    let duration = chaos::duration(Duration::from_secs(5));
+    // Paused for 0.1–3 × ttl.
+    let schedule = random_schedule(seed, duration, TTL * 3, 0.033..1.0, 2, &[pause_then_resume]);
+    let f = chaos::run(
+        scenario("2 pause 1-2 masters", schedule, duration, false),
+        seed,
+    )
+    .await;
+    assert_safe(&f);
+    assert!(f.availability() >= 0.95, "{f}");
+    // With two masters hung, no acquire waits longer than the per-node timeout, plus margin.
+    assert!(
+        f.acquire_max < NODE_TIMEOUT + Duration::from_millis(100),
+        "{f}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn scenario_3_network_faults() {
+    let seed = chaos::seed() + 3;
+    let duration = chaos::duration(Duration::from_secs(5));
+    let schedule = random_schedule(
+        seed,
+        duration,
+        TTL * 2,
+        0.2..0.9,
+        2,
+        &[black_hole, latency_spike, resets],
+    );
+    let f = chaos::run(
+        scenario("3 latency/black-hole/reset", schedule, duration, false),
+        seed,
+    )
+    .await;
+    assert_safe(&f);
+    assert!(f.availability() >= 0.95, "{f}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn scenario_4_mixed_nemesis() {
+    let seed = chaos::seed() + 4;
+    let duration = chaos::duration(Duration::from_secs(6));
+    let schedule = random_schedule(
+        seed,
+        duration,
+        TTL * 3,
+        0.4..0.95,
+        2,
+        &[
+            kill_then_restart_later,
+            pause_then_resume,
+            black_hole,
+            latency_spike,
+            resets,
+        ],
+    );
+    let f = chaos::run(scenario("4 mixed nemesis", schedule, duration, false), seed).await;
+    assert_safe(&f);
+    assert!(f.availability() >= 0.95, "{f}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn scenario_6_quorum_loss_and_recovery() {
+    let seed = chaos::seed() + 6;
+    let s = Duration::from_secs(1);
+    let schedule = vec![
+        (s, Action::Kill(0)),
+        (s, Action::Kill(2)),
+        (s, Action::Kill(4)),
+        (s * 3, Action::Restart(0)),
+        (s * 3, Action::Restart(2)),
+        (s * 3, Action::Restart(4)),
+    ];
+    let f = chaos::run(
+        scenario("6 quorum loss, then heal", schedule, s * 5, false),
+        seed,
+    )
+    .await;
+    assert_safe(&f);
+    assert!(
+        f.no_quorum > 0,
+        "acquisitions must fail as no quorum while 3 of 5 are down: {f}"
+    );
+    assert!(f.availability() >= 0.95, "{f}");
+}
+
+/// A hold recorded by hand, for the negative controls.
+async fn hold(rl: &RedLock) -> (redquorum::Lock, Instant) {
+    let lock = rl
+        .try_acquire(chaos::RESOURCE, Duration::from_secs(10))
+        .await
+        .expect("acquire");
+    (lock, Instant::now())
+}
+
+fn record(
+    holder: usize,
+    lock: &redquorum::Lock,
+    acquired: Instant,
+    release_started: Instant,
+) -> Hold {
+    Hold {
+        holder,
+        acquired,
+        valid_until: lock.valid_until(),
+        release_started,
+    }
+}
+
+/// Negative control (a): a master of the holder's quorum restarts empty at once (breaking the
+/// delayed-restart assumption) while another client reaches it. The checker must see it.
+#[tokio::test]
+async fn negative_control_a_empty_restart_without_delay_is_detected() {
+    let mut cluster = cluster::Cluster::start(5);
+    let a = RedLock::builder(cluster.urls())
+        .per_node_timeout(Duration::from_millis(250))
+        .build()
+        .expect("config");
+    let b = RedLock::builder(cluster.urls())
+        .per_node_timeout(Duration::from_millis(250))
+        .build()
+        .expect("config");
+    let (lock_a, acquired_a) = hold(&a).await;
+    for i in [0, 1, 2] {
+        cluster.restart(i);
+    }
+    b.connect().await.expect("connected");
+    let (lock_b, acquired_b) = hold(&b).await;
+    let now = Instant::now();
+    let holds = [
+        record(0, &lock_a, acquired_a, now),
+        record(1, &lock_b, acquired_b, now),
+    ];
+    let found = overlaps(&holds);
+    println!("negative control (a) empty restart without delay: overlaps {found}");
+    assert!(
+        found >= 1,
+        "the checker missed a violation it was set up to see"
+    );
+    drop((lock_a, lock_b));
+}
+
+/// Negative control (b): the holder's key expires early on one master of its quorum (a server
+/// clock jump) while another client acquires through that master. The checker must see it.
+#[tokio::test]
+async fn negative_control_b_premature_expiry_is_detected() {
+    let cluster = cluster::Cluster::start(5);
+    let mut proxies = Vec::new();
+    for i in 0..5 {
+        proxies.push(Proxy::start(cluster.server(i).port()).await);
+    }
+    let urls: Vec<String> = proxies.iter().map(Proxy::url).collect();
+    let a = RedLock::builder(&urls)
+        .per_node_timeout(Duration::from_millis(100))
+        .build()
+        .expect("config");
+    let b = RedLock::builder(&urls)
+        .per_node_timeout(Duration::from_millis(100))
+        .build()
+        .expect("config");
+    a.connect().await.expect("connected");
+    b.connect().await.expect("connected");
+    // A's quorum is exactly masters 0, 1, 2: its requests to 3 and 4 are swallowed.
+    for i in [3, 4] {
+        proxies[i].set(Fault::BlackHole);
+    }
+    let (lock_a, acquired_a) = hold(&a).await;
+    tokio::time::sleep(Duration::from_millis(150)).await;
+    for i in [3, 4] {
+        proxies[i].set(Fault::None);
+    }
+    // Premature expiry on master 0, then B reaches 0, 3 and 4.
+    let _: i64 = cluster.run(
+        0,
+        redis::cmd("DEL").arg(format!("redquorum:{{{}}}", chaos::RESOURCE)),
+    );
+    let deadline = Instant::now() + Duration::from_secs(3);
+    let (lock_b, acquired_b) = loop {
+        match b
+            .try_acquire(chaos::RESOURCE, Duration::from_secs(10))
+            .await
+        {
+            Ok(lock) => break (lock, Instant::now()),
+            Err(e) => assert!(Instant::now() < deadline, "B never got in: {e}"),
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    let now = Instant::now();
+    let holds = [
+        record(0, &lock_a, acquired_a, now),
+        record(1, &lock_b, acquired_b, now),
+    ];
+    let found = overlaps(&holds);
+    println!("negative control (b) premature expiry on one master: overlaps {found}");
+    assert!(
+        found >= 1,
+        "the checker missed a violation it was set up to see"
+    );
+    drop((lock_a, lock_b));
+}
+
+#[test]
+fn the_checker_counts_overlaps_exactly() {
+    let t0 = Instant::now();
+    let ms = Duration::from_millis;
+    let h = |holder, from: u64, to: u64| Hold {
+        holder,
+        acquired: t0 + ms(from),
+        valid_until: t0 + ms(to),
+        release_started: t0 + ms(to + 100),
+    };
+    assert_eq!(
+        overlaps(&[h(0, 0, 10), h(1, 10, 20), h(2, 20, 30)]),
+        0,
+        "touching is not overlapping"
+    );
+    assert_eq!(overlaps(&[h(0, 0, 10), h(1, 9, 20)]), 1);
+    assert_eq!(
+        overlaps(&[h(0, 0, 100), h(1, 10, 20), h(2, 30, 40)]),
+        2,
+        "both overlap the long hold"
+    );
+    // The window ends at the release when it comes first.
+    let released_early = Hold {
+        holder: 0,
+        acquired: t0,
+        valid_until: t0 + ms(100),
+        release_started: t0 + ms(5),
+    };
+    assert_eq!(overlaps(&[released_early, h(1, 10, 20)]), 0);
+}

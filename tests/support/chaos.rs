@@ -1,0 +1,430 @@
+//! Chaos runs: contenders on one lock, a seeded nemesis, and a checker of the holds.
+//!
+//! Every hold is recorded on this process's monotonic clock: `[acquired, end)` where `end` is
+//! the earlier of the lock's `valid_until` and the start of its release (a holder stops acting
+//! at its deadline, as a lease's `lost()` tells it). Two overlapping windows are a violation.
+#![allow(dead_code, unreachable_pub)]
+
+use std::fmt;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use rand::rngs::StdRng;
+use rand::{RngExt, SeedableRng};
+use redquorum::{Error, NodeOutcome, RedLock};
+
+use crate::cluster::Cluster;
+use crate::proxy::{Fault, Proxy};
+
+pub const RESOURCE: &str = "chaos:lock";
+pub const PREFIX: &[u8] = b"redquorum:";
+
+/// One holder's use of the lock.
+#[derive(Debug, Clone, Copy)]
+pub struct Hold {
+    pub holder: usize,
+    pub acquired: Instant,
+    pub valid_until: Instant,
+    pub release_started: Instant,
+}
+
+impl Hold {
+    pub fn end(&self) -> Instant {
+        self.valid_until.min(self.release_started)
+    }
+}
+
+/// Number of pairs of holds whose windows overlap.
+pub fn overlaps(holds: &[Hold]) -> usize {
+    let mut sorted = holds.to_vec();
+    sorted.sort_by_key(|h| h.acquired);
+    let mut count = 0;
+    let mut latest_end: Option<Instant> = None;
+    for h in &sorted {
+        if latest_end.is_some_and(|end| h.acquired < end) {
+            count += 1;
+        }
+        latest_end = latest_end.max(Some(h.end()));
+    }
+    count
+}
+
+/// What the nemesis does at one moment.
+#[derive(Debug, Clone, Copy)]
+pub enum Action {
+    Kill(usize),
+    /// Start again on the same port (empty, or from its AOF if the cluster persists).
+    Restart(usize),
+    Pause(usize),
+    Resume(usize),
+    /// A proxy fault on the way from every client to a node.
+    Net(usize, Fault),
+    /// The lock key deleted on one node: stands in for a server clock jump.
+    Expire(usize),
+}
+
+/// A scenario: who does what, for how long.
+#[derive(Debug, Clone)]
+pub struct Scenario {
+    pub name: &'static str,
+    pub duration: Duration,
+    pub ttl: Duration,
+    pub per_node_timeout: Duration,
+    pub contenders: usize,
+    pub schedule: Vec<(Duration, Action)>,
+    pub aof: bool,
+}
+
+/// The figures of one run.
+#[derive(Debug, Default, Clone)]
+pub struct Figures {
+    pub name: &'static str,
+    pub seed: u64,
+    pub attempts: u64,
+    pub acquisitions: u64,
+    pub overlaps: usize,
+    pub conflicts: u64,
+    pub no_quorum: u64,
+    pub other_errors: u64,
+    /// Single-round attempts made while a majority of nodes was healthy and the lock free.
+    pub attempts_with_majority_and_free: u64,
+    pub failures_with_majority_and_free: u64,
+    /// Release answers from nodes where another holder owned the key (refused by the compare).
+    pub foreign_release_refusals: u64,
+    pub releases_after_expiry: u64,
+    pub keys_left: usize,
+    pub acquire_p50: Duration,
+    pub acquire_p99: Duration,
+    pub acquire_max: Duration,
+    pub fault_log: Vec<String>,
+}
+
+impl Figures {
+    pub fn availability(&self) -> f64 {
+        if self.attempts_with_majority_and_free == 0 {
+            return 1.0;
+        }
+        1.0 - self.failures_with_majority_and_free as f64
+            / self.attempts_with_majority_and_free as f64
+    }
+}
+
+impl fmt::Display for Figures {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "{:<28} seed {:>5} | {:>5} acquisitions / {:>5} attempts | overlaps {} | keys left {} | \
+             foreign-key release refusals {} | late releases {} | availability {:.2}% ({} of {}) | \
+             conflict {} no-quorum {} other {} | acquire p50 {:.2?} p99 {:.2?} max {:.2?}",
+            self.name,
+            self.seed,
+            self.acquisitions,
+            self.attempts,
+            self.overlaps,
+            self.keys_left,
+            self.foreign_release_refusals,
+            self.releases_after_expiry,
+            self.availability() * 100.0,
+            self.attempts_with_majority_and_free - self.failures_with_majority_and_free,
+            self.attempts_with_majority_and_free,
+            self.conflicts,
+            self.no_quorum,
+            self.other_errors,
+            self.acquire_p50,
+            self.acquire_p99,
+            self.acquire_max,
+        )
+    }
+}
+
+/// Shared state of a run.
+#[derive(Default)]
+struct Record {
+    holds: Vec<Hold>,
+    latencies: Vec<Duration>,
+    figures: Figures,
+}
+
+/// Which nodes are healthy right now, as the nemesis left them.
+struct Health {
+    healthy: Mutex<Vec<bool>>,
+    quorum: usize,
+}
+
+impl Health {
+    fn majority(&self) -> bool {
+        self.healthy
+            .lock()
+            .map(|h| h.iter().filter(|x| **x).count() >= self.quorum)
+            .unwrap_or(false)
+    }
+}
+
+/// The seed of this run: `REDQUORUM_CHAOS_SEED`, or a fixed default so CI is repeatable.
+pub fn seed() -> u64 {
+    std::env::var("REDQUORUM_CHAOS_SEED")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(20261121)
+}
+
+/// How long each scenario runs: `REDQUORUM_SOAK_SECS` for a soak, a few seconds in CI.
+pub fn duration(ci_default: Duration) -> Duration {
+    std::env::var("REDQUORUM_SOAK_SECS")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .map(Duration::from_secs)
+        .unwrap_or(ci_default)
+}
+
+/// Runs `scenario` on a fresh five-node cluster behind proxies.
+pub async fn run(scenario: Scenario, seed: u64) -> Figures {
+    let cluster = Arc::new(Mutex::new(if scenario.aof {
+        Cluster::start_with(5, crate::cluster::Persistence::AofAlways)
+    } else {
+        Cluster::start(5)
+    }));
+    let ports: Vec<u16> = {
+        let c = cluster.lock().expect("cluster");
+        (0..5).map(|i| c.server(i).port()).collect()
+    };
+    let mut proxies = Vec::new();
+    for port in &ports {
+        proxies.push(Proxy::start(*port).await);
+    }
+    let proxies = Arc::new(proxies);
+    let urls: Vec<String> = proxies.iter().map(Proxy::url).collect();
+    let health = Arc::new(Health {
+        healthy: Mutex::new(vec![true; 5]),
+        quorum: 3,
+    });
+    let record = Arc::new(Mutex::new(Record::default()));
+    let holding = Arc::new(AtomicBool::new(false));
+    let stop = Arc::new(AtomicBool::new(false));
+
+    let mut tasks = Vec::new();
+    for holder in 0..scenario.contenders {
+        let rl = RedLock::builder(&urls)
+            .per_node_timeout(scenario.per_node_timeout)
+            .retry_seed(seed ^ holder as u64)
+            .build()
+            .expect("config");
+        tasks.push(tokio::spawn(contend(
+            holder,
+            rl,
+            scenario.ttl,
+            seed.wrapping_add(holder as u64),
+            record.clone(),
+            health.clone(),
+            holding.clone(),
+            stop.clone(),
+        )));
+    }
+
+    let started = Instant::now();
+    let mut fault_log = Vec::new();
+    for (at, action) in &scenario.schedule {
+        tokio::time::sleep_until((started + *at).into()).await;
+        fault_log.push(format!("{:>6.2}s {action:?}", at.as_secs_f64()));
+        apply(*action, &cluster, &proxies, &health).await;
+    }
+    tokio::time::sleep_until((started + scenario.duration).into()).await;
+    stop.store(true, Ordering::Relaxed);
+    for t in tasks {
+        t.await.expect("contender");
+    }
+    // Heal, so what is left behind can be counted on every node.
+    for i in 0..5 {
+        proxies[i].set(Fault::None);
+        let mut c = cluster.lock().expect("cluster");
+        if !c.server(i).is_running() {
+            if c.port_open(i) {
+                c.resume(i);
+            } else {
+                c.restart(i);
+            }
+        }
+    }
+    // Holders' keys from failed releases expire with the ttl.
+    tokio::time::sleep(scenario.ttl + Duration::from_millis(200)).await;
+    let keys_left = cluster
+        .lock()
+        .expect("cluster")
+        .keys()
+        .iter()
+        .filter(|(_, k)| k.starts_with(PREFIX))
+        .count();
+
+    let mut r = record.lock().expect("record");
+    let mut figures = std::mem::take(&mut r.figures);
+    figures.name = scenario.name;
+    figures.seed = seed;
+    figures.overlaps = overlaps(&r.holds);
+    figures.keys_left = keys_left;
+    figures.fault_log = fault_log;
+    let mut lat = r.latencies.clone();
+    lat.sort_unstable();
+    let at = |q: f64| {
+        lat.get(((lat.len().max(1) - 1) as f64 * q) as usize)
+            .copied()
+            .unwrap_or_default()
+    };
+    figures.acquire_p50 = at(0.5);
+    figures.acquire_p99 = at(0.99);
+    figures.acquire_max = lat.last().copied().unwrap_or_default();
+    figures
+}
+
+async fn apply(action: Action, cluster: &Mutex<Cluster>, proxies: &[Proxy], health: &Health) {
+    let set_health = |i: usize, ok: bool| {
+        if let Ok(mut h) = health.healthy.lock() {
+            h[i] = ok;
+        }
+    };
+    match action {
+        Action::Kill(i) => {
+            cluster.lock().expect("cluster").kill(i);
+            set_health(i, false);
+        }
+        Action::Restart(i) => {
+            cluster.lock().expect("cluster").restart(i);
+            set_health(i, true);
+        }
+        Action::Pause(i) => {
+            cluster.lock().expect("cluster").pause(i);
+            set_health(i, false);
+        }
+        Action::Resume(i) => {
+            cluster.lock().expect("cluster").resume(i);
+            set_health(i, true);
+        }
+        Action::Net(i, fault) => {
+            proxies[i].set(fault);
+            // The scenarios delay by more than the per-node timeout: such a node cannot vote.
+            set_health(i, fault == Fault::None);
+        }
+        Action::Expire(i) => {
+            let c = cluster.lock().expect("cluster");
+            if c.server(i).is_running() {
+                let key = format!("redquorum:{{{RESOURCE}}}");
+                let _: i64 = c.run(i, redis::cmd("DEL").arg(key));
+            }
+        }
+    }
+}
+
+#[allow(clippy::too_many_arguments)]
+async fn contend(
+    holder: usize,
+    rl: RedLock,
+    ttl: Duration,
+    seed: u64,
+    record: Arc<Mutex<Record>>,
+    health: Arc<Health>,
+    holding: Arc<AtomicBool>,
+    stop: Arc<AtomicBool>,
+) {
+    let mut rng = StdRng::seed_from_u64(seed);
+    while !stop.load(Ordering::Relaxed) {
+        let majority_and_free = health.majority() && !holding.load(Ordering::Acquire);
+        let t = Instant::now();
+        let result = rl.try_acquire(RESOURCE, ttl).await;
+        let latency = t.elapsed();
+        match result {
+            Ok(lock) => {
+                let acquired = Instant::now();
+                holding.store(true, Ordering::Release);
+                {
+                    let mut r = record.lock().expect("record");
+                    r.figures.attempts += 1;
+                    r.figures.acquisitions += 1;
+                    r.latencies.push(latency);
+                    if majority_and_free {
+                        r.figures.attempts_with_majority_and_free += 1;
+                    }
+                }
+                let hold = Duration::from_millis(rng.random_range(0..20)).min(lock.remaining());
+                tokio::time::sleep(hold).await;
+                let valid_until = lock.valid_until();
+                let release_started = Instant::now();
+                holding.store(false, Ordering::Release);
+                let released = lock.release().await;
+                let mut r = record.lock().expect("record");
+                r.holds.push(Hold {
+                    holder,
+                    acquired,
+                    valid_until,
+                    release_started,
+                });
+                let report = match &released {
+                    Ok(report) => Some(report),
+                    Err(e) => {
+                        if e.is_expired() {
+                            r.figures.releases_after_expiry += 1;
+                        }
+                        e.report()
+                    }
+                };
+                r.figures.foreign_release_refusals += report
+                    .map(|rep| {
+                        rep.iter()
+                            .filter(|n| matches!(n.outcome(), NodeOutcome::HeldByOther { .. }))
+                            .count() as u64
+                    })
+                    .unwrap_or(0);
+            }
+            Err(e) => {
+                let mut r = record.lock().expect("record");
+                r.figures.attempts += 1;
+                match e {
+                    Error::Conflict(_) => r.figures.conflicts += 1,
+                    Error::NoQuorum(_) => r.figures.no_quorum += 1,
+                    _ => r.figures.other_errors += 1,
+                }
+                // An attempt that found the lock free and a majority healthy, yet failed to
+                // acquire for a reason other than another holder getting in first.
+                if majority_and_free {
+                    r.figures.attempts_with_majority_and_free += 1;
+                    if !e.is_conflict() {
+                        r.figures.failures_with_majority_and_free += 1;
+                    }
+                }
+            }
+        }
+        tokio::time::sleep(Duration::from_millis(rng.random_range(1..10))).await;
+    }
+}
+
+/// A fault on a node and the action that heals it.
+pub type FaultPair = fn(usize) -> (Action, Action);
+
+/// A random schedule over `duration`: every `every`, faults on 1 to `max_down` random nodes,
+/// healed after a random share (`heal_after`) of `every`. The same seed gives the same schedule.
+pub fn random_schedule(
+    seed: u64,
+    duration: Duration,
+    every: Duration,
+    heal_after: std::ops::Range<f64>,
+    max_down: usize,
+    faults: &[FaultPair],
+) -> Vec<(Duration, Action)> {
+    let mut rng = StdRng::seed_from_u64(seed);
+    let mut schedule = Vec::new();
+    let mut at = every;
+    while at + every < duration {
+        let mut nodes: Vec<usize> = (0..5).collect();
+        let down = rng.random_range(1..=max_down);
+        let mut heal = Vec::new();
+        for _ in 0..down {
+            let node = nodes.remove(rng.random_range(0..nodes.len()));
+            let (fault, cure) = faults[rng.random_range(0..faults.len())](node);
+            schedule.push((at, fault));
+            heal.push(cure);
+        }
+        let heal_at = at + every.mul_f64(rng.random_range(heal_after.clone()));
+        schedule.extend(heal.into_iter().map(|cure| (heal_at, cure)));
+        at += every;
+    }
+    schedule
+}
