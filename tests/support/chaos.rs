@@ -115,7 +115,7 @@ impl fmt::Display for Figures {
         write!(
             f,
             "{:<28} seed {:>5} | {:>5} acquisitions / {:>5} attempts | overlaps {} | keys left {} | \
-             foreign-key release refusals {} | late releases {} | availability {:.2}% ({} of {}) | \
+             release refusals on another key {} | releases reported expired {} | availability {:.2}% ({} of {}) | \
              conflict {} no-quorum {} other {} | acquire p50 {:.2?} p99 {:.2?} max {:.2?}",
             self.name,
             self.seed,

@@ -20,7 +20,8 @@ pub enum Fault {
     None,
     /// Forward everything, each chunk held back this long (both directions).
     Delay(Duration),
-    /// Accept connections and requests, never forward or answer anything.
+    /// Accept connections, never answer: nothing is read or forwarded while it lasts, and
+    /// what was sent flows on, in order, once it heals (a partition, not a byte-dropping box).
     BlackHole,
     /// Reset every connection (RST), open ones at once and new ones on accept.
     Reset,
@@ -111,6 +112,15 @@ async fn pump(
     let mut requests = [0u8; 16 * 1024];
     let mut replies = [0u8; 16 * 1024];
     loop {
+        // A black hole stops reading in both directions: bytes wait in the kernel's buffers,
+        // as they would behind a partition, and flow again, in order, once it heals. (Dropping
+        // bytes on a live connection is something TCP never does.)
+        if *fault.borrow() == Fault::BlackHole {
+            if fault.wait_for(|f| *f != Fault::BlackHole).await.is_err() {
+                return;
+            }
+            continue;
+        }
         tokio::select! {
             changed = fault.changed() => {
                 if changed.is_err() || *fault.borrow() == Fault::Reset {
@@ -119,38 +129,41 @@ async fn pump(
             }
             read = client_rx.read(&mut requests) => {
                 let Ok(n @ 1..) = read else { return };
-                let current = *fault.borrow();
-                match current {
-                    Fault::BlackHole => {}
-                    Fault::Reset => return,
-                    Fault::Delay(d) => {
-                        tokio::time::sleep(d).await;
-                        if server_tx.write_all(&requests[..n]).await.is_err() { return; }
-                    }
-                    Fault::None | Fault::CutReplies => {
-                        if server_tx.write_all(&requests[..n]).await.is_err() { return; }
-                    }
+                if !forward(&requests[..n], server_tx, fault, false).await {
+                    return;
                 }
             }
             read = server_rx.read(&mut replies) => {
                 let Ok(n @ 1..) = read else { return };
-                let current = *fault.borrow();
-                match current {
-                    Fault::BlackHole => {}
-                    Fault::Reset => return,
-                    Fault::CutReplies => {
-                        let _ = client_tx.write_all(&replies[..1]).await;
-                        return;
-                    }
-                    Fault::Delay(d) => {
-                        tokio::time::sleep(d).await;
-                        if client_tx.write_all(&replies[..n]).await.is_err() { return; }
-                    }
-                    Fault::None => {
-                        if client_tx.write_all(&replies[..n]).await.is_err() { return; }
-                    }
+                if !forward(&replies[..n], client_tx, fault, true).await {
+                    return;
                 }
             }
         }
+    }
+}
+
+/// Forwards bytes already read under the current fault; false when the connection must close.
+async fn forward(
+    bytes: &[u8],
+    to: &mut tokio::net::tcp::OwnedWriteHalf,
+    fault: &mut watch::Receiver<Fault>,
+    is_reply: bool,
+) -> bool {
+    // Read just before a black hole opened: hold them until it heals, never drop them.
+    let Ok(current) = fault.wait_for(|f| *f != Fault::BlackHole).await.map(|f| *f) else {
+        return false;
+    };
+    match current {
+        Fault::Reset => false,
+        Fault::CutReplies if is_reply => {
+            let _ = to.write_all(&bytes[..1]).await;
+            false
+        }
+        Fault::Delay(d) => {
+            tokio::time::sleep(d).await;
+            to.write_all(bytes).await.is_ok()
+        }
+        Fault::None | Fault::CutReplies | Fault::BlackHole => to.write_all(bytes).await.is_ok(),
     }
 }
