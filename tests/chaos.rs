@@ -162,6 +162,51 @@ async fn scenario_3_network_faults() {
     assert!(f.availability() >= 0.95, "{f}");
 }
 
+/// Asymmetric partitions: client 0 cannot reach two masters, client 1 two others, client 2
+/// reaches all; each still sees a majority, and no two may hold the lock at once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn scenario_3_asymmetric_client_partitions() {
+    use rand::{RngExt, SeedableRng};
+    let seed = chaos::seed() + 30;
+    let duration = chaos::duration(Duration::from_secs(5));
+    let mut rng = rand::rngs::StdRng::seed_from_u64(seed);
+    let mut schedule = Vec::new();
+    let mut at = TTL * 2;
+    while at + TTL * 4 < duration {
+        let mut nodes: Vec<usize> = (0..5).collect();
+        for client in [0, 1] {
+            for _ in 0..2 {
+                let node = nodes.remove(rng.random_range(0..nodes.len()));
+                schedule.push((
+                    at,
+                    Action::Partition {
+                        client,
+                        node,
+                        fault: Fault::BlackHole,
+                    },
+                ));
+                schedule.push((
+                    at + TTL * 3,
+                    Action::Partition {
+                        client,
+                        node,
+                        fault: Fault::None,
+                    },
+                ));
+            }
+            nodes = (0..5).collect();
+        }
+        at += TTL * 4;
+    }
+    schedule.sort_by_key(|(t, _)| *t);
+    let f = chaos::run(
+        scenario("3b asymmetric partitions", schedule, duration, false),
+        seed,
+    )
+    .await;
+    assert_safe(&f);
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn scenario_4_mixed_nemesis() {
     let seed = chaos::seed() + 4;

@@ -60,6 +60,12 @@ pub enum Action {
     Resume(usize),
     /// A proxy fault on the way from every client to a node.
     Net(usize, Fault),
+    /// A proxy fault on the way from one client (contender) to a node: asymmetric partitions.
+    Partition {
+        client: usize,
+        node: usize,
+        fault: Fault,
+    },
     /// The lock key deleted on one node: stands in for a server clock jump.
     Expire(usize),
 }
@@ -189,12 +195,16 @@ pub async fn run(scenario: Scenario, seed: u64) -> Figures {
         let c = cluster.lock().expect("cluster");
         (0..5).map(|i| c.server(i).port()).collect()
     };
-    let mut proxies = Vec::new();
-    for port in &ports {
-        proxies.push(Proxy::start(*port).await);
+    // One set of proxies per contender, so a partition can cut one client off alone.
+    let mut proxies: Vec<Vec<Proxy>> = Vec::new();
+    for _ in 0..scenario.contenders {
+        let mut set = Vec::new();
+        for port in &ports {
+            set.push(Proxy::start(*port).await);
+        }
+        proxies.push(set);
     }
     let proxies = Arc::new(proxies);
-    let urls: Vec<String> = proxies.iter().map(Proxy::url).collect();
     let health = Arc::new(Health {
         healthy: Mutex::new(vec![true; 5]),
         quorum: 3,
@@ -205,6 +215,7 @@ pub async fn run(scenario: Scenario, seed: u64) -> Figures {
 
     let mut tasks = Vec::new();
     for holder in 0..scenario.contenders {
+        let urls: Vec<String> = proxies[holder].iter().map(Proxy::url).collect();
         let rl = RedLock::builder(&urls)
             .per_node_timeout(scenario.per_node_timeout)
             .retry_seed(seed ^ holder as u64)
@@ -236,7 +247,9 @@ pub async fn run(scenario: Scenario, seed: u64) -> Figures {
     }
     // Heal, so what is left behind can be counted on every node.
     for i in 0..5 {
-        proxies[i].set(Fault::None);
+        for set in proxies.iter() {
+            set[i].set(Fault::None);
+        }
         let mut c = cluster.lock().expect("cluster");
         if !c.server(i).is_running() {
             if c.port_open(i) {
@@ -276,7 +289,7 @@ pub async fn run(scenario: Scenario, seed: u64) -> Figures {
     figures
 }
 
-async fn apply(action: Action, cluster: &Mutex<Cluster>, proxies: &[Proxy], health: &Health) {
+async fn apply(action: Action, cluster: &Mutex<Cluster>, proxies: &[Vec<Proxy>], health: &Health) {
     let set_health = |i: usize, ok: bool| {
         if let Ok(mut h) = health.healthy.lock() {
             h[i] = ok;
@@ -299,8 +312,18 @@ async fn apply(action: Action, cluster: &Mutex<Cluster>, proxies: &[Proxy], heal
             cluster.lock().expect("cluster").resume(i);
             set_health(i, true);
         }
+        Action::Partition {
+            client,
+            node,
+            fault,
+        } => {
+            // One client loses a node; the node stays healthy for the others.
+            proxies[client][node].set(fault);
+        }
         Action::Net(i, fault) => {
-            proxies[i].set(fault);
+            for set in proxies {
+                set[i].set(fault);
+            }
             // The scenarios delay by more than the per-node timeout: such a node cannot vote.
             set_health(i, fault == Fault::None);
         }
