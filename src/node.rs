@@ -56,6 +56,12 @@ impl IntoNode for &str {
     }
 }
 
+impl IntoNode for &&str {
+    fn into_client(self) -> Result<Client, RedisError> {
+        Client::open(*self)
+    }
+}
+
 impl IntoNode for String {
     fn into_client(self) -> Result<Client, RedisError> {
         Client::open(self)

@@ -400,3 +400,202 @@ fn the_checker_counts_overlaps_exactly() {
     };
     assert_eq!(overlaps(&[released_early, h(1, 10, 20)]), 0);
 }
+
+/// A contender's pause between two holds in scenario 5.
+const BETWEEN_JOBS: Duration = Duration::from_millis(250);
+
+/// Set in a child process: it is a contender, not a test run.
+const CHILD_ENV: &str = "REDQUORUM_CHAOS_CONTENDER";
+
+/// The host's monotonic clock (`CLOCK_MONOTONIC`), shared by every process on the machine.
+fn monotonic() -> Duration {
+    let t = nix::time::clock_gettime(nix::time::ClockId::CLOCK_MONOTONIC).expect("monotonic clock");
+    Duration::new(t.tv_sec() as u64, t.tv_nsec() as u32)
+}
+
+/// An `Instant` of this process on the shared monotonic clock.
+fn to_monotonic(at: Instant) -> Duration {
+    let (now_i, now_m) = (Instant::now(), monotonic());
+    if at <= now_i {
+        now_m - (now_i - at)
+    } else {
+        now_m + (at - now_i)
+    }
+}
+
+/// A time on the shared monotonic clock as an `Instant` of this process.
+fn from_monotonic(at: Duration) -> Instant {
+    let (now_i, now_m) = (Instant::now(), monotonic());
+    if at <= now_m {
+        now_i - (now_m - at)
+    } else {
+        now_i + (at - now_m)
+    }
+}
+
+/// Entry point of a contender process (this test binary, re-executed with [`CHILD_ENV`] set).
+/// Without the variable it returns at once: it is not a test of its own.
+#[tokio::test]
+async fn contender_process_entry() {
+    let Ok(config) = std::env::var(CHILD_ENV) else {
+        return;
+    };
+    let (urls, secs) = config.split_once('|').expect("urls|seconds");
+    let urls: Vec<&str> = urls.split(',').collect();
+    let until = Instant::now() + Duration::from_secs(secs.parse().expect("seconds"));
+    let rl = RedLock::builder(&urls)
+        .per_node_timeout(NODE_TIMEOUT)
+        .build()
+        .expect("config");
+    while Instant::now() < until {
+        let Ok(lock) = rl
+            .acquire_within(chaos::RESOURCE, TTL, Duration::from_secs(1))
+            .await
+        else {
+            continue;
+        };
+        let acquired = Instant::now();
+        println!("ACQUIRED");
+        tokio::time::sleep(Duration::from_millis(30).min(lock.remaining())).await;
+        let valid_until = lock.valid_until();
+        let release_started = Instant::now();
+        let released = lock.release().await;
+        println!(
+            "HOLD {} {} {} {}",
+            to_monotonic(acquired).as_nanos(),
+            to_monotonic(valid_until).as_nanos(),
+            to_monotonic(release_started).as_nanos(),
+            released.map_or_else(
+                |e| if e.is_expired() { "expired" } else { "failed" },
+                |_| "released"
+            ),
+        );
+        // Between jobs, longer than the retry delays (50–200 ms), so that the others get their
+        // turn: retry-with-jitter waiting is not fair, and fairness is not what this tests.
+        tokio::time::sleep(BETWEEN_JOBS).await;
+    }
+}
+
+/// Scenario 5: contenders in separate OS processes (and one in this process); one contender
+/// process is SIGSTOPped while it holds the lock, for three ttls. It must not count as a
+/// violation as long as it stops acting at `valid_until` (its window ends there), and nobody
+/// else may hold the lock before that. It releases late, and is told so.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn scenario_5_a_contender_process_paused_while_holding() {
+    use std::io::BufRead;
+    use std::process::{Command, Stdio};
+    use std::sync::{Arc, Mutex};
+
+    let cluster = cluster::Cluster::start(5);
+    let secs = chaos::duration(Duration::from_secs(4)).as_secs().max(2);
+    let config = format!("{}|{secs}", cluster.urls().join(","));
+    let holds = Arc::new(Mutex::new(Vec::<Hold>::new()));
+    let late_releases = Arc::new(Mutex::new(0u32));
+    let mut children = Vec::new();
+    let mut readers = Vec::new();
+    for child in 0..2usize {
+        let mut process = Command::new(std::env::current_exe().expect("test binary"))
+            .args([
+                "contender_process_entry",
+                "--exact",
+                "--nocapture",
+                "--test-threads=1",
+            ])
+            .env(CHILD_ENV, &config)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("spawn contender process");
+        let pid = nix::unistd::Pid::from_raw(process.id() as i32);
+        let stdout = process.stdout.take().expect("stdout");
+        let (holds, late) = (holds.clone(), late_releases.clone());
+        readers.push(std::thread::spawn(move || {
+            let mut acquisitions = 0;
+            for line in std::io::BufReader::new(stdout)
+                .lines()
+                .map_while(Result::ok)
+            {
+                if line == "ACQUIRED" {
+                    acquisitions += 1;
+                    // The first process is frozen while it holds its second lock.
+                    if child == 0 && acquisitions == 2 {
+                        nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGSTOP)
+                            .expect("stop");
+                        std::thread::sleep(TTL * 3);
+                        nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGCONT)
+                            .expect("continue");
+                    }
+                } else if let Some(rest) = line.strip_prefix("HOLD ") {
+                    let f: Vec<&str> = rest.split(' ').collect();
+                    let at = |i: usize| {
+                        from_monotonic(Duration::from_nanos(f[i].parse::<u64>().expect("ns")))
+                    };
+                    holds.lock().expect("holds").push(Hold {
+                        holder: child,
+                        acquired: at(0),
+                        valid_until: at(1),
+                        release_started: at(2),
+                    });
+                    if f[3] == "expired" {
+                        *late.lock().expect("late") += 1;
+                    }
+                }
+            }
+        }));
+        children.push(process);
+    }
+    // One contender in this process as well.
+    let rl = RedLock::builder(cluster.urls())
+        .per_node_timeout(NODE_TIMEOUT)
+        .build()
+        .expect("config");
+    let until = Instant::now() + Duration::from_secs(secs);
+    while Instant::now() < until {
+        if let Ok(lock) = rl
+            .acquire_within(chaos::RESOURCE, TTL, Duration::from_secs(1))
+            .await
+        {
+            let acquired = Instant::now();
+            tokio::time::sleep(Duration::from_millis(30)).await;
+            let hold = Hold {
+                holder: 9,
+                acquired,
+                valid_until: lock.valid_until(),
+                release_started: Instant::now(),
+            };
+            let _ = lock.release().await;
+            holds.lock().expect("holds").push(hold);
+            tokio::time::sleep(BETWEEN_JOBS).await;
+        }
+    }
+    for mut c in children {
+        assert!(
+            c.wait().expect("contender process").success(),
+            "a contender process failed"
+        );
+    }
+    for r in readers {
+        r.join().expect("reader");
+    }
+    let holds = holds.lock().expect("holds").clone();
+    let late = *late_releases.lock().expect("late");
+    let found = overlaps(&holds);
+    let per = |h: usize| holds.iter().filter(|x| x.holder == h).count();
+    println!(
+        "5 paused contender process | holds: process A {}, process B {}, in-process {} | overlaps {found} | releases reported expired {late}",
+        per(0),
+        per(1),
+        per(9)
+    );
+    assert_eq!(found, 0, "overlapping holds");
+    assert!(
+        late >= 1,
+        "the paused holder must be told its release came too late"
+    );
+    assert!(
+        per(0) >= 3 && per(1) >= 1 && per(9) >= 1,
+        "every contender held the lock"
+    );
+    tokio::time::sleep(TTL).await;
+    cluster.assert_no_keys_under(chaos::PREFIX);
+}
