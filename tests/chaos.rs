@@ -48,6 +48,11 @@ fn assert_safe(f: &Figures) {
         f.name, f.fault_log
     );
     assert_eq!(f.keys_left, 0, "{}: keys left behind", f.name);
+    assert_eq!(
+        f.optimistic_validity, 0,
+        "{}: a lock claimed validity a majority no longer gave it",
+        f.name
+    );
     assert!(f.acquisitions > 0, "{}: nobody ever held the lock", f.name);
 }
 
@@ -344,6 +349,14 @@ async fn negative_control_b_premature_expiry_is_detected() {
     let _: i64 = cluster.run(
         0,
         redis::cmd("DEL").arg(format!("redquorum:{{{}}}", chaos::RESOURCE)),
+    );
+    // The optimistic-validity probe sees it too: A's deadline is now past the moment a majority
+    // held its key.
+    let ports: Vec<u16> = (0..5).map(|i| cluster.server(i).port()).collect();
+    let majority_until = chaos::majority_holds_until(&ports, lock_a.token().expose()).await;
+    assert!(
+        lock_a.valid_until() > majority_until,
+        "the optimistic-validity probe missed it"
     );
     let deadline = Instant::now() + Duration::from_secs(3);
     let (lock_b, acquired_b) = loop {

@@ -99,6 +99,9 @@ pub struct Figures {
     /// Release answers from nodes where another holder owned the key (refused by the compare).
     pub foreign_release_refusals: u64,
     pub releases_after_expiry: u64,
+    /// Locks whose `valid_until` came after the moment fewer than a majority of masters still
+    /// held their key (probed right after the acquire): validity that was claimed but not there.
+    pub optimistic_validity: u64,
     pub keys_left: usize,
     pub acquire_p50: Duration,
     pub acquire_p99: Duration,
@@ -121,7 +124,8 @@ impl fmt::Display for Figures {
         write!(
             f,
             "{:<28} seed {:>5} | {:>5} acquisitions / {:>5} attempts | overlaps {} | keys left {} | \
-             release refusals on another key {} | releases reported expired {} | availability {:.2}% ({} of {}) | \
+             optimistic validity {} | release refusals on another key {} | releases reported expired {} | \
+             availability {:.2}% ({} of {}) | \
              conflict {} no-quorum {} other {} | acquire p50 {:.2?} p99 {:.2?} max {:.2?}",
             self.name,
             self.seed,
@@ -129,6 +133,7 @@ impl fmt::Display for Figures {
             self.attempts,
             self.overlaps,
             self.keys_left,
+            self.optimistic_validity,
             self.foreign_release_refusals,
             self.releases_after_expiry,
             self.availability() * 100.0,
@@ -224,6 +229,7 @@ pub async fn run(scenario: Scenario, seed: u64) -> Figures {
         tasks.push(tokio::spawn(contend(
             holder,
             rl,
+            ports.clone(),
             scenario.ttl,
             seed.wrapping_add(holder as u64),
             record.clone(),
@@ -341,6 +347,7 @@ async fn apply(action: Action, cluster: &Mutex<Cluster>, proxies: &[Vec<Proxy>],
 async fn contend(
     holder: usize,
     rl: RedLock,
+    ports: Vec<u16>,
     ttl: Duration,
     seed: u64,
     record: Arc<Mutex<Record>>,
@@ -358,6 +365,10 @@ async fn contend(
             Ok(lock) => {
                 let acquired = Instant::now();
                 holding.store(true, Ordering::Release);
+                let majority_until = majority_holds_until(&ports, lock.token().expose()).await;
+                if lock.valid_until() > majority_until {
+                    record.lock().expect("record").figures.optimistic_validity += 1;
+                }
                 {
                     let mut r = record.lock().expect("record");
                     r.figures.attempts += 1;
@@ -417,6 +428,43 @@ async fn contend(
         }
         tokio::time::sleep(Duration::from_millis(rng.random_range(1..10))).await;
     }
+}
+
+/// When fewer than a majority of the masters will still hold our key, asked of the servers
+/// directly (not through the proxies). A master that does not answer within 50 ms counts as
+/// holding it for good: down or hung, it cannot grant the lock to anyone else either.
+pub async fn majority_holds_until(ports: &[u16], token: &str) -> Instant {
+    let key = format!("redquorum:{{{RESOURCE}}}");
+    let probes = ports.iter().map(|port| {
+        let key = key.clone();
+        async move {
+            let probe = async {
+                let client = redis::Client::open(format!("redis://127.0.0.1:{port}")).ok()?;
+                let mut conn = client.get_multiplexed_async_connection().await.ok()?;
+                let (value, pttl): (Option<String>, i64) = redis::Script::new(
+                    "return {redis.call('GET', KEYS[1]), redis.call('PTTL', KEYS[1])}",
+                )
+                .key(&key)
+                .invoke_async(&mut conn)
+                .await
+                .ok()?;
+                // Measured after the reply: never earlier than the server's own expiry.
+                let now = Instant::now();
+                Some(match (value, u64::try_from(pttl)) {
+                    (Some(v), Ok(ms)) if v == token => now + Duration::from_millis(ms),
+                    _ => now,
+                })
+            };
+            tokio::time::timeout(Duration::from_millis(50), probe)
+                .await
+                .ok()
+                .flatten()
+                .unwrap_or_else(|| Instant::now() + Duration::from_secs(3600))
+        }
+    });
+    let mut until: Vec<Instant> = futures::future::join_all(probes).await;
+    until.sort_unstable_by(|a, b| b.cmp(a));
+    until[ports.len() / 2]
 }
 
 /// A fault on a node and the action that heals it.
