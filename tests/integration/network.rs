@@ -135,3 +135,35 @@ async fn replies_cut_mid_way_are_failed_votes_and_leave_only_expiring_keys() {
     }
     assert!(eventually(Duration::from_secs(3), || cluster.keys().is_empty()).await);
 }
+
+/// Regression test for the fault proxy: a black hole must behave like a partition (traffic
+/// stalls and resumes in order), never drop bytes on a live connection, or the client's FIFO
+/// reply matching is off by one for good after it heals (what a 60 s chaos soak once showed).
+#[tokio::test]
+async fn a_healed_black_hole_delivers_in_order() {
+    let cluster = Cluster::start(1);
+    let proxy = Proxy::start(cluster.server(0).port()).await;
+    let client = redis::Client::open(proxy.url()).expect("url");
+    let mut conn = client
+        .get_multiplexed_async_connection()
+        .await
+        .expect("connect");
+    proxy.set(Fault::BlackHole);
+    let swallowed = tokio::time::timeout(
+        Duration::from_millis(200),
+        redis::cmd("ECHO")
+            .arg("during")
+            .query_async::<String>(&mut conn),
+    )
+    .await;
+    assert!(swallowed.is_err(), "a black hole answers nothing");
+    proxy.set(Fault::None);
+    let after: String = tokio::time::timeout(
+        Duration::from_secs(2),
+        redis::cmd("ECHO").arg("after").query_async(&mut conn),
+    )
+    .await
+    .expect("answered once healed")
+    .expect("reply");
+    assert_eq!(after, "after", "each request gets its own reply");
+}
