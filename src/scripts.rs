@@ -17,6 +17,25 @@ use std::sync::LazyLock;
 
 use redis::Script;
 
+/// A script that runs `$action` only while `KEYS[1]` holds our token (`ARGV[1]`), answering
+/// `-1` when it did; otherwise the shared "not ours" answer: `-2` for a missing key, else the
+/// other owner's remaining ttl (`-3` when the key has no expiry). One place for the contract
+/// in the table above.
+macro_rules! compare_and {
+    ($action:literal) => {
+        concat!(
+            "local value = redis.call('GET', KEYS[1])\n",
+            "if value == ARGV[1] then ",
+            $action,
+            " return -1 end\n",
+            "if not value then return -2 end\n",
+            "local ttl = redis.call('PTTL', KEYS[1])\n",
+            "if ttl == -1 then return -3 end\n",
+            "return ttl\n",
+        )
+    };
+}
+
 /// `KEYS[1]` lock key, `ARGV[1]` token, `ARGV[2]` ttl in ms.
 /// `SET NX PX`; when the key is taken, reports the holder's remaining ttl.
 pub(crate) static ACQUIRE: LazyLock<Script> = LazyLock::new(|| {
@@ -31,33 +50,13 @@ return ttl
 });
 
 /// `KEYS[1]` lock key, `ARGV[1]` token. Deletes the key only if it holds our token.
-pub(crate) static RELEASE: LazyLock<Script> = LazyLock::new(|| {
-    Script::new(
-        r"
-local value = redis.call('GET', KEYS[1])
-if value == ARGV[1] then redis.call('DEL', KEYS[1]) return -1 end
-if not value then return -2 end
-local ttl = redis.call('PTTL', KEYS[1])
-if ttl == -1 then return -3 end
-return ttl
-",
-    )
-});
+pub(crate) static RELEASE: LazyLock<Script> =
+    LazyLock::new(|| Script::new(compare_and!("redis.call('DEL', KEYS[1])")));
 
 /// `KEYS[1]` lock key, `ARGV[1]` token, `ARGV[2]` new ttl in ms. Renews the key's ttl only if
 /// it holds our token; never creates or deletes a key.
-pub(crate) static EXTEND: LazyLock<Script> = LazyLock::new(|| {
-    Script::new(
-        r"
-local value = redis.call('GET', KEYS[1])
-if value == ARGV[1] then redis.call('PEXPIRE', KEYS[1], ARGV[2]) return -1 end
-if not value then return -2 end
-local ttl = redis.call('PTTL', KEYS[1])
-if ttl == -1 then return -3 end
-return ttl
-",
-    )
-});
+pub(crate) static EXTEND: LazyLock<Script> =
+    LazyLock::new(|| Script::new(compare_and!("redis.call('PEXPIRE', KEYS[1], ARGV[2])")));
 
 /// `KEYS[1]` lock key, `KEYS[2]` fence counter, `ARGV[1]` token, `ARGV[2]` ttl in ms.
 /// As [`ACQUIRE`], and when the key is set, also `INCR`s the resource's fence counter and
@@ -79,37 +78,17 @@ return ttl
 /// Only while the lock key holds our token: raises the counter to at least T. Never lowers it,
 /// never touches the lock key.
 pub(crate) static CONFIRM_FENCE: LazyLock<Script> = LazyLock::new(|| {
-    Script::new(
-        r"
-local value = redis.call('GET', KEYS[1])
-if value == ARGV[1] then
-  local fence = tonumber(redis.call('GET', KEYS[2]) or '0') or 0
-  if fence < tonumber(ARGV[2]) then redis.call('SET', KEYS[2], ARGV[2]) end
-  return -1
-end
-if not value then return -2 end
-local ttl = redis.call('PTTL', KEYS[1])
-if ttl == -1 then return -3 end
-return ttl
-",
-    )
+    Script::new(compare_and!(
+        "local fence = tonumber(redis.call('GET', KEYS[2]) or '0') or 0 \
+             if fence < tonumber(ARGV[2]) then redis.call('SET', KEYS[2], ARGV[2]) end"
+    ))
 });
 
 /// `KEYS[1]` lock key, `KEYS[2]` leader-info key, `ARGV[1]` token, `ARGV[2]` info.
 /// Only while the lock key holds our token: stores the leader's info (no expiry: it is
 /// trusted only while it names the token in the lock key).
-pub(crate) static WRITE_LEADER_INFO: LazyLock<Script> = LazyLock::new(|| {
-    Script::new(
-        r"
-local value = redis.call('GET', KEYS[1])
-if value == ARGV[1] then redis.call('SET', KEYS[2], ARGV[2]) return -1 end
-if not value then return -2 end
-local ttl = redis.call('PTTL', KEYS[1])
-if ttl == -1 then return -3 end
-return ttl
-",
-    )
-});
+pub(crate) static WRITE_LEADER_INFO: LazyLock<Script> =
+    LazyLock::new(|| Script::new(compare_and!("redis.call('SET', KEYS[2], ARGV[2])")));
 
 /// What a script's integer reply means.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
