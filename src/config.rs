@@ -37,6 +37,7 @@ pub const MAX_TTL: Duration = Duration::from_secs(365 * 24 * 3600);
 /// | [`retry_seed`](Self::retry_seed) | none: delays drawn from the thread RNG |
 /// | [`restart_grace`](Self::restart_grace) | none: a restarted master votes at once |
 /// | [`fencing`](Self::fencing) | off |
+/// | [`wait_for_release`](Self::wait_for_release) | on: waiters wake on release (pub/sub) |
 ///
 /// ```
 /// # fn main() -> Result<(), redquorum::Error> {
@@ -68,6 +69,7 @@ pub(crate) struct Config {
     pub(crate) retry: RetryPolicy,
     pub(crate) restart_grace: Option<Duration>,
     pub(crate) fencing: bool,
+    pub(crate) wait_for_release: bool,
 }
 
 /// The numbers one call works with, checked before any I/O.
@@ -146,6 +148,7 @@ impl Builder {
                 retry: RetryPolicy::default(),
                 restart_grace: None,
                 fencing: false,
+                wait_for_release: true,
             },
             retry_seed: None,
         }
@@ -274,6 +277,26 @@ impl Builder {
         self
     }
 
+    /// Wake waiting acquires when the lock is released (on by default).
+    ///
+    /// Every release publishes on the resource's channel (`prefix{resource}:released`) on
+    /// every node. An acquire that retries subscribes there on every node (one shared pub/sub
+    /// connection per node) and retries as soon as a message arrives from any node, instead
+    /// of sleeping out its retry delay; it also never sleeps past the holder's remaining ttl
+    /// as the nodes reported it. Timed retries remain the fallback, so a lost message only
+    /// costs a delay. The ACL user needs `+publish +subscribe +unsubscribe` and the channel
+    /// pattern; without them waiting degrades to timed retries.
+    ///
+    /// ```
+    /// # let b = redquorum::RedLock::builder(["redis://127.0.0.1:7001"]);
+    /// let b = b.wait_for_release(false); // timed retries only
+    /// # let _ = b;
+    /// ```
+    pub fn wait_for_release(mut self, enabled: bool) -> Self {
+        self.config.wait_for_release = enabled;
+        self
+    }
+
     /// Seeds the random retry delays, so a test run can be replayed exactly.
     ///
     /// ```
@@ -316,6 +339,7 @@ impl Builder {
         if !config.retry.allows_any_attempt() {
             return Err(ConfigError::NoAttempts.into());
         }
+        let watch = crate::waiting::ReleaseWatch::new(clients.clone());
         let nodes: Vec<Node> = clients
             .into_iter()
             .enumerate()
@@ -342,6 +366,7 @@ impl Builder {
             nodes.into_boxed_slice(),
             config,
             Jitter::new(self.retry_seed),
+            watch,
         ))))
     }
 }

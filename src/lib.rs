@@ -49,6 +49,7 @@ mod round;
 mod scripts;
 pub mod telemetry;
 mod token;
+mod waiting;
 
 pub use config::{
     Builder, DEFAULT_CONNECT_TIMEOUT, DEFAULT_DRIFT_FACTOR, MAX_DERIVED_NODE_TIMEOUT, MAX_TTL,

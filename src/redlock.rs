@@ -15,6 +15,7 @@ use crate::round::{self, Request, Round, Stragglers, Wait};
 use crate::scripts;
 use crate::telemetry;
 use crate::token::Token;
+use crate::waiting::{ReleaseWatch, Subscription};
 use crate::{Result, resource};
 
 use tracing::Instrument;
@@ -49,14 +50,21 @@ pub(crate) struct Inner {
     nodes: Box<[Node]>,
     config: Config,
     jitter: Jitter,
+    releases: ReleaseWatch,
 }
 
 impl Inner {
-    pub(crate) fn new(nodes: Box<[Node]>, config: Config, jitter: Jitter) -> Self {
+    pub(crate) fn new(
+        nodes: Box<[Node]>,
+        config: Config,
+        jitter: Jitter,
+        releases: ReleaseWatch,
+    ) -> Self {
         Self {
             nodes,
             config,
             jitter,
+            releases,
         }
     }
 }
@@ -349,8 +357,15 @@ impl RedLock {
         let started = Instant::now();
         let deadline = policy.wait_limit().and_then(|w| started.checked_add(w));
         let mut attempts = 0u32;
+        let mut subscription: Option<Subscription> = None;
         loop {
             attempts = attempts.saturating_add(1);
+            // Armed before the attempt, so a release published while it runs is not missed.
+            let notify = subscription.as_ref().map(|s| s.notify().clone());
+            let mut released = notify.as_ref().map(|n| Box::pin(n.notified()));
+            if let Some(r) = released.as_mut() {
+                r.as_mut().enable();
+            }
             let kind = match self
                 .acquire_round(resource, key, timing, attempts, fencing)
                 .await
@@ -372,11 +387,35 @@ impl RedLock {
                 return Err((kind.make)(Box::new(failure)));
             }
             let mut delay = policy.next_delay(&self.inner.jitter);
+            // Never sleep past the holder's expiry as the nodes reported it.
+            if let Some(left) = holder_expires_in(&kind.report) {
+                delay = delay.min(left + Duration::from_millis(1));
+            }
             if let Some(d) = deadline {
                 delay = delay.min(d.saturating_duration_since(now));
             }
+            let held = kind
+                .report
+                .iter()
+                .any(|r| matches!(r.outcome(), NodeOutcome::HeldByOther { .. }));
+            let mut late: Option<std::sync::Arc<tokio::sync::Notify>> = None;
+            if held && subscription.is_none() && self.inner.config.wait_for_release {
+                let watch = self.inner.releases.subscribe(release_channel(key)).await;
+                late = Some(watch.notify().clone());
+                subscription = Some(watch);
+            }
             tracing::debug!(attempts, ?delay, "acquire round failed, retrying");
-            tokio::time::sleep(delay).await;
+            let woken = async {
+                match (released, &late) {
+                    (Some(r), _) => r.await,
+                    (None, Some(n)) => n.notified().await,
+                    (None, None) => std::future::pending().await,
+                }
+            };
+            tokio::select! {
+                _ = tokio::time::sleep(delay) => {}
+                _ = woken => tracing::debug!("woken by a release"),
+            }
         }
     }
 
@@ -584,7 +623,7 @@ impl RedLock {
             token: token.expose().to_owned(),
             fence_key: None,
             number: None,
-            payload: None,
+            payload: Some(release_channel(key)),
             done: NodeOutcome::Released,
             settled_nodes_only: false,
             operation: Operation::Release,
@@ -597,6 +636,24 @@ impl RedLock {
 struct FailedRound {
     make: fn(Box<Failure>) -> Error,
     report: Report,
+}
+
+/// The channel releases of the lock `key` are published on: `key:released`.
+fn release_channel(key: &[u8]) -> Vec<u8> {
+    let mut channel = key.to_vec();
+    channel.extend_from_slice(b":released");
+    channel
+}
+
+/// The earliest expiry of another owner's key, as the nodes reported it in a round.
+fn holder_expires_in(report: &Report) -> Option<Duration> {
+    report
+        .iter()
+        .filter_map(|r| match r.outcome() {
+            NodeOutcome::HeldByOther { expires_in } => *expires_in,
+            _ => None,
+        })
+        .min()
 }
 
 /// `start + ttl − drift`, saturating at the far future rather than overflowing.

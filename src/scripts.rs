@@ -49,9 +49,14 @@ return ttl
     )
 });
 
-/// `KEYS[1]` lock key, `ARGV[1]` token. Deletes the key only if it holds our token.
-pub(crate) static RELEASE: LazyLock<Script> =
-    LazyLock::new(|| Script::new(compare_and!("redis.call('DEL', KEYS[1])")));
+/// `KEYS[1]` lock key, `ARGV[1]` token, `ARGV[2]` release channel. Deletes the key only if it
+/// holds our token, then publishes on the channel so waiters retry at once. The publish is a
+/// `pcall`: an ACL without `+publish` costs waiters a delay, never the release itself.
+pub(crate) static RELEASE: LazyLock<Script> = LazyLock::new(|| {
+    Script::new(compare_and!(
+        "redis.call('DEL', KEYS[1]) redis.pcall('PUBLISH', ARGV[2], '1')"
+    ))
+});
 
 /// `KEYS[1]` lock key, `ARGV[1]` token, `ARGV[2]` new ttl in ms. Renews the key's ttl only if
 /// it holds our token; never creates or deletes a key.

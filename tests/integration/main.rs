@@ -19,6 +19,7 @@ mod observability;
 mod restarts;
 mod tls;
 mod types;
+mod waiting;
 
 use std::time::Duration;
 
