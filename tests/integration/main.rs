@@ -16,6 +16,7 @@ mod metric_recording;
 mod misbehaving;
 mod network;
 mod observability;
+mod readme;
 mod restarts;
 mod tls;
 mod types;
