@@ -305,7 +305,7 @@ impl Election {
         let request = Request {
             script: &scripts::WRITE_LEADER_INFO,
             key: self.lock_key.clone(),
-            fence_key: Some(self.info_key.clone()),
+            second_key: Some(self.info_key.clone()),
             token: token.expose().to_owned(),
             number: None,
             payload: Some(encode_info(token, term, value)),

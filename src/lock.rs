@@ -240,7 +240,7 @@ impl Lock {
             script: &scripts::EXTEND,
             key: self.key.clone(),
             token: self.token.expose().to_owned(),
-            fence_key: None,
+            second_key: None,
             number: Some(timing.ttl_ms),
             payload: None,
             done: NodeOutcome::Extended,

@@ -291,17 +291,8 @@ impl RedLock {
         ttl: Duration,
         policy: &RetryPolicy,
     ) -> Result<Lock> {
-        let started = Instant::now();
-        let fencing = self.inner.config.fencing;
-        let result = self
-            .acquire_checked(resource.as_ref(), ttl, policy, fencing)
-            .await;
-        telemetry::operation_finished(
-            Operation::Acquire,
-            result.as_ref().map(drop),
-            started.elapsed(),
-        );
-        result
+        self.acquire_checked(resource.as_ref(), ttl, policy, self.inner.config.fencing)
+            .await
     }
 
     /// Acquire with fencing on, whatever the configuration (elections: the term is the token).
@@ -311,8 +302,19 @@ impl RedLock {
         ttl: Duration,
         policy: &RetryPolicy,
     ) -> Result<Lock> {
+        self.acquire_checked(resource, ttl, policy, true).await
+    }
+
+    /// Every acquire ends here: one place records the call's outcome and duration.
+    async fn acquire_checked(
+        &self,
+        resource: &[u8],
+        ttl: Duration,
+        policy: &RetryPolicy,
+        fencing: bool,
+    ) -> Result<Lock> {
         let started = Instant::now();
-        let result = self.acquire_checked(resource, ttl, policy, true).await;
+        let result = self.acquire_validated(resource, ttl, policy, fencing).await;
         telemetry::operation_finished(
             Operation::Acquire,
             result.as_ref().map(drop),
@@ -321,7 +323,7 @@ impl RedLock {
         result
     }
 
-    async fn acquire_checked(
+    async fn acquire_validated(
         &self,
         resource: &[u8],
         ttl: Duration,
@@ -497,7 +499,7 @@ impl RedLock {
                 &scripts::ACQUIRE
             },
             key: key.to_vec(),
-            fence_key: fence_key.clone(),
+            second_key: fence_key.clone(),
             token: token.expose().to_owned(),
             number: Some(timing.ttl_ms),
             payload: None,
@@ -572,7 +574,7 @@ impl RedLock {
         let request = Request {
             script: &scripts::CONFIRM_FENCE,
             key: key.to_vec(),
-            fence_key: Some(fence_key),
+            second_key: Some(fence_key),
             token: token.expose().to_owned(),
             number: Some(fence),
             payload: None,
@@ -621,7 +623,7 @@ impl RedLock {
             script: &scripts::RELEASE,
             key: key.to_vec(),
             token: token.expose().to_owned(),
-            fence_key: None,
+            second_key: None,
             number: None,
             payload: Some(release_channel(key)),
             done: NodeOutcome::Released,

@@ -21,8 +21,8 @@ use crate::telemetry;
 pub(crate) struct Request {
     pub(crate) script: &'static Script,
     pub(crate) key: Vec<u8>,
-    /// The fence counter key, for the scripts that take one (`KEYS[2]`).
-    pub(crate) fence_key: Option<Vec<u8>>,
+    /// `KEYS[2]`, for the scripts that take one: the fence counter, or the leader info.
+    pub(crate) second_key: Option<Vec<u8>>,
     pub(crate) token: String,
     /// The numeric argument (`ARGV[2]`): the ttl in ms, or the fencing token to confirm.
     pub(crate) number: Option<u64>,
@@ -192,8 +192,8 @@ async fn ask(
         }
         let (mut conn, generation) = (ready.conn, ready.generation);
         let mut invocation = request.script.key(request.key.as_slice());
-        if let Some(fence_key) = &request.fence_key {
-            invocation.key(fence_key.as_slice());
+        if let Some(second_key) = &request.second_key {
+            invocation.key(second_key.as_slice());
         }
         invocation.arg(request.token.as_str());
         if let Some(number) = request.number {
