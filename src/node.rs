@@ -205,8 +205,8 @@ impl Node {
                 Link::Connecting => {}
             }
             if link.changed().await.is_err() {
-                // The supervisor is gone with the runtime it ran on; start a new one here.
-                link = self.restart_supervisor();
+                // The supervisor is gone with the runtime it ran on; `link()` starts a new one.
+                link = self.link().0;
             }
         }
     }
@@ -247,18 +247,6 @@ impl Node {
                 out
             }
         }
-    }
-
-    fn restart_supervisor(&self) -> watch::Receiver<Link> {
-        let mut guard = self.handle.lock().unwrap_or_else(|e| e.into_inner());
-        let stale = guard.as_ref().is_none_or(|h| h.link.has_changed().is_err());
-        if stale {
-            *guard = Some(self.spawn_supervisor());
-        }
-        guard
-            .as_ref()
-            .map(|h| h.link.clone())
-            .unwrap_or_else(|| watch::channel(Link::Connecting).1)
     }
 
     fn spawn_supervisor(&self) -> LinkHandle {
