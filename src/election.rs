@@ -450,7 +450,7 @@ fn encode_info(token: &Token, term: u64, value: &[u8]) -> Vec<u8> {
     info
 }
 
-fn decode_info(info: &[u8]) -> Option<(&[u8], Leader)> {
+pub(crate) fn decode_info(info: &[u8]) -> Option<(&[u8], Leader)> {
     let token = info.get(..40)?;
     let rest = info.get(40..)?.strip_prefix(b":")?;
     let colon = rest.iter().position(|b| *b == b':')?;

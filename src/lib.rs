@@ -37,6 +37,7 @@ mod cleanup;
 mod config;
 mod election;
 mod error;
+mod inspect;
 mod lease;
 mod lock;
 mod node;
@@ -57,6 +58,7 @@ pub use config::{
 };
 pub use election::{Election, Leader, Leadership};
 pub use error::{ConfigError, Error, Failure, NodeError, Operation};
+pub use inspect::{Holding, Inspection, NodeInspection};
 pub use lease::{Lease, LeaseOptions, LeaseSignal, LostReason};
 pub use lock::Lock;
 pub use node::IntoNode;

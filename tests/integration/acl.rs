@@ -10,7 +10,7 @@ use crate::{PREFIX, eventually};
 const TTL: Duration = Duration::from_secs(10);
 
 /// The rule the README gives operators, word for word (checked below).
-const README_RULE: &str = "ACL SETUSER redquorum on >CHANGE-ME resetkeys ~redquorum:* resetchannels &redquorum:* -@all +eval +evalsha +script|load +set +get +del +pexpire +pttl +publish +subscribe +unsubscribe";
+const README_RULE: &str = "ACL SETUSER redquorum on >CHANGE-ME resetkeys ~redquorum:* resetchannels &redquorum:* -@all +eval +evalsha +script|load +set +get +mget +incr +del +pexpire +pttl +publish +subscribe +unsubscribe";
 
 fn set_user(cluster: &Cluster, rule: &str) {
     for i in 0..cluster.len() {
@@ -83,4 +83,46 @@ async fn a_rule_without_pexpire_cannot_extend() {
     assert!(err.is_no_quorum(), "{err}");
     lock.release().await.expect("release needs no PEXPIRE");
     assert!(eventually(Duration::from_secs(2), || cluster.keys().is_empty()).await);
+}
+
+#[tokio::test]
+async fn the_least_privilege_user_can_fence_elect_wait_and_inspect() {
+    let cluster = Cluster::start(3);
+    set_user(&cluster, README_RULE);
+    let urls = cluster.urls_with("redquorum:CHANGE-ME");
+    let build = || {
+        RedLock::builder(&urls)
+            .per_node_timeout(Duration::from_millis(250))
+            .fencing(true)
+            .build()
+            .expect("config")
+    };
+    let (rl, other) = (build(), build());
+
+    // Fencing (INCR inside the acquire script) and waiting for a release (SUBSCRIBE, PUBLISH).
+    let lock = rl.try_acquire("fenced", TTL).await.expect("fenced acquire");
+    assert!(lock.fencing_token().is_some());
+    let waiter = tokio::spawn(async move {
+        other
+            .acquire_within("fenced", TTL, Duration::from_secs(5))
+            .await
+            .map(|l| l.fencing_token())
+    });
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    // Inspection (MGET, PTTL) sees the holder on every node.
+    let seen = rl.inspect("fenced").await.expect("inspect");
+    assert_eq!(seen.reachable(), 3, "{seen:?}");
+    assert!(seen.majority_holder().is_some(), "{seen:?}");
+    let first = lock.fencing_token();
+    lock.release().await.expect("release");
+    let second = waiter.await.expect("task").expect("the waiter acquires");
+    assert!(second > first, "{second:?} after {first:?}");
+
+    // Elections: campaign, leader (MGET), resign.
+    let election = rl.election("leader", TTL).expect("election");
+    let leadership = election.campaign("me").await.expect("campaign");
+    let leader = election.leader().await.expect("leader as the ACL user");
+    assert_eq!(leader.value(), b"me");
+    assert_eq!(leader.term(), leadership.term());
+    leadership.resign().await.expect("resign");
 }
