@@ -19,6 +19,7 @@ pub(crate) struct Cleanup {
     token: Token,
     per_node_timeout: Duration,
     after: Option<Stragglers>,
+    wake_waiters: bool,
 }
 
 impl Cleanup {
@@ -27,6 +28,7 @@ impl Cleanup {
         key: Vec<u8>,
         token: Token,
         per_node_timeout: Duration,
+        wake_waiters: bool,
     ) -> Self {
         Self {
             armed: Some(redlock),
@@ -34,6 +36,7 @@ impl Cleanup {
             token,
             per_node_timeout,
             after: None,
+            wake_waiters,
         }
     }
 
@@ -58,6 +61,7 @@ impl Cleanup {
                     &self.token,
                     self.per_node_timeout,
                     self.after.as_ref(),
+                    self.wake_waiters,
                 )
                 .await;
             tracing::debug!(report = %round.report, "cleaned up after a failed round");
@@ -81,9 +85,10 @@ impl Drop for Cleanup {
         let token = self.token.clone();
         let timeout = self.per_node_timeout;
         let after = self.after.take();
+        let wake_waiters = self.wake_waiters;
         runtime.spawn(async move {
             redlock
-                .release_everywhere(&key, &token, timeout, after.as_ref())
+                .release_everywhere(&key, &token, timeout, after.as_ref(), wake_waiters)
                 .await;
         });
     }

@@ -320,6 +320,7 @@ impl Lock {
                 &self.token,
                 self.timing.per_node_timeout,
                 self.stragglers.as_ref(),
+                true,
             )
             .instrument(tracing::debug_span!(
                 "redquorum.release",
@@ -372,6 +373,7 @@ impl Drop for Lock {
             std::mem::take(&mut self.key),
             self.token.clone(),
             self.timing.per_node_timeout,
+            true,
         );
         cleanup.after(self.stragglers.take());
         drop(cleanup);

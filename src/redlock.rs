@@ -489,6 +489,7 @@ impl RedLock {
             key.to_vec(),
             token.clone(),
             timing.per_node_timeout,
+            false,
         );
         let config = &self.inner.config;
         let fence_key = fencing.then(|| resource::fence_key(&config.key_prefix, resource));
@@ -612,12 +613,15 @@ impl RedLock {
 
     /// Compare-and-delete of `key` on every node, waiting for every answer or timeout; on a
     /// node where an earlier request is still running (`after`), only once it has finished.
+    /// With `wake_waiters`, each delete publishes on the release channel (a real release);
+    /// without, it is silent (the cleanup of a failed acquire).
     pub(crate) async fn release_everywhere(
         &self,
         key: &[u8],
         token: &Token,
         per_node_timeout: Duration,
         after: Option<&Stragglers>,
+        wake_waiters: bool,
     ) -> Round {
         let request = Request {
             script: &scripts::RELEASE,
@@ -625,7 +629,11 @@ impl RedLock {
             token: token.expose().to_owned(),
             second_key: None,
             number: None,
-            payload: Some(release_channel(key)),
+            payload: Some(if wake_waiters {
+                release_channel(key)
+            } else {
+                Vec::new()
+            }),
             done: NodeOutcome::Released,
             settled_nodes_only: false,
             operation: Operation::Release,

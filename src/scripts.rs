@@ -49,12 +49,14 @@ return ttl
     )
 });
 
-/// `KEYS[1]` lock key, `ARGV[1]` token, `ARGV[2]` release channel. Deletes the key only if it
-/// holds our token, then publishes on the channel so waiters retry at once. The publish is a
-/// `pcall`: an ACL without `+publish` costs waiters a delay, never the release itself.
+/// `KEYS[1]` lock key, `ARGV[1]` token, `ARGV[2]` release channel or empty. Deletes the key
+/// only if it holds our token, then, given a channel, publishes on it so waiters retry at once.
+/// The publish is a `pcall`: an ACL without `+publish` costs waiters a delay, never the release
+/// itself. The cleanup of a failed acquire passes no channel: waking waiters there would have
+/// them retry, fail and clean up in turn, waking each other for ever while the holder holds.
 pub(crate) static RELEASE: LazyLock<Script> = LazyLock::new(|| {
     Script::new(compare_and!(
-        "redis.call('DEL', KEYS[1]) redis.pcall('PUBLISH', ARGV[2], '1')"
+        "redis.call('DEL', KEYS[1]) if ARGV[2] ~= '' then redis.pcall('PUBLISH', ARGV[2], '1') end"
     ))
 });
 

@@ -140,3 +140,60 @@ async fn with_notifications_off_waiters_fall_back_to_timed_retries() {
         "no notification: the next timed retry ({waited:?})"
     );
 }
+
+/// Regression: the cleanup of a failed acquire used to publish like a release. Two waiters
+/// facing a holder with a bare majority (two nodes free) then woke each other for ever: each
+/// took the free nodes, lost, cleaned up, published, and woke the other, thousands of rounds a
+/// second. Waiters must retry only on a real release or on their timer.
+#[tokio::test]
+async fn waiters_do_not_wake_each_other_with_their_failed_rounds() {
+    let cluster = Cluster::start(5);
+    let holder = crate::client(&cluster, Duration::from_millis(250));
+    let lock = holder
+        .try_acquire("bare-majority", LONG)
+        .await
+        .expect("acquire");
+    let key = crate::lock_key(b"bare-majority");
+    for node in [3, 4] {
+        let _: i64 = cluster.run(node, redis::cmd("DEL").arg(&key));
+    }
+    let waiters: Vec<_> = (0..2)
+        .map(|_| {
+            let rl = RedLock::builder(cluster.urls())
+                .per_node_timeout(Duration::from_millis(250))
+                .retry(RetryPolicy::default().delay(LONG).jitter(Duration::ZERO))
+                .fencing(true)
+                .build()
+                .expect("config");
+            tokio::spawn(async move {
+                rl.acquire_within("bare-majority", LONG, Duration::from_millis(1500))
+                    .await
+            })
+        })
+        .collect();
+    // Once both wait (subscribed), one message wakes them both, as a release would.
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let mut channel = key.clone();
+    channel.extend_from_slice(b":released");
+    let _: i64 = cluster.run(0, redis::cmd("PUBLISH").arg(&channel).arg("1"));
+    for w in waiters {
+        let err = w
+            .await
+            .expect("task")
+            .expect_err("the holder holds a majority");
+        assert!(err.is_conflict(), "{err}");
+    }
+    // Every round of a waiter that reached node 4 raised its fence counter by one. One round
+    // each, one more each for the wake-up, and one spare each: anything more is spinning.
+    let mut fence_key = key.clone();
+    fence_key.extend_from_slice(b":fence");
+    let rounds: Option<u64> = cluster
+        .get(4, &fence_key)
+        .map(|v| String::from_utf8_lossy(&v).parse().expect("a counter"));
+    let rounds = rounds.unwrap_or(0);
+    assert!(
+        rounds <= 6,
+        "{rounds} acquire rounds in 1.5 s from two waiters"
+    );
+    lock.release().await.expect("release");
+}
