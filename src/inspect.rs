@@ -11,6 +11,9 @@ use crate::redlock::{RedLock, ensure_runtime};
 use crate::report::NodeId;
 use crate::{MAX_DERIVED_NODE_TIMEOUT, Result, resource};
 
+/// The values of the lock key, the fence key and the leader key.
+type Keys = (Option<Vec<u8>>, Option<u64>, Option<Vec<u8>>);
+
 /// What one node holds for a resource.
 ///
 /// ```no_run
@@ -269,10 +272,7 @@ impl RedLock {
                 let read = async {
                     let mut conn = node.connection().await?.conn;
                     let [lock_key, fence_key, leader_key] = keys;
-                    let ((token, fence, info), pttl): (
-                        (Option<Vec<u8>>, Option<u64>, Option<Vec<u8>>),
-                        i64,
-                    ) = redis::pipe()
+                    let ((token, fence, info), pttl): (Keys, i64) = redis::pipe()
                         .cmd("MGET")
                         .arg(lock_key)
                         .arg(fence_key)

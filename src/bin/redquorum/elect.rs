@@ -1,0 +1,56 @@
+//! `redquorum elect`: run a command while this candidate leads; campaign again after a loss.
+
+use redquorum::RedLock;
+
+use crate::args::ElectArgs;
+use crate::child::{self, Signals};
+use crate::exit::CliError;
+
+pub(crate) async fn elect(nodes: Vec<String>, args: ElectArgs) -> Result<u8, CliError> {
+    let rl = RedLock::new(nodes)?;
+    let election = rl.election(&args.resource, args.ttl)?;
+    let mut signals = Signals::new()?;
+    loop {
+        eprintln!("redquorum: {} campaigning for {}", args.id, args.resource);
+        let leadership = tokio::select! {
+            leadership = election.campaign(args.id.as_bytes()) => leadership?,
+            signal = signals.recv() => return Ok(child::signal_code(signal)),
+        };
+        let term = leadership.term();
+        eprintln!(
+            "redquorum: {} leads {} in term {term}",
+            args.id, args.resource
+        );
+        let env = [
+            ("REDQUORUM_RESOURCE", args.resource.clone()),
+            ("REDQUORUM_LEADER_ID", args.id.clone()),
+            ("REDQUORUM_TERM", term.to_string()),
+            ("REDQUORUM_FENCING_TOKEN", term.to_string()),
+        ];
+        let mut child = match child::spawn(&args.command, &env) {
+            Ok(child) => child,
+            Err(e) => {
+                let _ = leadership.resign().await;
+                return Err(e);
+            }
+        };
+        loop {
+            tokio::select! {
+                status = child.wait() => {
+                    let code = child::exit_code(status?);
+                    eprintln!("redquorum: the command exited ({code}); resigning term {term}");
+                    if let Err(e) = leadership.resign().await {
+                        eprintln!("redquorum: resigning failed (the term ends at its ttl): {e}");
+                    }
+                    return Ok(code);
+                }
+                reason = leadership.lost() => {
+                    eprintln!("redquorum: lost leadership of term {term} ({reason}); stopping the command");
+                    child.terminate(args.kill_grace).await?;
+                    break;
+                }
+                signal = signals.recv() => child.signal(signal),
+            }
+        }
+    }
+}

@@ -1,0 +1,67 @@
+//! `redquorum`: Redlock from the shell. See `redquorum --help` and the README.
+
+mod args;
+mod child;
+mod demo;
+mod dev;
+mod dev_command;
+mod elect;
+mod exit;
+mod nodes;
+mod run;
+mod status;
+
+use std::process::ExitCode;
+
+use clap::Parser;
+
+use crate::args::{Cli, Command};
+use crate::exit::CliError;
+
+fn main() -> ExitCode {
+    let cli = match Cli::try_parse() {
+        Ok(cli) => cli,
+        Err(e) => {
+            let _ = e.print();
+            return ExitCode::from(if e.use_stderr() {
+                exit::USAGE
+            } else {
+                exit::OK
+            });
+        }
+    };
+    let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+    {
+        Ok(runtime) => runtime,
+        Err(e) => {
+            eprintln!("redquorum: cannot start the async runtime: {e}");
+            return ExitCode::from(exit::FAILURE);
+        }
+    };
+    match runtime.block_on(dispatch(cli)) {
+        Ok(code) => ExitCode::from(code),
+        Err(e) => {
+            eprintln!("redquorum: {e}");
+            ExitCode::from(e.code)
+        }
+    }
+}
+
+async fn dispatch(cli: Cli) -> Result<u8, CliError> {
+    match cli.command {
+        Command::Run(args) => run::run(nodes::resolve(&cli.global)?, args).await,
+        Command::Elect(args) => elect::elect(nodes::resolve(&cli.global)?, args).await,
+        Command::Status { resource } => {
+            status::status(nodes::resolve(&cli.global)?, &resource, cli.global.json).await
+        }
+        Command::Dev { action } => {
+            tokio::task::spawn_blocking(move || dev_command::dev(action, cli.global.json))
+                .await
+                .map_err(|e| CliError::failure(e.to_string()))?
+        }
+        Command::Demo { quick } => demo::demo(quick, cli.global.json).await,
+    }
+}

@@ -1,0 +1,131 @@
+//! `redquorum run`: a command under a lock held by a majority.
+
+use std::time::{Duration, Instant};
+
+use redquorum::{LeaseOptions, Lock, RedLock};
+
+use crate::args::RunArgs;
+use crate::child::{self, Signals};
+use crate::exit::{self, CliError};
+
+/// How often a long wait says what it is waiting for.
+const PROGRESS_EVERY: Duration = Duration::from_secs(5);
+
+pub(crate) async fn run(nodes: Vec<String>, args: RunArgs) -> Result<u8, CliError> {
+    let rl = RedLock::builder(nodes).fencing(true).build()?;
+    let mut signals = Signals::new()?;
+    let lock = tokio::select! {
+        lock = acquire(&rl, &args.resource, args.ttl, args.wait) => lock?,
+        signal = signals.recv() => return Ok(child::signal_code(signal)),
+    };
+    let token = lock.fencing_token().unwrap_or_default();
+    let lease = lock.into_lease(LeaseOptions::default());
+    let env = [
+        ("REDQUORUM_RESOURCE", args.resource.clone()),
+        ("REDQUORUM_FENCING_TOKEN", token.to_string()),
+    ];
+    let mut child = match child::spawn(&args.command, &env) {
+        Ok(child) => child,
+        Err(e) => {
+            let _ = lease.release().await;
+            return Err(e);
+        }
+    };
+    loop {
+        tokio::select! {
+            status = child.wait() => {
+                let code = child::exit_code(status?);
+                if let Err(e) = lease.release().await {
+                    eprintln!("redquorum: the command finished, but releasing the lock failed: {e}");
+                }
+                return Ok(code);
+            }
+            reason = lease.lost() => {
+                eprintln!(
+                    "redquorum: lost the lock on {} ({reason}); stopping the command",
+                    args.resource
+                );
+                child.terminate(args.kill_grace).await?;
+                return Ok(exit::LOST);
+            }
+            signal = signals.recv() => child.signal(signal),
+        }
+    }
+}
+
+/// Acquires, waiting up to `wait` for a busy lock, and says on stderr what it waits for.
+///
+/// # Cancel safety
+/// Cancel safe: a dropped acquire cleans up its keys.
+pub(crate) async fn acquire(
+    rl: &RedLock,
+    resource: &str,
+    ttl: Duration,
+    wait: Duration,
+) -> Result<Lock, CliError> {
+    let start = Instant::now();
+    let attempt = async {
+        if wait.is_zero() {
+            rl.try_acquire(resource, ttl).await
+        } else {
+            rl.acquire_within(resource, ttl, wait).await
+        }
+    };
+    let progress = {
+        let (rl, resource) = (rl.clone(), resource.to_owned());
+        AbortOnDrop(tokio::spawn(async move {
+            loop {
+                tokio::time::sleep(PROGRESS_EVERY).await;
+                eprintln!("{}", waiting_line(&rl, &resource, start).await);
+            }
+        }))
+    };
+    let result = attempt.await;
+    drop(progress);
+    result.map_err(|e| {
+        let mut err = CliError::from(e);
+        if err.code == exit::BUSY {
+            err.message = format!(
+                "{resource} is busy (held by another owner; waited {:.1?}): {}",
+                start.elapsed(),
+                err.message
+            );
+        }
+        err
+    })
+}
+
+/// Aborts a background task when dropped (also when the future owning it is cancelled).
+struct AbortOnDrop(tokio::task::JoinHandle<()>);
+
+impl Drop for AbortOnDrop {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
+}
+
+/// "waiting for R (12s so far): held by 1a2b3c4d for another 4.2s".
+async fn waiting_line(rl: &RedLock, resource: &str, start: Instant) -> String {
+    let waited = start.elapsed().as_secs();
+    let holder = match rl.inspect(resource).await {
+        Ok(seen) => {
+            let ttl = seen
+                .nodes()
+                .iter()
+                .filter_map(|n| n.state().ok()?.ttl())
+                .max();
+            match (seen.majority_holder(), ttl) {
+                (Some(who), Some(ttl)) => {
+                    format!("held by {who} for another {:.1}s", ttl.as_secs_f64())
+                }
+                _ => format!(
+                    "{} of {} masters answer",
+                    seen.reachable(),
+                    seen.nodes().len()
+                ),
+            }
+        }
+        Err(e) => e.to_string(),
+    };
+    format!("redquorum: waiting for {resource} ({waited}s so far): {holder}")
+}

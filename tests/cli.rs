@@ -1,0 +1,561 @@
+//! The `redquorum` binary, run for real against real `redis-server` processes: exit codes,
+//! the command stopped on lock loss, concurrent runs that never overlap, elections across
+//! processes, `status`, the dev cluster and the demo.
+
+#[path = "support/cluster.rs"]
+mod cluster;
+
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+use cluster::Cluster;
+use redquorum::RedLock;
+
+const BIN: &str = env!("CARGO_BIN_EXE_redquorum");
+
+/// The binary with `--nodes` set to `cluster`, and no environment that could point it elsewhere.
+fn redquorum(cluster: &Cluster, scratch: &Path) -> Command {
+    let mut cmd = bare(scratch);
+    cmd.arg("--nodes").arg(cluster.urls().join(","));
+    cmd
+}
+
+/// The binary with a private dev-cluster directory and no node configuration.
+fn bare(scratch: &Path) -> Command {
+    let mut cmd = Command::new(BIN);
+    cmd.env_remove("REDQUORUM_NODES")
+        .env_remove("REDQUORUM_CONFIG")
+        .env("XDG_CONFIG_HOME", scratch.join("config"))
+        .env("REDQUORUM_DEV_DIR", scratch.join("dev"))
+        .current_dir(scratch)
+        .stdin(Stdio::null());
+    cmd
+}
+
+fn output(cmd: &mut Command) -> (i32, String, String) {
+    let Output {
+        status,
+        stdout,
+        stderr,
+    } = cmd.output().expect("run redquorum");
+    (
+        status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&stdout).into_owned(),
+        String::from_utf8_lossy(&stderr).into_owned(),
+    )
+}
+
+fn library_client(cluster: &Cluster) -> RedLock {
+    RedLock::builder(cluster.urls())
+        .fencing(true)
+        .build()
+        .expect("config")
+}
+
+/// Keys under the prefix other than fence counters and an election's leader record (both
+/// outlive locks by design: one small key each per resource).
+fn lock_keys(cluster: &Cluster) -> Vec<String> {
+    cluster
+        .keys()
+        .into_iter()
+        .map(|(_, k)| String::from_utf8_lossy(&k).into_owned())
+        .filter(|k| {
+            k.starts_with("redquorum:") && !k.ends_with(":fence") && !k.ends_with(":leader")
+        })
+        .collect()
+}
+
+fn wait_until(within: Duration, mut done: impl FnMut() -> bool) -> bool {
+    let deadline = Instant::now() + within;
+    while Instant::now() < deadline {
+        if done() {
+            return true;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    done()
+}
+
+/// Waits for a child process with a bound, killing it if it does not exit in time.
+fn wait_exit(child: &mut Child, within: Duration) -> i32 {
+    let deadline = Instant::now() + within;
+    loop {
+        if let Some(status) = child.try_wait().expect("try_wait") {
+            return status.code().unwrap_or(-1);
+        }
+        if Instant::now() > deadline {
+            let _ = child.kill();
+            let _ = child.wait();
+            panic!("redquorum did not exit within {within:?}");
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// True while `pid` is a live (not zombie) process.
+fn alive(pid: u32) -> bool {
+    std::fs::read_to_string(format!("/proc/{pid}/stat"))
+        .ok()
+        .and_then(|s| s.rsplit_once(") ").map(|(_, r)| !r.starts_with('Z')))
+        .unwrap_or(false)
+}
+
+fn read_pid(path: &Path) -> Option<u32> {
+    std::fs::read_to_string(path).ok()?.trim().parse().ok()
+}
+
+fn signal(child: &Child, signal: nix::sys::signal::Signal) {
+    let pid = nix::unistd::Pid::from_raw(i32::try_from(child.id()).expect("pid"));
+    nix::sys::signal::kill(pid, signal).expect("signal redquorum");
+}
+
+#[test]
+fn run_passes_the_exit_code_and_a_growing_fencing_token_through_and_releases() {
+    let cluster = Cluster::start(5);
+    let dir = tempfile::tempdir().expect("tempdir");
+    let script = r#"echo "$REDQUORUM_RESOURCE $REDQUORUM_FENCING_TOKEN"; exit 7"#;
+    let mut tokens = Vec::new();
+    for _ in 0..2 {
+        let (code, out, err) =
+            output(redquorum(&cluster, dir.path()).args(["run", "job", "--", "sh", "-c", script]));
+        assert_eq!(code, 7, "{err}");
+        let (resource, token) = out.trim().split_once(' ').expect("two words");
+        assert_eq!(resource, "job");
+        tokens.push(token.parse::<u64>().expect("a number"));
+        assert!(lock_keys(&cluster).is_empty(), "released after the command");
+    }
+    assert!(tokens[1] > tokens[0], "{tokens:?}");
+}
+
+#[tokio::test]
+async fn a_busy_lock_exits_75_after_waiting_and_never_runs_the_command() {
+    let cluster = Cluster::start(5);
+    let dir = tempfile::tempdir().expect("tempdir");
+    let lock = library_client(&cluster)
+        .try_acquire("busy", Duration::from_secs(30))
+        .await
+        .expect("hold it");
+    let marker = dir.path().join("ran");
+    let (code, _, err) = output(redquorum(&cluster, dir.path()).args([
+        "run",
+        "--wait",
+        "300ms",
+        "busy",
+        "--",
+        "touch",
+        marker.to_str().expect("utf-8"),
+    ]));
+    assert_eq!(code, 75, "{err}");
+    assert!(err.contains("busy"), "{err}");
+    assert!(!marker.exists(), "the command ran without the lock");
+    lock.release().await.expect("release");
+    assert!(lock_keys(&cluster).is_empty());
+}
+
+#[tokio::test]
+async fn run_waits_for_the_holder_to_release() {
+    let cluster = Cluster::start(5);
+    let dir = tempfile::tempdir().expect("tempdir");
+    let lock = library_client(&cluster)
+        .try_acquire("queue", Duration::from_secs(30))
+        .await
+        .expect("hold it");
+    let mut waiting = redquorum(&cluster, dir.path())
+        .args(["run", "--wait", "20s", "queue", "--", "true"])
+        .spawn()
+        .expect("spawn");
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert!(waiting.try_wait().expect("try_wait").is_none(), "it waits");
+    lock.release().await.expect("release");
+    assert_eq!(wait_exit(&mut waiting, Duration::from_secs(15)), 0);
+}
+
+#[test]
+fn too_few_masters_exit_69_and_name_the_failed_nodes() {
+    let mut cluster = Cluster::start(5);
+    for node in 0..3 {
+        cluster.kill(node);
+    }
+    let dir = tempfile::tempdir().expect("tempdir");
+    let (code, _, err) = output(redquorum(&cluster, dir.path()).args(["run", "r", "--", "true"]));
+    assert_eq!(code, 69, "{err}");
+    assert!(err.contains("no quorum"), "{err}");
+    assert!(err.contains("node 0") && err.contains("refused"), "{err}");
+}
+
+#[test]
+fn usage_and_configuration_errors_exit_64() {
+    let cluster = Cluster::start(1);
+    let dir = tempfile::tempdir().expect("tempdir");
+    let cases: [&[&str]; 5] = [
+        &["run", "r"],                                     // no command
+        &["run", "--ttl", "5 parsecs", "r", "--", "true"], // bad duration
+        &["run", "--ttl", "0s", "r", "--", "true"],        // ttl too short
+        &["frobnicate"],                                   // unknown subcommand
+        &["status", ""],                                   // empty resource
+    ];
+    for args in cases {
+        let (code, _, err) = output(redquorum(&cluster, dir.path()).args(args));
+        assert_eq!(code, 64, "{args:?}: {err}");
+    }
+    let (code, _, err) =
+        output(bare(dir.path()).args(["--nodes", "not a url", "run", "r", "--", "true"]));
+    assert_eq!(code, 64, "{err}");
+    // No nodes anywhere, and no dev cluster: say what to do.
+    let (code, _, err) = output(bare(dir.path()).args(["status", "r"]));
+    assert_eq!(code, 64, "{err}");
+    assert!(err.contains("redquorum dev up"), "{err}");
+    assert!(cluster.keys().is_empty());
+}
+
+#[test]
+fn nodes_come_from_the_environment_or_a_nodes_file() {
+    let cluster = Cluster::start(3);
+    let dir = tempfile::tempdir().expect("tempdir");
+    let (code, _, err) = output(
+        bare(dir.path())
+            .env("REDQUORUM_NODES", cluster.urls().join(","))
+            .args(["run", "r", "--", "true"]),
+    );
+    assert_eq!(code, 0, "{err}");
+    let file = dir.path().join("nodes");
+    std::fs::write(&file, format!("# test\n{}\n", cluster.urls().join("\n"))).expect("write");
+    let (code, _, err) = output(
+        bare(dir.path())
+            .arg("--config")
+            .arg(&file)
+            .args(["run", "r", "--", "true"]),
+    );
+    assert_eq!(code, 0, "{err}");
+    assert!(lock_keys(&cluster).is_empty());
+}
+
+#[test]
+fn a_missing_command_exits_127_and_releases_the_lock() {
+    let cluster = Cluster::start(3);
+    let dir = tempfile::tempdir().expect("tempdir");
+    let (code, _, err) =
+        output(redquorum(&cluster, dir.path()).args(["run", "r", "--", "no-such-command-here"]));
+    assert_eq!(code, 127, "{err}");
+    assert!(err.contains("not found"), "{err}");
+    assert!(lock_keys(&cluster).is_empty());
+}
+
+#[test]
+fn losing_the_lock_stops_the_whole_command_and_exits_76() {
+    let mut cluster = Cluster::start(5);
+    let dir = tempfile::tempdir().expect("tempdir");
+    let pids = dir.path().join("sleep.pid");
+    // The shell ignores SIGTERM (and so does the sleep it starts): only the SIGKILL after the
+    // grace period can stop them, and it must reach the grandchild too (process group).
+    let script = format!(
+        "trap '' TERM; sleep 60 & echo $! > {}; wait",
+        pids.display()
+    );
+    let mut run = redquorum(&cluster, dir.path())
+        .args([
+            "run",
+            "--ttl",
+            "1s",
+            "--kill-grace",
+            "300ms",
+            "r",
+            "--",
+            "sh",
+            "-c",
+            &script,
+        ])
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn");
+    assert!(wait_until(Duration::from_secs(10), || read_pid(&pids).is_some()));
+    let sleep_pid = read_pid(&pids).expect("pid");
+    assert!(alive(sleep_pid));
+    // Three of five masters hang: no renewal can succeed, the lease ends at its deadline.
+    for node in 0..3 {
+        cluster.pause(node);
+    }
+    let code = wait_exit(&mut run, Duration::from_secs(20));
+    let mut err = String::new();
+    std::io::Read::read_to_string(&mut run.stderr.take().expect("stderr"), &mut err).expect("read");
+    assert_eq!(code, 76, "{err}");
+    assert!(err.contains("lost the lock"), "{err}");
+    assert!(err.contains("SIGKILL"), "{err}");
+    assert!(
+        wait_until(Duration::from_secs(5), || !alive(sleep_pid)),
+        "the command's grandchild survived"
+    );
+}
+
+/// A checker for the log the overlap test writes, tested on its own first.
+fn overlaps(log: &str) -> usize {
+    let mut open: Option<&str> = None;
+    let mut bad = 0;
+    for line in log.lines() {
+        match line.split_once(' ') {
+            Some(("start", who)) => {
+                if open.is_some() {
+                    bad += 1;
+                }
+                open = Some(who);
+            }
+            Some(("end", who)) => {
+                if open != Some(who) {
+                    bad += 1;
+                }
+                open = None;
+            }
+            _ => bad += 1,
+        }
+    }
+    bad
+}
+
+#[test]
+fn the_overlap_checker_sees_overlaps() {
+    assert_eq!(overlaps("start a\nend a\nstart b\nend b\n"), 0);
+    assert!(overlaps("start a\nstart b\nend a\nend b\n") > 0);
+}
+
+#[test]
+fn two_concurrent_runs_never_overlap() {
+    let cluster = Cluster::start(5);
+    let dir = tempfile::tempdir().expect("tempdir");
+    let log = dir.path().join("log");
+    let script = format!(
+        "echo \"start $WHO\" >> {log}; sleep 0.05; echo \"end $WHO\" >> {log}",
+        log = log.display()
+    );
+    std::thread::scope(|s| {
+        for who in ["a", "b", "c"] {
+            let (cluster, dir, script) = (&cluster, dir.path(), &script);
+            s.spawn(move || {
+                for _ in 0..4 {
+                    let (code, _, err) = output(
+                        redquorum(cluster, dir)
+                            .env("WHO", who)
+                            .args(["run", "--wait", "30s", "shared", "--", "sh", "-c", script]),
+                    );
+                    assert_eq!(code, 0, "{err}");
+                }
+            });
+        }
+    });
+    let log = std::fs::read_to_string(&log).expect("log");
+    assert_eq!(log.lines().count(), 24, "{log}");
+    assert_eq!(overlaps(&log), 0, "{log}");
+}
+
+#[tokio::test]
+async fn status_shows_the_holder_on_every_node_and_as_json() {
+    let cluster = Cluster::start(5);
+    let dir = tempfile::tempdir().expect("tempdir");
+    let lock = library_client(&cluster)
+        .try_acquire("seen", Duration::from_secs(30))
+        .await
+        .expect("hold it");
+    let holder = &lock.token().expose()[..8];
+    let (code, out, err) = output(redquorum(&cluster, dir.path()).args(["status", "seen"]));
+    assert_eq!(code, 0, "{err}");
+    assert!(out.contains(&format!("held by {holder}")), "{out}");
+    let (code, out, err) =
+        output(redquorum(&cluster, dir.path()).args(["--json", "status", "seen"]));
+    assert_eq!(code, 0, "{err}");
+    let json: serde_json::Value = serde_json::from_str(&out).expect("JSON");
+    assert_eq!(json["majority_holder"], holder, "{json}");
+    assert_eq!(json["reachable"], 5);
+    assert_eq!(json["highest_fence"], lock.fencing_token().expect("fenced"));
+    for node in json["nodes"].as_array().expect("nodes") {
+        let ttl = node["ttl_ms"].as_u64().expect("a ttl");
+        assert!(ttl > 20_000 && ttl <= 30_000, "{node}");
+    }
+    lock.release().await.expect("release");
+    let (_, out, _) = output(redquorum(&cluster, dir.path()).args(["--json", "status", "seen"]));
+    let json: serde_json::Value = serde_json::from_str(&out).expect("JSON");
+    assert_eq!(json["free"], true, "{json}");
+}
+
+/// Starts `redquorum elect` for candidate `id`; its command records the term and sleeps.
+fn candidate(cluster: &Cluster, dir: &Path, id: &str) -> (Child, PathBuf) {
+    let record = dir.join(format!("{id}.term"));
+    let script = format!(
+        "echo \"$REDQUORUM_TERM $$\" > {}; exec sleep 60",
+        record.display()
+    );
+    let child = redquorum(cluster, dir)
+        .args([
+            "elect",
+            "--id",
+            id,
+            "--ttl",
+            "1s",
+            "--kill-grace",
+            "1s",
+            "leader",
+            "--",
+            "sh",
+            "-c",
+            &script,
+        ])
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("spawn");
+    (child, record)
+}
+
+/// The term and pid a candidate's command recorded.
+fn recorded(record: &Path) -> Option<(u64, u32)> {
+    let text = std::fs::read_to_string(record).ok()?;
+    let (term, pid) = text.trim().split_once(' ')?;
+    Some((term.parse().ok()?, pid.parse().ok()?))
+}
+
+#[test]
+fn elect_hands_over_when_the_leader_is_stopped() {
+    let cluster = Cluster::start(5);
+    let dir = tempfile::tempdir().expect("tempdir");
+    let (mut a, a_record) = candidate(&cluster, dir.path(), "a");
+    assert!(wait_until(Duration::from_secs(10), || recorded(&a_record).is_some()));
+    let (a_term, _) = recorded(&a_record).expect("a leads");
+    let (mut b, b_record) = candidate(&cluster, dir.path(), "b");
+    std::thread::sleep(Duration::from_millis(500));
+    assert!(recorded(&b_record).is_none(), "b leads while a does");
+    // SIGTERM to a: forwarded to its command, which ends; a resigns and exits 128+15.
+    signal(&a, nix::sys::signal::Signal::SIGTERM);
+    assert_eq!(wait_exit(&mut a, Duration::from_secs(10)), 143);
+    assert!(wait_until(Duration::from_secs(5), || recorded(&b_record).is_some()));
+    let (b_term, _) = recorded(&b_record).expect("b leads");
+    assert!(b_term > a_term, "{b_term} after {a_term}");
+    signal(&b, nix::sys::signal::Signal::SIGTERM);
+    assert_eq!(wait_exit(&mut b, Duration::from_secs(10)), 143);
+    assert!(lock_keys(&cluster).is_empty(), "{:?}", lock_keys(&cluster));
+}
+
+/// A leader process frozen (SIGSTOP) for longer than its ttl: another candidate takes over in a
+/// higher term; when the frozen one wakes up it finds its term over and stops its command.
+#[test]
+fn a_frozen_leader_is_replaced_and_stops_its_command_when_it_wakes() {
+    let cluster = Cluster::start(5);
+    let dir = tempfile::tempdir().expect("tempdir");
+    let (mut a, a_record) = candidate(&cluster, dir.path(), "a");
+    assert!(wait_until(Duration::from_secs(10), || recorded(&a_record).is_some()));
+    let (a_term, a_command) = recorded(&a_record).expect("a leads");
+    let (mut b, b_record) = candidate(&cluster, dir.path(), "b");
+    signal(&a, nix::sys::signal::Signal::SIGSTOP);
+    assert!(
+        wait_until(Duration::from_secs(10), || recorded(&b_record).is_some()),
+        "b never took over from the frozen a"
+    );
+    let (b_term, _) = recorded(&b_record).expect("b leads");
+    assert!(b_term > a_term, "{b_term} after {a_term}");
+    // a's command ran on while a was frozen: that is what the term (fencing token) is for.
+    assert!(alive(a_command));
+    signal(&a, nix::sys::signal::Signal::SIGCONT);
+    assert!(
+        wait_until(Duration::from_secs(10), || !alive(a_command)),
+        "the woken leader did not stop its command"
+    );
+    for child in [&mut a, &mut b] {
+        signal(child, nix::sys::signal::Signal::SIGTERM);
+        let code = wait_exit(child, Duration::from_secs(10));
+        assert!(code == 143 || code == 0, "exit {code}");
+    }
+}
+
+/// Runs `redquorum dev down` when dropped, so a failing test leaves no server behind.
+struct DevGuard<'a>(&'a Path);
+
+impl Drop for DevGuard<'_> {
+    fn drop(&mut self) {
+        let _ = bare(self.0).args(["dev", "down"]).output();
+    }
+}
+
+fn dev_status(dir: &Path) -> serde_json::Value {
+    let (code, out, err) = output(bare(dir).args(["--json", "dev", "status"]));
+    assert_eq!(code, 0, "{err}");
+    serde_json::from_str(&out).expect("JSON")
+}
+
+fn states(status: &serde_json::Value) -> Vec<String> {
+    status["nodes"]
+        .as_array()
+        .expect("nodes")
+        .iter()
+        .map(|n| n["state"].as_str().expect("state").to_owned())
+        .collect()
+}
+
+#[test]
+fn the_dev_cluster_starts_breaks_heals_serves_locks_and_stops() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let _guard = DevGuard(dir.path());
+    let (code, _, err) = output(bare(dir.path()).args(["dev", "up", "--count", "3"]));
+    assert_eq!(code, 0, "{err}");
+    let status = dev_status(dir.path());
+    assert_eq!(states(&status), ["up", "up", "up"]);
+    let pids: Vec<u32> = status["nodes"]
+        .as_array()
+        .expect("nodes")
+        .iter()
+        .map(|n| u32::try_from(n["pid"].as_u64().expect("pid")).expect("pid"))
+        .collect();
+
+    for (action, expect) in [
+        ("kill", ["up", "down", "up"]),
+        ("restart", ["up", "up", "up"]),
+        ("pause", ["up", "paused", "up"]),
+        ("resume", ["up", "up", "up"]),
+    ] {
+        let (code, _, err) = output(bare(dir.path()).args(["dev", action, "1"]));
+        assert_eq!(code, 0, "{action}: {err}");
+        assert_eq!(states(&dev_status(dir.path())), expect, "after {action}");
+    }
+    let (code, _, err) = output(bare(dir.path()).args(["dev", "kill", "7"]));
+    assert_eq!(code, 64, "{err}");
+
+    // With no nodes given, commands use the dev cluster, and say so.
+    let (code, _, err) = output(bare(dir.path()).args(["run", "r", "--", "true"]));
+    assert_eq!(code, 0, "{err}");
+    assert!(err.contains("dev cluster"), "{err}");
+
+    let restarted: Vec<u32> = dev_status(dir.path())["nodes"]
+        .as_array()
+        .expect("nodes")
+        .iter()
+        .filter_map(|n| n["pid"].as_u64())
+        .filter_map(|p| u32::try_from(p).ok())
+        .collect();
+    let (code, _, err) = output(bare(dir.path()).args(["dev", "down"]));
+    assert_eq!(code, 0, "{err}");
+    for pid in pids.iter().chain(&restarted) {
+        assert!(
+            wait_until(Duration::from_secs(5), || !alive(*pid)),
+            "redis-server {pid} survived dev down"
+        );
+    }
+    assert!(!dir.path().join("dev").exists(), "dev down left files");
+}
+
+#[test]
+fn the_demo_elects_fails_over_and_never_has_two_leaders() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let _guard = DevGuard(dir.path());
+    let (code, out, err) = output(bare(dir.path()).args(["--json", "demo", "--quick"]));
+    assert_eq!(code, 0, "{err}");
+    let summary: serde_json::Value = serde_json::from_str(&out).expect("JSON summary");
+    assert_eq!(summary["overlaps"], 0, "{summary}\n{err}");
+    assert_eq!(summary["terms_increase"], true, "{summary}\n{err}");
+    assert!(
+        summary["leaderships"].as_u64() >= Some(3),
+        "{summary}\n{err}"
+    );
+    // The majority outage met a leader, and it stepped down by its deadline.
+    assert!(summary["lost"].as_u64() >= Some(1), "{summary}\n{err}");
+    assert!(err.contains("steps down"), "{err}");
+    assert!(
+        !dir.path().join("dev").exists(),
+        "the demo left its cluster behind"
+    );
+}
