@@ -10,7 +10,7 @@ use crate::{PREFIX, eventually};
 const TTL: Duration = Duration::from_secs(10);
 
 /// The rule the README gives operators, word for word (checked below).
-const README_RULE: &str = "ACL SETUSER redquorum on >CHANGE-ME resetkeys ~redquorum:* resetchannels &redquorum:* -@all +eval +evalsha +script|load +set +get +mget +incr +del +pexpire +pttl +publish +subscribe +unsubscribe";
+pub(crate) const README_RULE: &str = "ACL SETUSER redquorum on >CHANGE-ME resetkeys ~redquorum:* resetchannels &redquorum:* -@all +eval +evalsha +script|load +set +get +mget +incr +del +pexpire +pttl +publish +subscribe +unsubscribe";
 
 fn set_user(cluster: &Cluster, rule: &str) {
     for i in 0..cluster.len() {

@@ -7,6 +7,7 @@ mod proxy;
 
 mod acl;
 mod acquire;
+mod deploy;
 mod election;
 mod failures;
 mod fencing;

@@ -42,6 +42,9 @@ pub struct Server {
     persistence: Persistence,
     extra_args: Vec<String>,
     tls: Option<TlsFiles>,
+    /// A config file to start from: then only the port, directory, log and daemonize are
+    /// given on the command line, so the file's own settings are what runs.
+    config: Option<PathBuf>,
     paused: bool,
 }
 
@@ -74,7 +77,12 @@ fn free_port() -> u16 {
 }
 
 impl Server {
-    fn start(persistence: Persistence, extra_args: &[&str], tls: Option<&TlsFiles>) -> Self {
+    fn start(
+        persistence: Persistence,
+        extra_args: &[&str],
+        tls: Option<&TlsFiles>,
+        config: Option<&std::path::Path>,
+    ) -> Self {
         let mut last_error = String::new();
         for _ in 0..START_ATTEMPTS {
             let mut server = Self {
@@ -84,6 +92,7 @@ impl Server {
                 persistence,
                 extra_args: extra_args.iter().map(|a| (*a).to_owned()).collect(),
                 tls: tls.cloned(),
+                config: config.map(std::path::Path::to_path_buf),
                 paused: false,
             };
             match server.spawn() {
@@ -97,6 +106,17 @@ impl Server {
     /// Starts the process on `self.port`; Err when it exits (port taken) or never answers.
     fn spawn(&mut self) -> Result<(), String> {
         let mut cmd = Command::new(redis_server_binary());
+        if let Some(config) = &self.config {
+            cmd.arg(config)
+                .arg("--port")
+                .arg(self.port.to_string())
+                .args(["--daemonize", "no"])
+                .arg("--dir")
+                .arg(self.dir.path())
+                .arg("--logfile")
+                .arg(self.dir.path().join("redis.log"));
+            return self.launch(cmd);
+        }
         cmd.arg("--port")
             .arg(self.port.to_string())
             .args([
@@ -127,6 +147,11 @@ impl Server {
                 .args(["--tls-auth-clients", "no"]);
         }
         cmd.args(&self.extra_args);
+        self.launch(cmd)
+    }
+
+    /// Spawns `cmd` and waits until the server answers.
+    fn launch(&mut self, mut cmd: Command) -> Result<(), String> {
         let mut child = cmd
             .stdin(Stdio::null())
             .stdout(Stdio::null())
@@ -288,7 +313,7 @@ impl Cluster {
     pub fn start_with_args(n: usize, persistence: Persistence, extra_args: &[&str]) -> Self {
         Self {
             servers: (0..n)
-                .map(|_| Server::start(persistence, extra_args, None))
+                .map(|_| Server::start(persistence, extra_args, None, None))
                 .collect(),
         }
     }
@@ -296,15 +321,25 @@ impl Cluster {
     /// Adds one more server, with its own extra arguments; returns its index.
     pub fn add(&mut self, extra_args: &[&str]) -> usize {
         self.servers
-            .push(Server::start(Persistence::None, extra_args, None));
+            .push(Server::start(Persistence::None, extra_args, None, None));
         self.servers.len() - 1
+    }
+
+    /// Starts `n` servers from the config file at `path` (port, data directory and log set on
+    /// the command line, everything else as the file says). Restarts keep their data on disk.
+    pub fn start_from_config(n: usize, path: &std::path::Path) -> Self {
+        Self {
+            servers: (0..n)
+                .map(|_| Server::start(Persistence::AofAlways, &[], None, Some(path)))
+                .collect(),
+        }
     }
 
     /// Starts `n` servers that only speak TLS, with the given certificate files.
     pub fn start_tls(n: usize, tls: &TlsFiles) -> Self {
         Self {
             servers: (0..n)
-                .map(|_| Server::start(Persistence::None, &[], Some(tls)))
+                .map(|_| Server::start(Persistence::None, &[], Some(tls), None))
                 .collect(),
         }
     }
