@@ -8,6 +8,8 @@ fn the_readme_keeps_its_commands_and_sections() {
         "bash .ci/demo",
         "bash .ci/test",
         "## Quick start",
+        "## Command line",
+        "deploy/README.md",
         "## Configuration",
         "## Guarantees and their assumptions",
         "## Safety, measured under chaos",

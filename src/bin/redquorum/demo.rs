@@ -38,7 +38,7 @@ const SCHEDULE: &[Step] = &[
     Step {
         at: 5.0,
         faults: &[(Fault::Kill, 4)],
-        why: "a crash: four masters are left, the lock carries on",
+        why: "a crash: four masters are left, still a majority (a leader whose key was on exactly three of five, one of them this one, steps down)",
     },
     Step {
         at: 10.0,
