@@ -130,7 +130,7 @@ async fn main() -> Res<()> {
     // Hand-off under contention: 8 tasks on one resource, zero hold time.
     println!("\nhand-off, 8 tasks x {handoff_rounds} acquisitions of one resource, zero hold");
     println!(
-        "  waiting                   total      hand-off p50   hand-off p99   wasted rounds/acquisition"
+        "  waiting                   total      hand-off p50   hand-off p99   wasted rounds/acq   fairness   longest wait"
     );
     for (label, pubsub) in [("release messages", true), ("timed retries only", false)] {
         let waiter = RedLock::builder(&urls)
@@ -138,14 +138,20 @@ async fn main() -> Res<()> {
             .wait_for_release(pubsub)
             .build()?;
         waiter.connect().await?;
-        let (total, p50, p99, wasted) = handoff(&waiter, 8, handoff_rounds).await?;
+        let h = handoff(&waiter, 8, handoff_rounds).await?;
         println!(
-            "  {label:<22} {:>8.0} ms   {:>12}   {:>12}   {wasted:>8.2}",
-            total.as_secs_f64() * 1e3,
-            us(p50),
-            us(p99)
+            "  {label:<22} {:>8.0} ms   {:>12}   {:>12}   {:>17.2}   {:>8.2}   {:>9.1} ms",
+            h.total.as_secs_f64() * 1e3,
+            us(h.p50),
+            us(h.p99),
+            h.wasted,
+            h.fairness,
+            h.longest_wait.as_secs_f64() * 1e3,
         );
     }
+    println!(
+        "  fairness: Jain's index over each task's total wait (1 = all waited alike, 1/8 = one task did all the waiting)"
+    );
 
     // Fencing on vs off.
     let fenced = RedLock::builder(&urls)
@@ -244,25 +250,34 @@ where
     done.load(Ordering::Relaxed) as f64 / duration.as_secs_f64()
 }
 
-/// `tasks` tasks each take one resource `rounds` times with zero hold time. Returns the total
-/// time, hand-off latency quantiles (a release's end to the next holder's acquire) and the
-/// wasted rounds per acquisition.
-async fn handoff(
-    rl: &RedLock,
-    tasks: usize,
-    rounds: usize,
-) -> Res<(Duration, Duration, Duration, f64)> {
+/// What the hand-off run measured.
+struct Handoff {
+    total: Duration,
+    /// A release's end to the next holder's acquire.
+    p50: Duration,
+    p99: Duration,
+    wasted: f64,
+    /// Jain's fairness index over each task's total time spent waiting to acquire.
+    fairness: f64,
+    longest_wait: Duration,
+}
+
+/// `tasks` tasks each take one resource `rounds` times with zero hold time.
+async fn handoff(rl: &RedLock, tasks: usize, rounds: usize) -> Res<Handoff> {
     let events = Arc::new(std::sync::Mutex::new(Vec::<(Instant, Instant, u32)>::new()));
+    let waits = Arc::new(std::sync::Mutex::new(vec![Vec::<Duration>::new(); tasks]));
     let started = Instant::now();
     let handles: Vec<_> = (0..tasks)
-        .map(|_| {
-            let (rl, events) = (rl.clone(), events.clone());
+        .map(|task| {
+            let (rl, events, waits) = (rl.clone(), events.clone(), waits.clone());
             tokio::spawn(async move {
                 for _ in 0..rounds {
+                    let asked = Instant::now();
                     let lock = rl
                         .acquire_within("bench:handoff", TTL, Duration::from_secs(60))
                         .await?;
                     let acquired = Instant::now();
+                    waits.lock().map_err(|_| "poisoned")?[task].push(acquired - asked);
                     let attempts = lock.attempts();
                     lock.release().await?;
                     events.lock().map_err(|_| "poisoned")?.push((
@@ -287,5 +302,25 @@ async fn handoff(
         .collect();
     let (p50, p99, _) = quantiles(gaps);
     let wasted = events.iter().map(|e| f64::from(e.2 - 1)).sum::<f64>() / events.len() as f64;
-    Ok((total, p50, p99, wasted))
+    let waits = waits.lock().map_err(|_| "poisoned")?.clone();
+    let per_task: Vec<f64> = waits
+        .iter()
+        .map(|w| w.iter().map(Duration::as_secs_f64).sum())
+        .collect();
+    let sum: f64 = per_task.iter().sum();
+    let squares: f64 = per_task.iter().map(|x| x * x).sum();
+    let fairness = if squares > 0.0 {
+        sum * sum / (per_task.len() as f64 * squares)
+    } else {
+        1.0
+    };
+    let longest_wait = waits.iter().flatten().copied().max().unwrap_or_default();
+    Ok(Handoff {
+        total,
+        p50,
+        p99,
+        wasted,
+        fairness,
+        longest_wait,
+    })
 }
