@@ -2,11 +2,10 @@
 
 use std::time::{Duration, Instant};
 
-use futures::future::join_all;
 use tokio::sync::watch;
 
 use crate::config::Timing;
-use crate::error::{Error, Failure, NodeError, Operation};
+use crate::error::{Error, Failure, Operation};
 use crate::lease::{Lease, LeaseOptions, LeaseSignal, LostReason};
 use crate::quorum::Decision;
 use crate::redlock::RedLock;
@@ -199,31 +198,21 @@ impl Election {
     pub async fn leader(&self) -> Result<Leader> {
         crate::redlock::ensure_runtime()?;
         let start = Instant::now();
-        let timeout = self.timing.per_node_timeout;
-        let answers = join_all(self.redlock.nodes().iter().map(|node| async move {
-            let read = async {
-                let ready = node.connection().await?;
-                let mut conn = ready.conn;
-                redis::cmd("MGET")
-                    .arg(&self.lock_key)
-                    .arg(&self.info_key)
-                    .query_async::<(Option<Vec<u8>>, Option<Vec<u8>>)>(&mut conn)
-                    .await
-                    .map_err(NodeError::Redis)
-            };
-            let answer = match tokio::time::timeout(timeout, read).await {
-                Ok(answer) => answer,
-                Err(_) => Err(NodeError::TimedOut(timeout)),
-            };
-            (node.id().clone(), answer, start.elapsed())
-        }))
-        .await;
+        let mut mget = redis::pipe();
+        mget.cmd("MGET").arg(&self.lock_key).arg(&self.info_key);
+        let answers = self
+            .redlock
+            .query_everywhere::<((Option<Vec<u8>>, Option<Vec<u8>>),)>(
+                &mget,
+                self.timing.per_node_timeout,
+            )
+            .await;
         let mut votes: Vec<(Leader, Vec<u8>, usize)> = Vec::new();
         let mut answered = 0;
         let mut report = Vec::new();
         for (id, answer, latency) in answers {
             match answer {
-                Ok((lock, info)) => {
+                Ok(((lock, info),)) => {
                     answered += 1;
                     report.push(NodeReport::new(id, NodeOutcome::Connected, latency));
                     let (Some(lock), Some(info)) = (lock, info) else {

@@ -1,9 +1,7 @@
 //! Read-only inspection of a resource on every node: who holds it, for how long, its fence
 //! counter and its advertised leader. What `redquorum status` shows.
 
-use std::time::{Duration, Instant};
-
-use futures::future::join_all;
+use std::time::Duration;
 
 use crate::election::{Leader, decode_info};
 use crate::error::{Error, NodeError};
@@ -265,37 +263,25 @@ impl RedLock {
                 .config()
                 .per_node_timeout
                 .unwrap_or(MAX_DERIVED_NODE_TIMEOUT);
-        let start = Instant::now();
-        let nodes = join_all(self.nodes().iter().map(|node| {
-            let keys = &keys;
-            async move {
-                let read = async {
-                    let mut conn = node.connection().await?.conn;
-                    let [lock_key, fence_key, leader_key] = keys;
-                    let ((token, fence, info), pttl): (Keys, i64) = redis::pipe()
-                        .cmd("MGET")
-                        .arg(lock_key)
-                        .arg(fence_key)
-                        .arg(leader_key)
-                        .cmd("PTTL")
-                        .arg(lock_key)
-                        .query_async(&mut conn)
-                        .await
-                        .map_err(NodeError::Redis)?;
-                    Ok(holding(token, fence, info, pttl))
-                };
-                let state = match tokio::time::timeout(timeout, read).await {
-                    Ok(state) => state,
-                    Err(_) => Err(NodeError::TimedOut(timeout)),
-                };
-                NodeInspection {
-                    node: node.id().clone(),
-                    state,
-                    latency: start.elapsed(),
-                }
-            }
-        }))
-        .await;
+        let [lock_key, fence_key, leader_key] = &keys;
+        let mut pipeline = redis::pipe();
+        pipeline
+            .cmd("MGET")
+            .arg(lock_key)
+            .arg(fence_key)
+            .arg(leader_key)
+            .cmd("PTTL")
+            .arg(lock_key);
+        let nodes = self
+            .query_everywhere::<(Keys, i64)>(&pipeline, timeout)
+            .await
+            .into_iter()
+            .map(|(node, answer, latency)| NodeInspection {
+                node,
+                state: answer.map(|((token, fence, info), pttl)| holding(token, fence, info, pttl)),
+                latency,
+            })
+            .collect();
         Ok(Inspection {
             nodes,
             quorum: self.quorum(),

@@ -3,13 +3,15 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use futures::future::join_all;
+
 use crate::cleanup::Cleanup;
 use crate::config::{Builder, Config, Timing};
-use crate::error::{Error, Failure, Operation};
+use crate::error::{Error, Failure, NodeError, Operation};
 use crate::lock::Lock;
 use crate::node::{IntoNode, Node};
 use crate::quorum::{self, Decision};
-use crate::report::{NodeOutcome, NodeReport, Report};
+use crate::report::{NodeId, NodeOutcome, NodeReport, Report};
 use crate::retry::{Jitter, RetryPolicy};
 use crate::round::{self, Request, Round, Stragglers, Wait};
 use crate::scripts;
@@ -154,7 +156,7 @@ impl RedLock {
         ensure_runtime()?;
         let start = Instant::now();
         let timeout = self.inner.config.connect_timeout;
-        let reports = futures::future::join_all(self.inner.nodes.iter().map(|node| async move {
+        let reports = join_all(self.inner.nodes.iter().map(|node| async move {
             let outcome = match tokio::time::timeout(timeout, node.wait_connected()).await {
                 Ok(Ok(())) => NodeOutcome::Connected,
                 Ok(Err(err)) => NodeOutcome::Failed(err),
@@ -609,6 +611,32 @@ impl RedLock {
 
     pub(crate) fn config(&self) -> &Config {
         &self.inner.config
+    }
+
+    /// Sends `pipeline` to every node at once and waits for every answer, each node bounded by
+    /// `timeout` (waiting for its connection included). Answers are in node order, each with
+    /// the time since the start. For reads outside the round machinery (no vote, no tally).
+    pub(crate) async fn query_everywhere<T: redis::FromRedisValue>(
+        &self,
+        pipeline: &redis::Pipeline,
+        timeout: Duration,
+    ) -> Vec<(NodeId, std::result::Result<T, NodeError>, Duration)> {
+        let start = Instant::now();
+        join_all(self.inner.nodes.iter().map(|node| async move {
+            let read = async {
+                let mut conn = node.connection().await?.conn;
+                pipeline
+                    .query_async(&mut conn)
+                    .await
+                    .map_err(NodeError::Redis)
+            };
+            let answer = match tokio::time::timeout(timeout, read).await {
+                Ok(answer) => answer,
+                Err(_) => Err(NodeError::TimedOut(timeout)),
+            };
+            (node.id().clone(), answer, start.elapsed())
+        }))
+        .await
     }
 
     /// Compare-and-delete of `key` on every node, waiting for every answer or timeout; on a
