@@ -12,11 +12,13 @@ const LONG: Duration = Duration::from_secs(5);
 
 /// A waiter whose timed retries come only every 5 s: anything faster is the release message.
 fn patient(cluster: &Cluster) -> RedLock {
+    patient_builder(cluster).build().expect("config")
+}
+
+fn patient_builder(cluster: &Cluster) -> redquorum::Builder {
     RedLock::builder(cluster.urls())
         .per_node_timeout(Duration::from_millis(250))
         .retry(RetryPolicy::default().delay(LONG).jitter(Duration::ZERO))
-        .build()
-        .expect("config")
 }
 
 #[tokio::test]
@@ -159,9 +161,7 @@ async fn waiters_do_not_wake_each_other_with_their_failed_rounds() {
     }
     let waiters: Vec<_> = (0..2)
         .map(|_| {
-            let rl = RedLock::builder(cluster.urls())
-                .per_node_timeout(Duration::from_millis(250))
-                .retry(RetryPolicy::default().delay(LONG).jitter(Duration::ZERO))
+            let rl = patient_builder(&cluster)
                 .fencing(true)
                 .build()
                 .expect("config");

@@ -1,12 +1,14 @@
 //! The command run under a lock: spawned in its own process group, signalled as a group.
 
 use std::ffi::OsString;
+use std::future::Future;
 use std::os::unix::process::ExitStatusExt;
 use std::process::ExitStatus;
 use std::time::Duration;
 
 use nix::sys::signal::{Signal, killpg};
 use nix::unistd::Pid;
+use redquorum::LostReason;
 use tokio::signal::unix::{SignalKind, signal};
 
 use crate::exit::{self, CliError};
@@ -73,6 +75,44 @@ impl Child {
         eprintln!("redquorum: the command did not exit {grace:?} after SIGTERM; sending SIGKILL");
         self.signal(Signal::SIGKILL);
         self.wait().await
+    }
+}
+
+/// How a command run under a lock or a leadership ended.
+#[derive(Debug)]
+pub(crate) enum Ending {
+    /// It exited by itself, with this code (as a shell reports it).
+    Exited(u8),
+    /// The lock or leadership was lost; the command has been stopped.
+    Lost,
+}
+
+/// Runs `command` (with `env`) until it exits or `lost` fires, forwarding the signals
+/// redquorum receives to it. On loss, `on_lost` says why, then the command gets SIGTERM and,
+/// after `grace`, SIGKILL.
+///
+/// # Cancel safety
+/// Not cancel safe: dropping it leaves the command running.
+pub(crate) async fn run_guarded(
+    command: &[OsString],
+    env: &[(&str, String)],
+    lost: impl Future<Output = LostReason>,
+    on_lost: impl FnOnce(LostReason),
+    signals: &mut Signals,
+    grace: Duration,
+) -> Result<Ending, CliError> {
+    let mut child = spawn(command, env)?;
+    tokio::pin!(lost);
+    loop {
+        tokio::select! {
+            status = child.wait() => return Ok(Ending::Exited(exit_code(status?))),
+            reason = &mut lost => {
+                on_lost(reason);
+                child.terminate(grace).await?;
+                return Ok(Ending::Lost);
+            }
+            signal = signals.recv() => child.signal(signal),
+        }
     }
 }
 

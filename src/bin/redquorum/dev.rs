@@ -166,14 +166,11 @@ pub(crate) struct DevCluster {
 impl DevCluster {
     /// `$REDQUORUM_DEV_DIR`, or `$XDG_STATE_HOME/redquorum/dev`, or `~/.local/state/redquorum/dev`.
     pub(crate) fn state_dir() -> Result<PathBuf, CliError> {
-        let var = |name: &str| std::env::var_os(name).filter(|v| !v.is_empty());
-        if let Some(dir) = var("REDQUORUM_DEV_DIR") {
+        if let Some(dir) = std::env::var_os("REDQUORUM_DEV_DIR").filter(|v| !v.is_empty()) {
             return Ok(PathBuf::from(dir));
         }
-        let base = var("XDG_STATE_HOME")
-            .map(PathBuf::from)
-            .or_else(|| var("HOME").map(|h| PathBuf::from(h).join(".local").join("state")))
-            .ok_or_else(|| {
+        let base =
+            crate::xdg::base_dir("XDG_STATE_HOME", &[".local", "state"]).ok_or_else(|| {
                 CliError::usage("neither REDQUORUM_DEV_DIR nor HOME is set: where would state go?")
             })?;
         Ok(base.join("redquorum").join("dev"))

@@ -3,7 +3,7 @@
 use redquorum::RedLock;
 
 use crate::args::ElectArgs;
-use crate::child::{self, Signals};
+use crate::child::{self, Ending, Signals};
 use crate::exit::CliError;
 
 pub(crate) async fn elect(nodes: Vec<String>, args: ElectArgs) -> Result<u8, CliError> {
@@ -27,29 +27,32 @@ pub(crate) async fn elect(nodes: Vec<String>, args: ElectArgs) -> Result<u8, Cli
             ("REDQUORUM_TERM", term.to_string()),
             ("REDQUORUM_FENCING_TOKEN", term.to_string()),
         ];
-        let mut child = match child::spawn(&args.command, &env) {
-            Ok(child) => child,
+        let ending = child::run_guarded(
+            &args.command,
+            &env,
+            leadership.lost(),
+            |reason| {
+                eprintln!(
+                    "redquorum: lost leadership of term {term} ({reason}); stopping the command"
+                );
+            },
+            &mut signals,
+            args.kill_grace,
+        )
+        .await;
+        match ending {
+            // Campaign again.
+            Ok(Ending::Lost) => {}
+            Ok(Ending::Exited(code)) => {
+                eprintln!("redquorum: the command exited ({code}); resigning term {term}");
+                if let Err(e) = leadership.resign().await {
+                    eprintln!("redquorum: resigning failed (the term ends at its ttl): {e}");
+                }
+                return Ok(code);
+            }
             Err(e) => {
                 let _ = leadership.resign().await;
                 return Err(e);
-            }
-        };
-        loop {
-            tokio::select! {
-                status = child.wait() => {
-                    let code = child::exit_code(status?);
-                    eprintln!("redquorum: the command exited ({code}); resigning term {term}");
-                    if let Err(e) = leadership.resign().await {
-                        eprintln!("redquorum: resigning failed (the term ends at its ttl): {e}");
-                    }
-                    return Ok(code);
-                }
-                reason = leadership.lost() => {
-                    eprintln!("redquorum: lost leadership of term {term} ({reason}); stopping the command");
-                    child.terminate(args.kill_grace).await?;
-                    break;
-                }
-                signal = signals.recv() => child.signal(signal),
             }
         }
     }

@@ -10,6 +10,7 @@ mod exit;
 mod nodes;
 mod run;
 mod status;
+mod xdg;
 
 use std::process::ExitCode;
 

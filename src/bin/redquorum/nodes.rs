@@ -41,10 +41,7 @@ pub(crate) fn resolve(global: &Global) -> Result<Vec<String>, CliError> {
 
 /// `$XDG_CONFIG_HOME/redquorum/nodes`, or `~/.config/redquorum/nodes`.
 fn default_file() -> Option<PathBuf> {
-    let base = std::env::var_os("XDG_CONFIG_HOME")
-        .filter(|v| !v.is_empty())
-        .map(PathBuf::from)
-        .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".config")))?;
+    let base = crate::xdg::base_dir("XDG_CONFIG_HOME", &[".config"])?;
     Some(base.join("redquorum").join("nodes"))
 }
 

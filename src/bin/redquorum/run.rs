@@ -5,7 +5,7 @@ use std::time::{Duration, Instant};
 use redquorum::{LeaseOptions, Lock, RedLock};
 
 use crate::args::RunArgs;
-use crate::child::{self, Signals};
+use crate::child::{self, Ending, Signals};
 use crate::exit::{self, CliError};
 
 /// How often a long wait says what it is waiting for.
@@ -24,31 +24,31 @@ pub(crate) async fn run(nodes: Vec<String>, args: RunArgs) -> Result<u8, CliErro
         ("REDQUORUM_RESOURCE", args.resource.clone()),
         ("REDQUORUM_FENCING_TOKEN", token.to_string()),
     ];
-    let mut child = match child::spawn(&args.command, &env) {
-        Ok(child) => child,
+    let ending = child::run_guarded(
+        &args.command,
+        &env,
+        lease.lost(),
+        |reason| {
+            eprintln!(
+                "redquorum: lost the lock on {} ({reason}); stopping the command",
+                args.resource
+            );
+        },
+        &mut signals,
+        args.kill_grace,
+    )
+    .await;
+    match ending {
+        Ok(Ending::Lost) => Ok(exit::LOST),
+        Ok(Ending::Exited(code)) => {
+            if let Err(e) = lease.release().await {
+                eprintln!("redquorum: the command finished, but releasing the lock failed: {e}");
+            }
+            Ok(code)
+        }
         Err(e) => {
             let _ = lease.release().await;
-            return Err(e);
-        }
-    };
-    loop {
-        tokio::select! {
-            status = child.wait() => {
-                let code = child::exit_code(status?);
-                if let Err(e) = lease.release().await {
-                    eprintln!("redquorum: the command finished, but releasing the lock failed: {e}");
-                }
-                return Ok(code);
-            }
-            reason = lease.lost() => {
-                eprintln!(
-                    "redquorum: lost the lock on {} ({reason}); stopping the command",
-                    args.resource
-                );
-                child.terminate(args.kill_grace).await?;
-                return Ok(exit::LOST);
-            }
-            signal = signals.recv() => child.signal(signal),
+            Err(e)
         }
     }
 }

@@ -1,6 +1,6 @@
 //! `redquorum status RESOURCE`: what every master holds, and the majority's view.
 
-use redquorum::{Inspection, RedLock};
+use redquorum::{Inspection, Leader, RedLock};
 use serde_json::json;
 
 use crate::exit::{self, CliError};
@@ -90,10 +90,7 @@ fn to_json(resource: &str, seen: &Inspection) -> serde_json::Value {
                 "holder": h.holder(),
                 "ttl_ms": h.ttl().map(|t| t.as_millis() as u64),
                 "fence": h.fence(),
-                "leader": h.leader().map(|l| json!({
-                    "value": String::from_utf8_lossy(l.value()),
-                    "term": l.term(),
-                })),
+                "leader": h.leader().map(leader_json),
             }),
             Err(e) => json!({
                 "node": n.node().index(),
@@ -108,12 +105,16 @@ fn to_json(resource: &str, seen: &Inspection) -> serde_json::Value {
         "quorum": seen.quorum(),
         "reachable": seen.reachable(),
         "majority_holder": seen.majority_holder(),
-        "majority_leader": seen.majority_leader().map(|l| json!({
-            "value": String::from_utf8_lossy(l.value()),
-            "term": l.term(),
-        })),
+        "majority_leader": seen.majority_leader().map(leader_json),
         "free": seen.free_on_majority(),
         "highest_fence": seen.highest_fence(),
         "nodes": nodes,
+    })
+}
+
+fn leader_json(leader: &Leader) -> serde_json::Value {
+    json!({
+        "value": String::from_utf8_lossy(leader.value()),
+        "term": leader.term(),
     })
 }
