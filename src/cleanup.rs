@@ -3,6 +3,7 @@
 use std::time::Duration;
 
 use crate::redlock::RedLock;
+use crate::report::Report;
 use crate::round::Stragglers;
 use crate::token::Token;
 
@@ -51,10 +52,15 @@ impl Cleanup {
         self.armed = None;
     }
 
-    /// Deletes the keys now, waiting for every node (each bounded by the per-node timeout).
-    /// If this future is dropped part-way, `Drop` spawns the cleanup again.
-    pub(crate) async fn run(mut self) {
-        if let Some(redlock) = &self.armed {
+    /// Deletes the keys now, waiting for every node (each bounded by the per-node timeout),
+    /// and returns the compare-and-delete's report: on nodes where another owner holds the
+    /// key, it says for how much longer. If this future is dropped part-way, `Drop` spawns the
+    /// cleanup again.
+    pub(crate) async fn run(mut self) -> Report {
+        let Some(redlock) = &self.armed else {
+            return Report::default();
+        };
+        {
             let round = redlock
                 .release_everywhere(
                     &self.key,
@@ -66,6 +72,7 @@ impl Cleanup {
                 .await;
             tracing::debug!(report = %round.report, "cleaned up after a failed round");
             self.armed = None;
+            round.report
         }
     }
 }

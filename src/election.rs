@@ -11,7 +11,7 @@ use crate::quorum::Decision;
 use crate::redlock::RedLock;
 use crate::report::{NodeOutcome, NodeReport, Report};
 use crate::retry::RetryPolicy;
-use crate::round::{self, Request, Wait};
+use crate::round::{self, Command, Request, Wait};
 use crate::token::Token;
 use crate::{Result, resource, scripts};
 
@@ -292,7 +292,7 @@ impl Election {
     /// Advertises `value` for the holder of `token` on a majority.
     async fn write_info(&self, token: &Token, term: u64, value: &[u8]) -> Result<()> {
         let request = Request {
-            script: &scripts::WRITE_LEADER_INFO,
+            command: Command::Script(&scripts::WRITE_LEADER_INFO),
             key: self.lock_key.clone(),
             second_key: Some(self.info_key.clone()),
             token: token.expose().to_owned(),

@@ -12,7 +12,7 @@ use crate::error::{Error, Failure, Operation};
 use crate::quorum::Decision;
 use crate::redlock::{RedLock, valid_until};
 use crate::report::{NodeOutcome, Report};
-use crate::round::{self, Request, Round, Stragglers, Wait};
+use crate::round::{self, Command, Request, Round, Stragglers, Wait};
 use crate::scripts;
 use crate::telemetry;
 use crate::token::Token;
@@ -237,7 +237,7 @@ impl Lock {
             ));
         }
         let request = Request {
-            script: &scripts::EXTEND,
+            command: Command::Script(&scripts::EXTEND),
             key: self.key.clone(),
             token: self.token.expose().to_owned(),
             second_key: None,

@@ -185,6 +185,9 @@ impl Node {
     /// under way (the caller bounds that wait with its per-node timeout). Must run inside a
     /// tokio runtime: the supervisor is spawned on first use.
     pub(crate) async fn connection(&self) -> Result<Ready, NodeError> {
+        if let Some(ready) = self.ready_now() {
+            return Ok(ready);
+        }
         let (mut link, _) = self.link();
         loop {
             match &*link.borrow_and_update() {
@@ -208,6 +211,20 @@ impl Node {
                 // The supervisor is gone with the runtime it ran on; `link()` starts a new one.
                 link = self.link().0;
             }
+        }
+    }
+
+    /// The hot path of [`Node::connection`]: the current connection, when the supervisor is
+    /// alive and connected, without cloning the watch receiver.
+    fn ready_now(&self) -> Option<Ready> {
+        let guard = self.handle.lock().unwrap_or_else(|e| e.into_inner());
+        let handle = guard.as_ref()?;
+        if handle.link.has_changed().is_err() {
+            return None;
+        }
+        match &*handle.link.borrow() {
+            Link::Ready(ready) => Some(ready.clone()),
+            Link::Connecting | Link::Down(_) => None,
         }
     }
 
@@ -298,6 +315,7 @@ async fn supervise(
             } else {
                 None
             };
+            load_scripts(&mut conn, &id).await?;
             Ok::<_, RedisError>((conn, up_since))
         };
         let result = tokio::select! {
@@ -342,6 +360,29 @@ async fn supervise(
                 delay = (delay * 2).min(RECONNECT_MAX_DELAY);
             }
         }
+    }
+}
+
+/// Loads every script of ours on a new connection, before it carries any request.
+///
+/// A request that times out is not retried, so one that met `NOSCRIPT` would be lost: a
+/// compare-and-delete queued behind a plain `SET` on a paused node would leave the key behind
+/// when the node resumes. Loading first means `NOSCRIPT` only follows a `SCRIPT FLUSH`, which
+/// the per-request fallback still covers. A server that refuses `SCRIPT LOAD` (an ACL without
+/// `+script|load`, a node busy in someone's long script) still serves: its scripts load on
+/// first use, if at all.
+async fn load_scripts(conn: &mut MultiplexedConnection, id: &NodeId) -> Result<(), RedisError> {
+    let mut pipeline = redis::pipe();
+    for lua in crate::scripts::all() {
+        pipeline.cmd("SCRIPT").arg("LOAD").arg(lua.code());
+    }
+    match pipeline.query_async::<Vec<String>>(conn).await {
+        Ok(_) => Ok(()),
+        Err(err) if !breaks_connection(&err) => {
+            tracing::debug!(node = %id, error = %err, "scripts not preloaded");
+            Ok(())
+        }
+        Err(err) => Err(err),
     }
 }
 

@@ -13,7 +13,7 @@ use crate::node::{IntoNode, Node};
 use crate::quorum::{self, Decision};
 use crate::report::{NodeId, NodeOutcome, NodeReport, Report};
 use crate::retry::{Jitter, RetryPolicy};
-use crate::round::{self, Request, Round, Stragglers, Wait};
+use crate::round::{self, Command, Request, Round, Stragglers, Wait};
 use crate::scripts;
 use crate::telemetry;
 use crate::token::Token;
@@ -496,10 +496,10 @@ impl RedLock {
         let config = &self.inner.config;
         let fence_key = fencing.then(|| resource::fence_key(&config.key_prefix, resource));
         let request = Request {
-            script: if fence_key.is_some() {
-                &scripts::ACQUIRE_FENCED
+            command: if fence_key.is_some() {
+                Command::Script(&scripts::ACQUIRE_FENCED)
             } else {
-                &scripts::ACQUIRE
+                Command::SetIfAbsent
             },
             key: key.to_vec(),
             second_key: fence_key.clone(),
@@ -558,7 +558,8 @@ impl RedLock {
             Decision::Lost if round.tally.lost_to_outage() => (Error::NoQuorum, round.report),
             Decision::Lost | Decision::Open => (Error::Conflict, round.report),
         };
-        cleanup.run().await;
+        let mut report = report;
+        report.learn_expiries(&cleanup.run().await);
         Err(FailedRound { make, report })
     }
 
@@ -575,7 +576,7 @@ impl RedLock {
         timing: &Timing,
     ) -> std::result::Result<(), (fn(Box<Failure>) -> Error, Report)> {
         let request = Request {
-            script: &scripts::CONFIRM_FENCE,
+            command: Command::Script(&scripts::CONFIRM_FENCE),
             key: key.to_vec(),
             second_key: Some(fence_key),
             token: token.expose().to_owned(),
@@ -652,7 +653,7 @@ impl RedLock {
         wake_waiters: bool,
     ) -> Round {
         let request = Request {
-            script: &scripts::RELEASE,
+            command: Command::Script(&scripts::RELEASE),
             key: key.to_vec(),
             token: token.expose().to_owned(),
             second_key: None,

@@ -77,9 +77,12 @@ pub enum NodeOutcome {
     /// Fenced acquire, second round: the node holds our key and its fence counter is now at
     /// least our fencing token.
     FenceConfirmed,
-    /// The key belongs to another owner; it expires after `expires_in` (`None`: it has no expiry).
+    /// The key belongs to another owner; it expires after `expires_in`.
     HeldByOther {
-        /// The other owner's remaining ttl on this node, as the node reported it.
+        /// The other owner's remaining ttl on this node, as the node reported it. `None`: the
+        /// key has no expiry, or the node did not say. (An acquire sends a plain `SET NX`, whose
+        /// refusal carries no ttl; the compare-and-delete that cleans up after the failed round
+        /// answers with it, and the acquire's report is completed from that answer.)
         expires_in: Option<Duration>,
     },
     /// Extend or release: the key is gone from this node (it expired, or never was set here).
@@ -145,7 +148,7 @@ impl fmt::Display for NodeOutcome {
                 expires_in: Some(left),
             } => write!(f, "held by another owner for {left:?}"),
             Self::HeldByOther { expires_in: None } => {
-                f.write_str("held by another owner, with no expiry")
+                f.write_str("held by another owner, no expiry known")
             }
             Self::Missing => f.write_str("key not found"),
             Self::Failed(err) => {
@@ -270,6 +273,29 @@ impl Report {
     /// ```
     pub fn successes(&self) -> usize {
         self.nodes.iter().filter(|r| r.outcome.is_success()).count()
+    }
+
+    /// Completes an acquire's report with what its cleanup learnt: where the acquire found
+    /// another owner's key without its ttl, the ttl the cleanup's compare-and-delete reported
+    /// for that node (zero when the key was gone by then: the resource is free there now).
+    pub(crate) fn learn_expiries(&mut self, cleanup: &Report) {
+        for (acquired, cleaned) in self.nodes.iter_mut().zip(&cleanup.nodes) {
+            if let NodeOutcome::HeldByOther { expires_in: None } = acquired.outcome {
+                match &cleaned.outcome {
+                    NodeOutcome::HeldByOther { expires_in } => {
+                        acquired.outcome = NodeOutcome::HeldByOther {
+                            expires_in: *expires_in,
+                        };
+                    }
+                    NodeOutcome::Missing => {
+                        acquired.outcome = NodeOutcome::HeldByOther {
+                            expires_in: Some(Duration::ZERO),
+                        };
+                    }
+                    _ => {}
+                }
+            }
+        }
     }
 
     /// The nodes that failed, with their errors.

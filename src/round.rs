@@ -5,7 +5,8 @@ use std::time::{Duration, Instant};
 
 use futures::StreamExt;
 use futures::stream::FuturesUnordered;
-use redis::{Script, Value};
+use redis::aio::MultiplexedConnection;
+use redis::{Script, ServerErrorKind, Value};
 use tokio::sync::watch;
 
 use crate::error::{NodeError, Operation};
@@ -13,13 +14,33 @@ use crate::node::{Node, breaks_connection};
 use crate::quorum::{Decision, Tally};
 use crate::redlock::RedLock;
 use crate::report::{NodeOutcome, NodeReport, Report};
-use crate::scripts::ScriptReply;
+use crate::scripts::{Lua, ScriptReply};
 use crate::telemetry;
+
+/// The command a round runs on every node.
+#[derive(Debug, Clone, Copy)]
+pub(crate) enum Command {
+    /// One of our scripts (`EVALSHA`, loaded on `NOSCRIPT` and sent again).
+    Script(&'static Lua),
+    /// The plain acquire: `SET key token NX PX ttl`, one native command. A refusal does not
+    /// say when the holder's key expires; the cleanup after a failed round does (its
+    /// compare-and-delete answers with the holder's ttl, see `Report::learn_expiries`).
+    SetIfAbsent,
+}
+
+impl Command {
+    fn name(self) -> &'static str {
+        match self {
+            Self::Script(lua) => lua.script().get_hash(),
+            Self::SetIfAbsent => "SET NX PX",
+        }
+    }
+}
 
 /// What to send to every node.
 #[derive(Debug)]
 pub(crate) struct Request {
-    pub(crate) script: &'static Script,
+    pub(crate) command: Command,
     pub(crate) key: Vec<u8>,
     /// `KEYS[2]`, for the scripts that take one: the fence counter, or the leader info.
     pub(crate) second_key: Option<Vec<u8>>,
@@ -101,20 +122,20 @@ pub(crate) async fn run(
     wait: Wait,
     after: Option<&Stragglers>,
 ) -> Round {
-    let request = Arc::new(request);
-    let count = redlock.nodes().len();
     let start = Instant::now();
+    let prepared = Arc::new(Prepared::new(&request));
+    let count = redlock.nodes().len();
     let mut pending: FuturesUnordered<_> = (0..count)
         .map(|index| {
             let redlock = redlock.clone();
-            let request = request.clone();
+            let prepared = prepared.clone();
             let after = after.cloned();
             async move {
                 if let Some(after) = &after {
                     after.settled(index).await;
                 }
                 let (outcome, fence) = match redlock.nodes().get(index) {
-                    Some(node) => ask(node, &request, per_node_timeout).await,
+                    Some(node) => ask(node, &prepared, per_node_timeout).await,
                     None => (NodeOutcome::NoReply, None),
                 };
                 (index, outcome, fence, start.elapsed())
@@ -141,7 +162,7 @@ pub(crate) async fn run(
     let decided = Instant::now();
     telemetry::round_decided(request.operation, tally.decision());
     tracing::debug!(
-        script = request.script.get_hash(),
+        command = request.command.name(),
         decision = ?tally.decision(),
         elapsed = ?decided.saturating_duration_since(start),
         pending = pending.len(),
@@ -180,9 +201,87 @@ pub(crate) async fn run(
     }
 }
 
+/// A request built once per round and sent to every node as is: the arguments are encoded
+/// once, not once per node.
+struct Prepared {
+    wire: Wire,
+    done: NodeOutcome,
+    settled_nodes_only: bool,
+}
+
+enum Wire {
+    Script {
+        script: &'static Script,
+        evalsha: redis::Cmd,
+    },
+    SetIfAbsent(redis::Cmd),
+}
+
+impl Prepared {
+    fn new(request: &Request) -> Self {
+        let wire = match request.command {
+            Command::Script(lua) => {
+                let script = lua.script();
+                let mut evalsha = redis::cmd("EVALSHA");
+                evalsha
+                    .arg(script.get_hash())
+                    .arg(1 + usize::from(request.second_key.is_some()))
+                    .arg(request.key.as_slice());
+                if let Some(second_key) = &request.second_key {
+                    evalsha.arg(second_key.as_slice());
+                }
+                evalsha.arg(request.token.as_str());
+                if let Some(number) = request.number {
+                    evalsha.arg(number);
+                }
+                if let Some(payload) = &request.payload {
+                    evalsha.arg(payload.as_slice());
+                }
+                Wire::Script { script, evalsha }
+            }
+            Command::SetIfAbsent => {
+                let mut set = redis::cmd("SET");
+                set.arg(request.key.as_slice())
+                    .arg(request.token.as_str())
+                    .arg("NX")
+                    .arg("PX")
+                    .arg(request.number.unwrap_or(0));
+                Wire::SetIfAbsent(set)
+            }
+        };
+        Self {
+            wire,
+            done: request.done.clone(),
+            settled_nodes_only: request.settled_nodes_only,
+        }
+    }
+
+    /// Sends the request on `conn`; a script the server does not know (a restarted node, a
+    /// `SCRIPT FLUSH`) is loaded and sent once more.
+    async fn send(&self, conn: &mut MultiplexedConnection) -> redis::RedisResult<Value> {
+        match &self.wire {
+            Wire::Script { script, evalsha } => match evalsha.query_async(conn).await {
+                Err(err) if err.kind() == redis::ErrorKind::Server(ServerErrorKind::NoScript) => {
+                    script.load_async(conn).await?;
+                    evalsha.query_async(conn).await
+                }
+                answer => answer,
+            },
+            Wire::SetIfAbsent(set) => set.query_async(conn).await,
+        }
+    }
+
+    fn classify(&self, reply: Value) -> (NodeOutcome, Option<u64>) {
+        match self.wire {
+            Wire::Script { .. } => classify(reply, &self.done),
+            Wire::SetIfAbsent(_) => classify_set_if_absent(reply, &self.done),
+        }
+    }
+}
+
 async fn ask(
     node: &Node,
-    request: &Request,
+    request: &Prepared,
     per_node_timeout: Duration,
 ) -> (NodeOutcome, Option<u64>) {
     let call = async {
@@ -191,33 +290,19 @@ async fn ask(
             node.check_settled(&ready)?;
         }
         let (mut conn, generation) = (ready.conn, ready.generation);
-        let mut invocation = request.script.key(request.key.as_slice());
-        if let Some(second_key) = &request.second_key {
-            invocation.key(second_key.as_slice());
-        }
-        invocation.arg(request.token.as_str());
-        if let Some(number) = request.number {
-            invocation.arg(number);
-        }
-        if let Some(payload) = &request.payload {
-            invocation.arg(payload.as_slice());
-        }
-        invocation
-            .invoke_async::<Value>(&mut conn)
-            .await
-            .map_err(|err| {
-                if breaks_connection(&err) {
-                    node.report_broken(generation);
-                }
-                if err.kind() == redis::ErrorKind::Server(redis::ServerErrorKind::ReadOnly) {
-                    tracing::warn!(
-                        node = %node.id(),
-                        "node is a read-only replica: Redlock needs N independent masters, \
-                         a replica cannot vote and must not be listed"
-                    );
-                }
-                NodeError::Redis(err)
-            })
+        request.send(&mut conn).await.map_err(|err| {
+            if breaks_connection(&err) {
+                node.report_broken(generation);
+            }
+            if err.kind() == redis::ErrorKind::Server(ServerErrorKind::ReadOnly) {
+                tracing::warn!(
+                    node = %node.id(),
+                    "node is a read-only replica: Redlock needs N independent masters, \
+                     a replica cannot vote and must not be listed"
+                );
+            }
+            NodeError::Redis(err)
+        })
     };
     match tokio::time::timeout(per_node_timeout, call).await {
         Err(_) => (
@@ -225,7 +310,20 @@ async fn ask(
             None,
         ),
         Ok(Err(err)) => (NodeOutcome::Failed(err), None),
-        Ok(Ok(reply)) => classify(reply, &request.done),
+        Ok(Ok(reply)) => request.classify(reply),
+    }
+}
+
+/// The reply to `SET key token NX PX ttl`: `OK` is a grant, nil another owner's key (its
+/// ttl unknown until the cleanup asks). Total, like [`classify`].
+pub(crate) fn classify_set_if_absent(
+    reply: Value,
+    done: &NodeOutcome,
+) -> (NodeOutcome, Option<u64>) {
+    match reply {
+        Value::Okay => (done.clone(), None),
+        Value::Nil => (NodeOutcome::HeldByOther { expires_in: None }, None),
+        other => (unexpected(&other), None),
     }
 }
 
@@ -348,6 +446,33 @@ mod tests {
                 NodeOutcome::Granted => "done",
                 NodeOutcome::Missing => "missing",
                 NodeOutcome::HeldByOther { .. } => "held",
+                NodeOutcome::Failed(NodeError::UnexpectedReply(shown)) => {
+                    assert!(shown.len() <= SHOWN_REPLY_LEN);
+                    "failed"
+                }
+                other => panic!("{reply:?} became {other:?}"),
+            };
+            assert_eq!(got, expected, "{reply:?}");
+        }
+    }
+
+    /// Property: every reply to the plain acquire classifies without panicking; only `OK` is
+    /// a grant, only nil a holder, anything else a failed vote.
+    #[test]
+    fn every_set_if_absent_reply_classifies() {
+        let mut rng = StdRng::seed_from_u64(0x5e7);
+        for _ in 0..100_000 {
+            let reply = random_value(&mut rng, 3);
+            let expected = match &reply {
+                Value::Okay => "done",
+                Value::Nil => "held",
+                _ => "failed",
+            };
+            let (outcome, fence) = classify_set_if_absent(reply.clone(), &NodeOutcome::Granted);
+            assert!(fence.is_none());
+            let got = match &outcome {
+                NodeOutcome::Granted => "done",
+                NodeOutcome::HeldByOther { expires_in: None } => "held",
                 NodeOutcome::Failed(NodeError::UnexpectedReply(shown)) => {
                     assert!(shown.len() <= SHOWN_REPLY_LEN);
                     "failed"

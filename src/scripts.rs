@@ -4,18 +4,63 @@
 //!
 //! | reply | meaning |
 //! |---|---|
-//! | `-1` | done: the key was set (acquire), its ttl renewed (extend) or deleted (release) |
+//! | `-1` | done: the key was set (fenced acquire), its ttl renewed (extend) or deleted (release) |
 //! | `-2` | the key does not exist (expired, released, or never set here) |
 //! | `-3` | the key belongs to another owner and has no expiry |
 //! | `n ≥ 0` | the key belongs to another owner and expires in `n` ms |
 //! | `{-1, f}` | fenced acquire: the key was set and the fence counter is now `f` |
 //!
-//! [`redis::Script`] sends `EVALSHA` and, on `NOSCRIPT` (a restarted node, a `SCRIPT FLUSH`),
-//! loads the script and retries once.
+//! A round sends `EVALSHA` and, on `NOSCRIPT` (a restarted node, a `SCRIPT FLUSH`), loads the
+//! script and sends it once more (`round::Prepared::send`). The plain acquire is not a script:
+//! `SET NX PX` is atomic on its own, and a script would cost the server about five times the
+//! CPU (measured with `redis-benchmark`; see the README's Performance section).
 
-use std::sync::LazyLock;
+use std::sync::OnceLock;
 
 use redis::Script;
+
+/// One of our scripts: its source, loaded on every new connection, and its [`Script`], which
+/// hashes the source once per process.
+pub(crate) struct Lua {
+    code: &'static str,
+    script: OnceLock<Script>,
+}
+
+impl Lua {
+    const fn new(code: &'static str) -> Self {
+        Self {
+            code,
+            script: OnceLock::new(),
+        }
+    }
+
+    pub(crate) fn code(&self) -> &'static str {
+        self.code
+    }
+
+    pub(crate) fn script(&self) -> &Script {
+        self.script.get_or_init(|| Script::new(self.code))
+    }
+}
+
+impl std::fmt::Debug for Lua {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_tuple("Lua")
+            .field(&self.script().get_hash())
+            .finish()
+    }
+}
+
+/// Every script, for loading them all on a new connection.
+pub(crate) fn all() -> [&'static Lua; 5] {
+    [
+        &RELEASE,
+        &EXTEND,
+        &ACQUIRE_FENCED,
+        &CONFIRM_FENCE,
+        &WRITE_LEADER_INFO,
+    ]
+}
 
 /// A script that runs `$action` only while `KEYS[1]` holds our token (`ARGV[1]`), answering
 /// `-1` when it did; otherwise the shared "not ours" answer: `-2` for a missing key, else the
@@ -36,41 +81,25 @@ macro_rules! compare_and {
     };
 }
 
-/// `KEYS[1]` lock key, `ARGV[1]` token, `ARGV[2]` ttl in ms.
-/// `SET NX PX`; when the key is taken, reports the holder's remaining ttl.
-pub(crate) static ACQUIRE: LazyLock<Script> = LazyLock::new(|| {
-    Script::new(
-        r"
-if redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then return -1 end
-local ttl = redis.call('PTTL', KEYS[1])
-if ttl == -1 then return -3 end
-return ttl
-",
-    )
-});
-
 /// `KEYS[1]` lock key, `ARGV[1]` token, `ARGV[2]` release channel or empty. Deletes the key
 /// only if it holds our token, then, given a channel, publishes on it so waiters retry at once.
 /// The publish is a `pcall`: an ACL without `+publish` costs waiters a delay, never the release
 /// itself. The cleanup of a failed acquire passes no channel: waking waiters there would have
 /// them retry, fail and clean up in turn, waking each other for ever while the holder holds.
-pub(crate) static RELEASE: LazyLock<Script> = LazyLock::new(|| {
-    Script::new(compare_and!(
-        "redis.call('DEL', KEYS[1]) if ARGV[2] ~= '' then redis.pcall('PUBLISH', ARGV[2], '1') end"
-    ))
-});
+pub(crate) static RELEASE: Lua = Lua::new(compare_and!(
+    "redis.call('DEL', KEYS[1]) if ARGV[2] ~= '' then redis.pcall('PUBLISH', ARGV[2], '1') end"
+));
 
 /// `KEYS[1]` lock key, `ARGV[1]` token, `ARGV[2]` new ttl in ms. Renews the key's ttl only if
 /// it holds our token; never creates or deletes a key.
-pub(crate) static EXTEND: LazyLock<Script> =
-    LazyLock::new(|| Script::new(compare_and!("redis.call('PEXPIRE', KEYS[1], ARGV[2])")));
+pub(crate) static EXTEND: Lua = Lua::new(compare_and!("redis.call('PEXPIRE', KEYS[1], ARGV[2])"));
 
 /// `KEYS[1]` lock key, `KEYS[2]` fence counter, `ARGV[1]` token, `ARGV[2]` ttl in ms.
-/// As [`ACQUIRE`], and when the key is set, also `INCR`s the resource's fence counter and
-/// answers `{-1, counter}`.
-pub(crate) static ACQUIRE_FENCED: LazyLock<Script> = LazyLock::new(|| {
-    Script::new(
-        r"
+/// `SET NX PX`, and when the key is set, also `INCR`s the resource's fence counter and answers
+/// `{-1, counter}`; when it is taken, the holder's remaining ttl. (The plain acquire is no
+/// script: it sends `SET NX PX` and `PTTL` as two native commands, see `round::Command`.)
+pub(crate) static ACQUIRE_FENCED: Lua = Lua::new(
+    r"
 if redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then
   return {-1, redis.call('INCR', KEYS[2])}
 end
@@ -78,24 +107,21 @@ local ttl = redis.call('PTTL', KEYS[1])
 if ttl == -1 then return -3 end
 return ttl
 ",
-    )
-});
+);
 
 /// `KEYS[1]` lock key, `KEYS[2]` fence counter, `ARGV[1]` token, `ARGV[2]` fencing token T.
 /// Only while the lock key holds our token: raises the counter to at least T. Never lowers it,
 /// never touches the lock key.
-pub(crate) static CONFIRM_FENCE: LazyLock<Script> = LazyLock::new(|| {
-    Script::new(compare_and!(
-        "local fence = tonumber(redis.call('GET', KEYS[2]) or '0') or 0 \
-             if fence < tonumber(ARGV[2]) then redis.call('SET', KEYS[2], ARGV[2]) end"
-    ))
-});
+pub(crate) static CONFIRM_FENCE: Lua = Lua::new(compare_and!(
+    "local fence = tonumber(redis.call('GET', KEYS[2]) or '0') or 0 \
+         if fence < tonumber(ARGV[2]) then redis.call('SET', KEYS[2], ARGV[2]) end"
+));
 
 /// `KEYS[1]` lock key, `KEYS[2]` leader-info key, `ARGV[1]` token, `ARGV[2]` info.
 /// Only while the lock key holds our token: stores the leader's info (no expiry: it is
 /// trusted only while it names the token in the lock key).
-pub(crate) static WRITE_LEADER_INFO: LazyLock<Script> =
-    LazyLock::new(|| Script::new(compare_and!("redis.call('SET', KEYS[2], ARGV[2])")));
+pub(crate) static WRITE_LEADER_INFO: Lua =
+    Lua::new(compare_and!("redis.call('SET', KEYS[2], ARGV[2])"));
 
 /// What a script's integer reply means.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -154,14 +180,7 @@ mod tests {
 
     #[test]
     fn scripts_hash_to_distinct_shas() {
-        let shas = [
-            ACQUIRE.get_hash(),
-            RELEASE.get_hash(),
-            EXTEND.get_hash(),
-            ACQUIRE_FENCED.get_hash(),
-            CONFIRM_FENCE.get_hash(),
-            WRITE_LEADER_INFO.get_hash(),
-        ];
+        let shas = all().map(|lua| lua.script().get_hash());
         let distinct: std::collections::HashSet<_> = shas.iter().collect();
         assert_eq!(distinct.len(), shas.len());
         assert!(shas.iter().all(|s| s.len() == 40));

@@ -1,6 +1,6 @@
 //! Lock tokens: the secret that proves a key is ours.
 
-use std::fmt::{self, Write as _};
+use std::fmt;
 
 use rand::{Rng, TryRng};
 
@@ -33,11 +33,12 @@ impl Token {
         if rand::rngs::SysRng.try_fill_bytes(&mut bytes).is_err() {
             rand::rng().fill_bytes(&mut bytes);
         }
-        let mut hex = String::with_capacity(TOKEN_BYTES * 2);
-        for byte in bytes {
-            // Writing to a String cannot fail.
-            let _ = write!(hex, "{byte:02x}");
-        }
+        // Lower-case hex; a nibble is always a digit in base 16.
+        let hex: String = bytes
+            .iter()
+            .flat_map(|byte| [byte >> 4, byte & 0x0f])
+            .map(|nibble| char::from_digit(u32::from(nibble), 16).unwrap_or('0'))
+            .collect();
         Self(hex)
     }
 

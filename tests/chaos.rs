@@ -336,9 +336,10 @@ async fn negative_control_b_premature_expiry_is_detected() {
         .expect("config");
     a.connect().await.expect("connected");
     b.connect().await.expect("connected");
-    // A's quorum is exactly masters 0, 1, 2: its requests to 3 and 4 are swallowed.
+    // A's quorum is exactly masters 0, 1, 2: its connections to 3 and 4 are reset, so its SETs
+    // never reach them. (A black hole would only delay them: they would land when it heals.)
     for i in [3, 4] {
-        proxies[i].set(Fault::BlackHole);
+        proxies[i].set(Fault::Reset);
     }
     let (lock_a, acquired_a) = hold(&a).await;
     tokio::time::sleep(Duration::from_millis(150)).await;
