@@ -297,7 +297,7 @@ impl Election {
             second_key: Some(self.info_key.clone()),
             token: token.expose().to_owned(),
             number: None,
-            payload: Some(encode_info(token, term, value)),
+            payload: vec![encode_info(token, term, value)],
             done: NodeOutcome::Granted,
             settled_nodes_only: false,
             operation: Operation::Extend,

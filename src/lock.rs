@@ -242,7 +242,7 @@ impl Lock {
             token: self.token.expose().to_owned(),
             second_key: None,
             number: Some(timing.ttl_ms),
-            payload: None,
+            payload: Vec::new(),
             done: NodeOutcome::Extended,
             settled_nodes_only: false,
             operation: Operation::Extend,

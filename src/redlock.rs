@@ -362,6 +362,24 @@ impl RedLock {
         let deadline = policy.wait_limit().and_then(|w| started.checked_add(w));
         let mut attempts = 0u32;
         let mut subscription: Option<Subscription> = None;
+        let channel = release_channel(key);
+        if self.inner.config.wait_for_release
+            && policy.attempts_limit() != Some(1)
+            && self.inner.releases.has_waiters(&channel)
+        {
+            // Others of this `RedLock` already wait for this resource: queue behind them (each
+            // release wakes the longest waiter) rather than race them for it.
+            let watch = self.inner.releases.subscribe(channel.clone()).await;
+            let mut delay = policy.next_delay(&self.inner.jitter);
+            if let Some(d) = deadline {
+                delay = delay.min(d.saturating_duration_since(Instant::now()));
+            }
+            tokio::select! {
+                _ = tokio::time::sleep(delay) => {}
+                _ = watch.notify().notified() => tracing::debug!("woken by a release, first in line"),
+            }
+            subscription = Some(watch);
+        }
         loop {
             attempts = attempts.saturating_add(1);
             // Armed before the attempt, so a release published while it runs is not missed.
@@ -404,7 +422,7 @@ impl RedLock {
                 .any(|r| matches!(r.outcome(), NodeOutcome::HeldByOther { .. }));
             let mut late: Option<std::sync::Arc<tokio::sync::Notify>> = None;
             if held && subscription.is_none() && self.inner.config.wait_for_release {
-                let watch = self.inner.releases.subscribe(release_channel(key)).await;
+                let watch = self.inner.releases.subscribe(channel.clone()).await;
                 late = Some(watch.notify().clone());
                 subscription = Some(watch);
             }
@@ -505,7 +523,7 @@ impl RedLock {
             second_key: fence_key.clone(),
             token: token.expose().to_owned(),
             number: Some(timing.ttl_ms),
-            payload: None,
+            payload: Vec::new(),
             done: NodeOutcome::Granted,
             settled_nodes_only: true,
             operation: Operation::Acquire,
@@ -581,7 +599,7 @@ impl RedLock {
             second_key: Some(fence_key),
             token: token.expose().to_owned(),
             number: Some(fence),
-            payload: None,
+            payload: Vec::new(),
             done: NodeOutcome::FenceConfirmed,
             settled_nodes_only: false,
             operation: Operation::Acquire,
@@ -658,16 +676,23 @@ impl RedLock {
             token: token.expose().to_owned(),
             second_key: None,
             number: None,
-            payload: Some(if wake_waiters {
-                release_channel(key)
+            payload: if wake_waiters {
+                vec![release_channel(key), token.release_id().into_bytes()]
             } else {
-                Vec::new()
-            }),
+                vec![Vec::new(), Vec::new()]
+            },
             done: NodeOutcome::Released,
             settled_nodes_only: false,
             operation: Operation::Release,
         };
-        round::run(self, request, per_node_timeout, Wait::ForAll, after).await
+        let round = round::run(self, request, per_node_timeout, Wait::ForAll, after).await;
+        if wake_waiters {
+            // Our own waiters need not wait for the message to come back from a node.
+            self.inner
+                .releases
+                .released(&release_channel(key), token.release_id().as_bytes());
+        }
+        round
     }
 }
 

@@ -47,8 +47,8 @@ pub(crate) struct Request {
     pub(crate) token: String,
     /// The numeric argument (`ARGV[2]`): the ttl in ms, or the fencing token to confirm.
     pub(crate) number: Option<u64>,
-    /// A bytes argument after the others (leader info).
-    pub(crate) payload: Option<Vec<u8>>,
+    /// Bytes arguments after the others (leader info; release channel and release id).
+    pub(crate) payload: Vec<Vec<u8>>,
     /// What a node that did what we asked is reported as.
     pub(crate) done: NodeOutcome,
     /// Skip nodes still within their restart grace (acquire only: they must not vote).
@@ -234,7 +234,7 @@ impl Prepared {
                 if let Some(number) = request.number {
                     evalsha.arg(number);
                 }
-                if let Some(payload) = &request.payload {
+                for payload in &request.payload {
                     evalsha.arg(payload.as_slice());
                 }
                 Wire::Script { script, evalsha }

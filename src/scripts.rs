@@ -81,13 +81,15 @@ macro_rules! compare_and {
     };
 }
 
-/// `KEYS[1]` lock key, `ARGV[1]` token, `ARGV[2]` release channel or empty. Deletes the key
-/// only if it holds our token, then, given a channel, publishes on it so waiters retry at once.
+/// `KEYS[1]` lock key, `ARGV[1]` token, `ARGV[2]` release channel or empty, `ARGV[3]` release
+/// id. Deletes the key only if it holds our token, then, given a channel, publishes the release
+/// id on it so waiters retry at once (the id lets a waiter count the messages of one release,
+/// one per node, as one).
 /// The publish is a `pcall`: an ACL without `+publish` costs waiters a delay, never the release
 /// itself. The cleanup of a failed acquire passes no channel: waking waiters there would have
 /// them retry, fail and clean up in turn, waking each other for ever while the holder holds.
 pub(crate) static RELEASE: Lua = Lua::new(compare_and!(
-    "redis.call('DEL', KEYS[1]) if ARGV[2] ~= '' then redis.pcall('PUBLISH', ARGV[2], '1') end"
+    "redis.call('DEL', KEYS[1]) if ARGV[2] ~= '' then redis.pcall('PUBLISH', ARGV[2], ARGV[3]) end"
 ));
 
 /// `KEYS[1]` lock key, `ARGV[1]` token, `ARGV[2]` new ttl in ms. Renews the key's ttl only if

@@ -7,6 +7,9 @@ use rand::{Rng, TryRng};
 /// How many random bytes a token carries (160 bits, the Redis page's suggestion).
 const TOKEN_BYTES: usize = 20;
 
+/// How many hex digits of a token a release publishes (64 of its 160 bits).
+const RELEASE_ID_DIGITS: usize = 16;
+
 /// How many hex digits of a token `Display` and `Debug` show.
 const SHOWN_DIGITS: usize = 8;
 
@@ -40,6 +43,15 @@ impl Token {
             .map(|nibble| char::from_digit(u32::from(nibble), 16).unwrap_or('0'))
             .collect();
         Self(hex)
+    }
+
+    /// What a release publishes to wake waiters: the token's first 16 hex digits, enough to
+    /// tell one release from the next, never enough to act on the lock.
+    pub(crate) fn release_id(&self) -> String {
+        self.0
+            .get(..RELEASE_ID_DIGITS)
+            .unwrap_or_default()
+            .to_owned()
     }
 
     /// The full token, as stored in Redis. Treat it as a secret.

@@ -1,11 +1,16 @@
 //! Waiting for a busy lock without spinning: release notifications over pub/sub.
 //!
-//! The release script publishes on the resource's channel on every node. A waiting acquire
-//! subscribes on every node (one shared pub/sub connection per node for all waiters of a
-//! `RedLock`, subscriptions counted per channel) and retries as soon as a message arrives from
-//! any node. Timed retries stay as the fallback, so a lost message only costs a delay.
+//! The release script publishes a release id on the resource's channel on every node. A
+//! waiting acquire subscribes on every node (one shared pub/sub connection per node for all
+//! waiters of a `RedLock`, subscriptions counted per channel). The first message of a release,
+//! from whichever node, wakes **one** waiter, the one that has waited longest; the same
+//! release's messages from the other nodes are recognised by their id and dropped. Waking
+//! them all would have them race for one lock, and split votes cost rounds on every node. A
+//! release made through the same `RedLock` wakes its waiter directly, without waiting for the
+//! message. Timed retries stay as the fallback, so a lost message only costs a delay.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, VecDeque};
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, Weak};
 use std::time::Duration;
 
@@ -20,6 +25,9 @@ const CONNECT_TIMEOUT: Duration = Duration::from_secs(1);
 const RECONNECT_DELAY: Duration = Duration::from_millis(100);
 /// How long a waiter waits for a SUBSCRIBE to be confirmed before relying on timed retries.
 const SUBSCRIBE_TIMEOUT: Duration = Duration::from_millis(200);
+/// How many recent release ids a channel remembers, to drop the other nodes' copies of a
+/// release message even when two releases' messages interleave.
+const RECENT_RELEASES: usize = 4;
 
 /// Release notifications for one `RedLock`.
 #[derive(Debug)]
@@ -32,16 +40,34 @@ pub(crate) struct ReleaseWatch {
     alive: watch::Receiver<()>,
 }
 
-/// The waiters of one channel: how many, and how to wake them.
+/// The waiters of one channel: how many, how to wake them, and the releases already seen.
 #[derive(Debug)]
 struct Waiters {
     count: usize,
     notify: Arc<Notify>,
+    recent: VecDeque<Vec<u8>>,
+}
+
+impl Waiters {
+    /// Wakes the longest-waiting waiter, once per release.
+    fn released(&mut self, id: &[u8]) {
+        if self.recent.iter().any(|seen| seen == id) {
+            return;
+        }
+        if self.recent.len() == RECENT_RELEASES {
+            self.recent.pop_front();
+        }
+        self.recent.push_back(id.to_vec());
+        self.notify.notify_one();
+    }
 }
 
 #[derive(Debug, Default)]
 struct Shared {
     channels: Mutex<HashMap<Vec<u8>, Waiters>>,
+    /// How many channels have waiters: while none do, releases and new acquires never touch
+    /// the `channels` lock.
+    waited_channels: AtomicUsize,
     /// One sink per node, while its pub/sub connection is up.
     sinks: Mutex<Vec<Option<PubSubSink>>>,
 }
@@ -59,6 +85,7 @@ impl ReleaseWatch {
         let (tx, rx) = watch::channel(());
         let shared = Arc::new(Shared {
             channels: Mutex::new(HashMap::new()),
+            waited_channels: AtomicUsize::new(0),
             sinks: Mutex::new(vec![None; clients.len()]),
         });
         Self {
@@ -80,8 +107,12 @@ impl ReleaseWatch {
             let entry = channels.entry(channel.clone()).or_insert_with(|| Waiters {
                 count: 0,
                 notify: Arc::new(Notify::new()),
+                recent: VecDeque::with_capacity(RECENT_RELEASES),
             });
             entry.count += 1;
+            if entry.count == 1 {
+                self.shared.waited_channels.fetch_add(1, Ordering::AcqRel);
+            }
             (entry.notify.clone(), entry.count == 1)
         };
         if first {
@@ -99,6 +130,23 @@ impl ReleaseWatch {
             shared: Arc::downgrade(&self.shared),
             channel,
             notify,
+        }
+    }
+
+    /// True while some acquire of this `RedLock` waits on `channel`: a new one should queue
+    /// behind it rather than race it.
+    pub(crate) fn has_waiters(&self, channel: &[u8]) -> bool {
+        self.shared.waited_channels.load(Ordering::Acquire) > 0
+            && lock(&self.shared.channels).contains_key(channel)
+    }
+
+    /// A release made through this `RedLock`: wakes one waiter now.
+    pub(crate) fn released(&self, channel: &[u8], id: &[u8]) {
+        if self.shared.waited_channels.load(Ordering::Acquire) == 0 {
+            return;
+        }
+        if let Some(waiters) = lock(&self.shared.channels).get_mut(channel) {
+            waiters.released(id);
         }
     }
 
@@ -137,6 +185,7 @@ impl Drop for Subscription {
                 }
                 Some(_) => {
                     channels.remove(&self.channel);
+                    shared.waited_channels.fetch_sub(1, Ordering::AcqRel);
                     true
                 }
                 None => false,
@@ -193,9 +242,8 @@ async fn listen(
                 let Ok(channel) = message.get_channel::<Vec<u8>>() else {
                     continue;
                 };
-                let notify = lock(&s.channels).get(&channel).map(|w| w.notify.clone());
-                if let Some(notify) = notify {
-                    notify.notify_waiters();
+                if let Some(waiters) = lock(&s.channels).get_mut(&channel) {
+                    waiters.released(message.get_payload_bytes());
                 }
             }
             match shared.upgrade() {

@@ -1,6 +1,6 @@
 //! The least-privilege ACL user given in the README is enough, and nothing less is.
 
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use redquorum::RedLock;
 
@@ -125,4 +125,50 @@ async fn the_least_privilege_user_can_fence_elect_wait_and_inspect() {
     assert_eq!(leader.value(), b"me");
     assert_eq!(leader.term(), leadership.term());
     leadership.resign().await.expect("resign");
+}
+
+/// Without `+publish`, releases publish nothing (the script's `pcall` swallows the refusal),
+/// yet a waiter of the same `RedLock` as the releaser still gets the lock at once: the release
+/// wakes it directly. Its timed retries come every 10 s, so anything much faster is that
+/// direct wake-up.
+#[tokio::test]
+async fn without_publish_a_release_still_wakes_the_waiters_of_its_own_redlock() {
+    let cluster = Cluster::start(3);
+    set_user(&cluster, &README_RULE.replace(" +publish", ""));
+    let urls = cluster.urls_with("redquorum:CHANGE-ME");
+    let retry_every = Duration::from_secs(10);
+    let rl = RedLock::builder(&urls)
+        .per_node_timeout(Duration::from_millis(250))
+        .retry(
+            redquorum::RetryPolicy::default()
+                .delay(retry_every)
+                .jitter(Duration::ZERO),
+        )
+        .build()
+        .expect("config");
+    let ttl = Duration::from_secs(30);
+    let lock = rl.try_acquire("quiet", ttl).await.expect("acquire");
+    let waiter = {
+        let rl = rl.clone();
+        tokio::spawn(async move {
+            let got = rl
+                .acquire_within("quiet", ttl, Duration::from_secs(20))
+                .await;
+            (got, Instant::now())
+        })
+    };
+    tokio::time::sleep(Duration::from_millis(400)).await;
+    let released = Instant::now();
+    lock.release().await.expect("release");
+    let (got, acquired) = waiter.await.expect("task");
+    let got = got.expect("the waiter gets the lock");
+    let hand_off = acquired.saturating_duration_since(released);
+    println!("hand-off without pub/sub: {hand_off:?}");
+    assert!(
+        hand_off < retry_every / 2,
+        "woken by the release, not by its {retry_every:?} timer: {hand_off:?}"
+    );
+    assert_eq!(got.attempts(), 2, "one round lost to the holder, one won");
+    got.release().await.expect("release");
+    cluster.assert_no_keys_under(PREFIX);
 }

@@ -171,7 +171,7 @@ async fn waiters_do_not_wake_each_other_with_their_failed_rounds() {
             })
         })
         .collect();
-    // Once both wait (subscribed), one message wakes them both, as a release would.
+    // Once both wait (subscribed), a message wakes one of them, as a release would.
     tokio::time::sleep(Duration::from_millis(300)).await;
     let mut channel = key.clone();
     channel.extend_from_slice(b":released");
@@ -196,4 +196,43 @@ async fn waiters_do_not_wake_each_other_with_their_failed_rounds() {
         "{rounds} acquire rounds in 1.5 s from two waiters"
     );
     lock.release().await.expect("release");
+}
+
+/// Each release wakes one waiter, the one that has waited longest, and only once: its five
+/// messages (one per node) count as one. Waiters that arrive while others wait queue behind
+/// them instead of racing them. Waking every waiter would show as extra rounds (each woken
+/// waiter but one loses its round) and could change the order.
+#[tokio::test]
+async fn each_release_wakes_the_longest_waiting_waiter_once() {
+    let cluster = Cluster::start(5);
+    let rl = patient(&cluster);
+    let ttl = Duration::from_secs(30);
+    let lock = rl.try_acquire("line", ttl).await.expect("acquire");
+    let served = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+    let mut waiters = Vec::new();
+    for i in 0..4 {
+        let (rl, served) = (rl.clone(), served.clone());
+        waiters.push(tokio::spawn(async move {
+            let lock = rl
+                .acquire_within("line", ttl, Duration::from_secs(20))
+                .await
+                .expect("every waiter gets its turn");
+            served.lock().expect("lock").push((i, lock.attempts()));
+            lock.release().await.expect("release");
+        }));
+        // Each is waiting before the next one comes.
+        tokio::time::sleep(Duration::from_millis(300)).await;
+    }
+    lock.release().await.expect("release");
+    for w in waiters {
+        w.await.expect("task");
+    }
+    let served = served.lock().expect("lock").clone();
+    println!("served (waiter, rounds): {served:?}");
+    let order: Vec<usize> = served.iter().map(|s| s.0).collect();
+    assert_eq!(order, [0, 1, 2, 3], "first come, first served");
+    // The first waiter lost one round to the holder; the others queued without a round.
+    let rounds: u32 = served.iter().map(|s| s.1).sum();
+    assert!(rounds <= 6, "{rounds} rounds for 4 hand-offs: {served:?}");
+    cluster.assert_no_keys_under(PREFIX);
 }
