@@ -1,5 +1,6 @@
 //! Criterion benches on five real local `redis-server` masters, each redquorum figure in a
-//! group with the raw baseline (`tests/support/raw.rs`) measured on the same servers:
+//! group with the raw baseline (`src/bin/redquorum/baseline.rs`, the one `redquorum bench`
+//! uses) measured on the same servers:
 //!
 //! - `acquire_release`: one uncontended acquire + release, sequential;
 //! - `fencing`: the same with fencing on (one more round trip) against off;
@@ -7,16 +8,17 @@
 //!
 //! `cargo bench --bench redlock`; `cargo test --benches` runs each once as a smoke test.
 
+#[allow(dead_code, unreachable_pub)]
+#[path = "../src/bin/redquorum/baseline.rs"]
+mod baseline;
 #[path = "../tests/support/cluster.rs"]
 mod cluster;
-#[path = "../tests/support/raw.rs"]
-mod raw;
 
 use std::time::Duration;
 
+use baseline::{Baseline, TTL};
 use criterion::{Criterion, Throughput, criterion_group, criterion_main};
 use futures::future::join_all;
-use raw::{Raw, TTL};
 use redquorum::RedLock;
 
 const TASKS: usize = 64;
@@ -30,7 +32,7 @@ fn benches(c: &mut Criterion) {
     let cluster = cluster::Cluster::start(5);
     let urls = cluster.urls();
     let raw = runtime
-        .block_on(Raw::new(&urls))
+        .block_on(Baseline::connect(&urls))
         .expect("baseline connects");
     let client = |fencing: bool| {
         let rl = RedLock::builder(&urls)
@@ -50,7 +52,7 @@ fn benches(c: &mut Criterion) {
     let mut group = c.benchmark_group("acquire_release");
     group.bench_function("raw_baseline", |b| {
         b.to_async(&runtime)
-            .iter(|| async { raw.pair("bench:raw", "t").await.expect("baseline") });
+            .iter(|| async { raw.pair("redquorum:{bench:raw}").await.expect("baseline") });
     });
     group.bench_function("redquorum", |b| {
         b.to_async(&runtime).iter(|| pair(&plain, "bench:plain"));
@@ -67,13 +69,16 @@ fn benches(c: &mut Criterion) {
     group.finish();
 
     let names: Vec<String> = (0..TASKS).map(|i| format!("bench:t{i}")).collect();
+    let raw_keys: Vec<String> = (0..TASKS)
+        .map(|i| format!("redquorum:{{bench:raw:{i}}}"))
+        .collect();
     let mut group = c.benchmark_group("throughput_64_tasks");
     group.throughput(Throughput::Elements(TASKS as u64));
     group.bench_function("raw_baseline", |b| {
         b.to_async(&runtime).iter(|| {
-            join_all(names.iter().map(|n| {
+            join_all(raw_keys.iter().map(|k| {
                 let raw = raw.clone();
-                async move { raw.pair(n, "t").await.expect("baseline") }
+                async move { raw.pair(k).await.expect("baseline") }
             }))
         });
     });

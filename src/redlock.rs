@@ -685,14 +685,17 @@ impl RedLock {
             settled_nodes_only: false,
             operation: Operation::Release,
         };
-        let round = round::run(self, request, per_node_timeout, Wait::ForAll, after).await;
-        if wake_waiters {
-            // Our own waiters need not wait for the message to come back from a node.
-            self.inner
-                .releases
-                .released(&release_channel(key), token.release_id().as_bytes());
-        }
-        round
+        // Our own waiters need not wait for the message to come back from a node, nor even for
+        // the deletes to be done: their SETs share our connections, so each node runs our
+        // delete first.
+        round::run_then(self, request, per_node_timeout, Wait::ForAll, after, || {
+            if wake_waiters {
+                self.inner
+                    .releases
+                    .released(&release_channel(key), token.release_id().as_bytes());
+            }
+        })
+        .await
     }
 }
 

@@ -122,6 +122,20 @@ pub(crate) async fn run(
     wait: Wait,
     after: Option<&Stragglers>,
 ) -> Round {
+    run_then(redlock, request, per_node_timeout, wait, after, || {}).await
+}
+
+/// As [`run`]; `sent` runs as soon as the requests that need not wait for a straggler are
+/// queued on their connections, before any answer. Whatever is sent on the same connections
+/// after that reaches each node behind this round's request.
+pub(crate) async fn run_then(
+    redlock: &RedLock,
+    request: Request,
+    per_node_timeout: Duration,
+    wait: Wait,
+    after: Option<&Stragglers>,
+    sent: impl FnOnce(),
+) -> Round {
     let start = Instant::now();
     let prepared = Arc::new(Prepared::new(&request));
     let count = redlock.nodes().len();
@@ -145,7 +159,23 @@ pub(crate) async fn run(
     let mut answers: Vec<Option<(NodeOutcome, Duration)>> = vec![None; count];
     let mut tally = Tally::new(count);
     let mut fence: Option<u64> = None;
-    while let Some((index, outcome, answer_fence, latency)) = pending.next().await {
+    let mut sent = Some(sent);
+    loop {
+        let next = match sent.take() {
+            // The first poll runs every request up to its send on the connection.
+            Some(sent) => {
+                let first = futures::poll!(pending.next());
+                sent();
+                match first {
+                    std::task::Poll::Ready(next) => next,
+                    std::task::Poll::Pending => pending.next().await,
+                }
+            }
+            None => pending.next().await,
+        };
+        let Some((index, outcome, answer_fence, latency)) = next else {
+            break;
+        };
         tally.record(outcome.vote());
         fence = fence.max(answer_fence);
         tracing::trace!(node = index, %outcome, ?latency, "node answered");

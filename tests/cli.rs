@@ -559,3 +559,132 @@ fn the_demo_elects_fails_over_and_never_has_two_leaders() {
         "the demo left its cluster behind"
     );
 }
+
+/// `bench --quick --json` measures every section on its own memory-only masters and stops them.
+/// No figure is checked against a speed: only that each was measured and is consistent.
+#[test]
+fn the_bench_measures_every_section_and_stops_its_masters() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let (code, out, err) = output(
+        bare(dir.path())
+            .env("TMPDIR", dir.path())
+            .args(["--json", "bench", "--quick"]),
+    );
+    assert_eq!(code, 0, "{err}");
+    let figures: serde_json::Value = serde_json::from_str(&out).expect("JSON figures");
+    let spread_ok = |s: &serde_json::Value| {
+        let (p50, p99, max) = (
+            s["p50_us"].as_f64().unwrap_or(0.0),
+            s["p99_us"].as_f64().unwrap_or(0.0),
+            s["max_us"].as_f64().unwrap_or(0.0),
+        );
+        0.0 < p50 && p50 <= p99 && p99 <= max
+    };
+    let sequential = &figures["sequential"];
+    assert_eq!(sequential["pairs"], 300, "{figures}");
+    assert!(spread_ok(&sequential["baseline"]), "{figures}");
+    assert!(spread_ok(&sequential["redquorum"]), "{figures}");
+    let tasks: Vec<u64> = figures["throughput"]
+        .as_array()
+        .expect("throughput rows")
+        .iter()
+        .map(|row| {
+            for side in ["baseline", "redquorum"] {
+                assert!(row[side]["pairs_per_s"].as_f64() > Some(0.0), "{row}");
+                // The servers' CPU time was found through their pids.
+                assert!(
+                    row[side]["servers_cpu_us_per_pair"].as_f64() > Some(0.0),
+                    "{row}"
+                );
+            }
+            row["tasks"].as_u64().unwrap_or(0)
+        })
+        .collect();
+    assert_eq!(tasks, [1, 16, 64]);
+    let handoff = figures["handoff"].as_array().expect("hand-off rows");
+    assert_eq!(handoff.len(), 2, "{figures}");
+    for run in handoff {
+        assert!(spread_ok(&run["handoff"]), "{run}");
+        let fairness = run["fairness"].as_f64().unwrap_or(0.0);
+        assert!((0.125..=1.0 + 1e-9).contains(&fairness), "{run}");
+        assert!(run["wasted_rounds_per_acquisition"].as_f64() >= Some(0.0));
+    }
+    assert!(spread_ok(&figures["fencing"]["on"]), "{figures}");
+    assert!(spread_ok(&figures["hung_master"]["hung"]), "{figures}");
+    assert!(err.contains("targets:"), "the table goes to stderr: {err}");
+    let left: Vec<_> = std::fs::read_dir(dir.path())
+        .expect("tempdir")
+        .flatten()
+        .filter(|e| {
+            e.file_name()
+                .to_string_lossy()
+                .starts_with("redquorum-bench-")
+        })
+        .collect();
+    assert!(left.is_empty(), "the bench left its masters' state behind");
+}
+
+/// Interrupted mid-way, the bench still stops the masters it started, and exits 130.
+#[test]
+fn an_interrupted_bench_stops_its_masters() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let mut child = bare(dir.path())
+        .env("TMPDIR", dir.path())
+        .args(["bench", "--quick"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("start the bench");
+    let state = || {
+        std::fs::read_dir(dir.path())
+            .expect("tempdir")
+            .flatten()
+            .find(|e| {
+                e.file_name()
+                    .to_string_lossy()
+                    .starts_with("redquorum-bench-")
+            })
+            .map(|e| e.path())
+    };
+    // Wait until its masters run (their pid files exist), then interrupt it.
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let pids: Vec<i32> = loop {
+        let pids: Vec<i32> = state()
+            .map(|s| {
+                (0..5)
+                    .filter_map(|i| {
+                        std::fs::read_to_string(s.join(format!("node-{i}/pid")))
+                            .ok()?
+                            .trim()
+                            .parse()
+                            .ok()
+                    })
+                    .collect()
+            })
+            .unwrap_or_default();
+        if pids.len() == 5 {
+            break pids;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the bench never started its masters"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    std::thread::sleep(Duration::from_millis(500));
+    signal(&child, nix::sys::signal::Signal::SIGINT);
+    let status = child.wait().expect("wait");
+    assert_eq!(status.code(), Some(130));
+    for pid in pids {
+        assert!(
+            !std::path::Path::new(&format!("/proc/{pid}")).exists()
+                || std::fs::read_to_string(format!("/proc/{pid}/stat"))
+                    .is_ok_and(|s| s.contains(") Z ")),
+            "redis-server {pid} outlived the interrupted bench"
+        );
+    }
+    assert!(
+        state().is_none(),
+        "the bench left its masters' state behind"
+    );
+}

@@ -37,7 +37,7 @@ pub(crate) struct Global {
     /// [default: $XDG_CONFIG_HOME/redquorum/nodes when it exists].
     #[arg(long, global = true, env = "REDQUORUM_CONFIG", hide_env_values = true)]
     pub(crate) config: Option<PathBuf>,
-    /// Print machine-readable JSON on stdout (status, dev status, demo).
+    /// Print machine-readable JSON on stdout (status, dev status, demo, bench).
     #[arg(long, global = true)]
     pub(crate) json: bool,
 }
@@ -76,6 +76,15 @@ pub(crate) enum Command {
     /// killed, paused and restarted. Ends by itself with a summary (about 50 s, 25 s with --quick).
     Demo {
         /// A shorter schedule (about 25 s).
+        #[arg(long)]
+        quick: bool,
+    },
+    /// The performance table: latency, throughput, hand-off to waiters, fencing and a hung
+    /// master, each next to a raw baseline (plain SET NX PX and compare-and-delete on the
+    /// redis crate) measured in the same run on five memory-only masters it starts itself.
+    /// About 40 s (10 s with --quick).
+    Bench {
+        /// Smaller samples (about 10 s): for a smoke test, not for figures.
         #[arg(long)]
         quick: bool,
     },

@@ -216,10 +216,30 @@ impl DevCluster {
             }
             return Ok((cluster, false));
         }
-        let dir = Self::state_dir()?;
+        let cluster = Self::create(Self::state_dir()?, free_ports(count)?, REDIS_CONF)?;
+        Ok((cluster, true))
+    }
+
+    /// A cluster of `count` memory-only nodes (no AOF, no snapshots) on any free ports, with
+    /// its state in `dir`: for measuring the client, not the disk. Stop it with [`down`](Self::down).
+    pub(crate) fn start_memory_only(dir: PathBuf, count: usize) -> Result<Self, CliError> {
+        let conf = format!(
+            "{REDIS_CONF}\n# redquorum bench: measure the client, not the disk.\nappendonly no\nsave \"\"\n"
+        );
+        let ports = (0..count)
+            .map(|_| TcpListener::bind((Ipv4Addr::LOCALHOST, 0)))
+            .collect::<std::io::Result<Vec<_>>>()?
+            .iter()
+            .map(|l| Ok(l.local_addr()?.port()))
+            .collect::<Result<Vec<u16>, CliError>>()?;
+        Self::create(dir, ports, &conf)
+    }
+
+    /// Writes the configuration and starts one node per port; on failure, stops what started.
+    fn create(dir: PathBuf, ports: Vec<u16>, conf: &str) -> Result<Self, CliError> {
         std::fs::create_dir_all(&dir)?;
         let cluster = Self {
-            nodes: free_ports(count)?
+            nodes: ports
                 .into_iter()
                 .enumerate()
                 .map(|(index, port)| DevNode {
@@ -230,7 +250,7 @@ impl DevCluster {
                 .collect(),
             dir,
         };
-        std::fs::write(cluster.conf(), REDIS_CONF)?;
+        std::fs::write(cluster.conf(), conf)?;
         let ports: Vec<String> = cluster.nodes.iter().map(|n| n.port.to_string()).collect();
         std::fs::write(cluster.dir.join("ports"), ports.join(" "))?;
         for node in &cluster.nodes {
@@ -239,7 +259,7 @@ impl DevCluster {
                 return Err(e);
             }
         }
-        Ok((cluster, true))
+        Ok(cluster)
     }
 
     /// Stops every node (SIGTERM, then SIGKILL after 5 s) and deletes the files it made.

@@ -1,7 +1,10 @@
 //! `redquorum`: Redlock from the shell. See `redquorum --help` and the README.
 
 mod args;
+mod baseline;
+mod bench;
 mod child;
+mod cpu;
 mod demo;
 mod dev;
 mod dev_command;
@@ -64,5 +67,6 @@ async fn dispatch(cli: Cli) -> Result<u8, CliError> {
                 .map_err(|e| CliError::failure(e.to_string()))?
         }
         Command::Demo { quick } => demo::demo(quick, cli.global.json).await,
+        Command::Bench { quick } => bench::bench(quick, cli.global.json).await,
     }
 }
