@@ -81,6 +81,11 @@ pub(crate) struct Stragglers {
 }
 
 impl Stragglers {
+    /// Whether the request to `index` was still running at the decision.
+    fn includes(&self, index: usize) -> bool {
+        self.nodes.get(index).copied().unwrap_or(false)
+    }
+
     /// Waits until the request to `index` has finished, if it was a straggler.
     async fn settled(&self, index: usize) {
         if self.nodes.get(index).copied().unwrap_or(false) {
@@ -128,6 +133,10 @@ pub(crate) async fn run(
 /// As [`run`]; `sent` runs as soon as the requests that need not wait for a straggler are
 /// queued on their connections, before any answer. Whatever is sent on the same connections
 /// after that reaches each node behind this round's request.
+///
+/// Every request starts with the round, so one deadline (`start + per_node_timeout`), one
+/// timer, bounds them all, instead of a timer per node. Only a request that first waits for a
+/// straggler of an earlier round carries its own timeout, started once it is sent.
 pub(crate) async fn run_then(
     redlock: &RedLock,
     request: Request,
@@ -137,51 +146,83 @@ pub(crate) async fn run_then(
     sent: impl FnOnce(),
 ) -> Round {
     let start = Instant::now();
+    let deadline = tokio::time::Instant::from_std(start) + per_node_timeout;
     let prepared = Arc::new(Prepared::new(&request));
     let count = redlock.nodes().len();
-    let mut pending: FuturesUnordered<_> = (0..count)
-        .map(|index| {
-            let redlock = redlock.clone();
-            let prepared = prepared.clone();
-            let after = after.cloned();
-            async move {
-                if let Some(after) = &after {
-                    after.settled(index).await;
-                }
-                let (outcome, fence) = match redlock.nodes().get(index) {
-                    Some(node) => ask(node, &prepared, per_node_timeout).await,
-                    None => (NodeOutcome::NoReply, None),
-                };
-                (index, outcome, fence, start.elapsed())
-            }
-        })
+    let waits = |index: usize| after.is_some_and(|a| a.includes(index));
+    let node_request = |index: usize| {
+        let redlock = redlock.clone();
+        let prepared = prepared.clone();
+        let after = after.filter(|a| a.includes(index)).cloned();
+        async move {
+            let asked = match redlock.nodes().get(index) {
+                Some(node) => match &after {
+                    Some(after) => {
+                        after.settled(index).await;
+                        match tokio::time::timeout(per_node_timeout, ask(node, &prepared)).await {
+                            Ok(answer) => answer,
+                            Err(_) => timed_out(per_node_timeout),
+                        }
+                    }
+                    None => ask(node, &prepared).await,
+                },
+                None => (NodeOutcome::NoReply, None),
+            };
+            (index, asked.0, asked.1, start.elapsed())
+        }
+    };
+    // Bounded by the round's deadline, and abandoned (dropped) when it passes.
+    let mut bounded: FuturesUnordered<_> = (0..count)
+        .filter(|i| !waits(*i))
+        .map(node_request)
         .collect();
+    // Each bounded by its own timeout.
+    let mut alone: FuturesUnordered<_> =
+        (0..count).filter(|i| waits(*i)).map(node_request).collect();
     let mut answers: Vec<Option<(NodeOutcome, Duration)>> = vec![None; count];
     let mut tally = Tally::new(count);
     let mut fence: Option<u64> = None;
-    let mut sent = Some(sent);
+    // The first polls run every request up to its send on the connection; the few answers
+    // they may already give (a node known to be down) wait in `early`.
+    let mut early = Vec::new();
+    while let std::task::Poll::Ready(Some(answer)) = futures::poll!(bounded.next()) {
+        early.push(answer);
+    }
+    while let std::task::Poll::Ready(Some(answer)) = futures::poll!(alone.next()) {
+        early.push(answer);
+    }
+    sent();
+    let mut early = early.into_iter();
+    let expiry = tokio::time::sleep_until(deadline);
+    tokio::pin!(expiry);
     loop {
-        let next = match sent.take() {
-            // The first poll runs every request up to its send on the connection.
-            Some(sent) => {
-                let first = futures::poll!(pending.next());
-                sent();
-                match first {
-                    std::task::Poll::Ready(next) => next,
-                    std::task::Poll::Pending => pending.next().await,
+        let answer = match early.next() {
+            Some(answer) => answer,
+            None => tokio::select! {
+                biased;
+                Some(answer) = bounded.next(), if !bounded.is_empty() => answer,
+                Some(answer) = alone.next(), if !alone.is_empty() => answer,
+                () = &mut expiry, if !bounded.is_empty() => {
+                    // Every request still bounded by the deadline has timed out: drop them.
+                    bounded = FuturesUnordered::new();
+                    for (index, slot) in answers.iter_mut().enumerate() {
+                        if slot.is_none() && !waits(index) {
+                            let (outcome, _) = timed_out(per_node_timeout);
+                            record(redlock, &mut tally, index, &outcome, per_node_timeout);
+                            *slot = Some((outcome, per_node_timeout));
+                        }
+                    }
+                    if wait == Wait::UntilDecided && tally.decision() != Decision::Open {
+                        break;
+                    }
+                    continue;
                 }
-            }
-            None => pending.next().await,
+                else => break,
+            },
         };
-        let Some((index, outcome, answer_fence, latency)) = next else {
-            break;
-        };
-        tally.record(outcome.vote());
+        let (index, outcome, answer_fence, latency) = answer;
         fence = fence.max(answer_fence);
-        tracing::trace!(node = index, %outcome, ?latency, "node answered");
-        if let Some(node) = redlock.nodes().get(index) {
-            telemetry::node_answered(node.id().address(), &outcome, latency);
-        }
+        record(redlock, &mut tally, index, &outcome, latency);
         if let Some(slot) = answers.get_mut(index) {
             *slot = Some((outcome, latency));
         }
@@ -189,20 +230,36 @@ pub(crate) async fn run_then(
             break;
         }
     }
+    // An answer the first polls gave that the decision came before.
+    for (index, outcome, _, latency) in early {
+        tracing::debug!(node = index, %outcome, ?latency, "answer after the round was decided");
+    }
     let decided = Instant::now();
+    let pending = bounded.len() + alone.len();
     telemetry::round_decided(request.operation, tally.decision());
     tracing::debug!(
         command = request.command.name(),
         decision = ?tally.decision(),
         elapsed = ?decided.saturating_duration_since(start),
-        pending = pending.len(),
+        pending,
         "round decided"
     );
-    let stragglers = (!pending.is_empty()).then(|| {
+    let stragglers = (pending > 0).then(|| {
         let nodes: Arc<[bool]> = answers.iter().map(Option::is_none).collect();
         let (finished, done) = watch::channel(false);
         tokio::spawn(async move {
-            while let Some((index, outcome, _, latency)) = pending.next().await {
+            let expiry = tokio::time::sleep_until(deadline);
+            tokio::pin!(expiry);
+            loop {
+                let (index, outcome, _, latency) = tokio::select! {
+                    Some(answer) = bounded.next(), if !bounded.is_empty() => answer,
+                    Some(answer) = alone.next(), if !alone.is_empty() => answer,
+                    () = &mut expiry, if !bounded.is_empty() => {
+                        bounded = FuturesUnordered::new();
+                        continue;
+                    }
+                    else => break,
+                };
                 tracing::debug!(node = index, %outcome, ?latency, "answer after the round was decided");
             }
             finished.send_replace(true);
@@ -229,6 +286,28 @@ pub(crate) async fn run_then(
         stragglers,
         fence,
     }
+}
+
+/// Counts one node's answer in the tally, and in the logs and metrics.
+fn record(
+    redlock: &RedLock,
+    tally: &mut Tally,
+    index: usize,
+    outcome: &NodeOutcome,
+    latency: Duration,
+) {
+    tally.record(outcome.vote());
+    tracing::trace!(node = index, %outcome, ?latency, "node answered");
+    if let Some(node) = redlock.nodes().get(index) {
+        telemetry::node_answered(node.id().address(), outcome, latency);
+    }
+}
+
+fn timed_out(per_node_timeout: Duration) -> (NodeOutcome, Option<u64>) {
+    (
+        NodeOutcome::Failed(NodeError::TimedOut(per_node_timeout)),
+        None,
+    )
 }
 
 /// A request built once per round and sent to every node as is: the arguments are encoded
@@ -309,11 +388,8 @@ impl Prepared {
     }
 }
 
-async fn ask(
-    node: &Node,
-    request: &Prepared,
-    per_node_timeout: Duration,
-) -> (NodeOutcome, Option<u64>) {
+/// Sends the request to one node and classifies its answer. Unbounded: the caller bounds it.
+async fn ask(node: &Node, request: &Prepared) -> (NodeOutcome, Option<u64>) {
     let call = async {
         let ready = node.connection().await?;
         if request.settled_nodes_only {
@@ -334,13 +410,9 @@ async fn ask(
             NodeError::Redis(err)
         })
     };
-    match tokio::time::timeout(per_node_timeout, call).await {
-        Err(_) => (
-            NodeOutcome::Failed(NodeError::TimedOut(per_node_timeout)),
-            None,
-        ),
-        Ok(Err(err)) => (NodeOutcome::Failed(err), None),
-        Ok(Ok(reply)) => request.classify(reply),
+    match call.await {
+        Err(err) => (NodeOutcome::Failed(err), None),
+        Ok(reply) => request.classify(reply),
     }
 }
 
