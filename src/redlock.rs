@@ -370,10 +370,7 @@ impl RedLock {
             // Others of this `RedLock` already wait for this resource: queue behind them (each
             // release wakes the longest waiter) rather than race them for it.
             let watch = self.inner.releases.subscribe(channel.clone()).await;
-            let mut delay = policy.next_delay(&self.inner.jitter);
-            if let Some(d) = deadline {
-                delay = delay.min(d.saturating_duration_since(Instant::now()));
-            }
+            let delay = self.retry_delay(policy, deadline, Instant::now(), None);
             tokio::select! {
                 _ = tokio::time::sleep(delay) => {}
                 _ = watch.notify().notified() => tracing::debug!("woken by a release, first in line"),
@@ -408,14 +405,7 @@ impl RedLock {
                 );
                 return Err((kind.make)(Box::new(failure)));
             }
-            let mut delay = policy.next_delay(&self.inner.jitter);
-            // Never sleep past the holder's expiry as the nodes reported it.
-            if let Some(left) = holder_expires_in(&kind.report) {
-                delay = delay.min(left + Duration::from_millis(1));
-            }
-            if let Some(d) = deadline {
-                delay = delay.min(d.saturating_duration_since(now));
-            }
+            let delay = self.retry_delay(policy, deadline, now, holder_expires_in(&kind.report));
             let held = kind
                 .report
                 .iter()
@@ -439,6 +429,25 @@ impl RedLock {
                 _ = woken => tracing::debug!("woken by a release"),
             }
         }
+    }
+
+    /// The policy's next delay, never past the holder's expiry as the nodes reported it
+    /// (`holder_left`), nor past the wait's `deadline`.
+    fn retry_delay(
+        &self,
+        policy: &RetryPolicy,
+        deadline: Option<Instant>,
+        now: Instant,
+        holder_left: Option<Duration>,
+    ) -> Duration {
+        let mut delay = policy.next_delay(&self.inner.jitter);
+        if let Some(left) = holder_left {
+            delay = delay.min(left + Duration::from_millis(1));
+        }
+        if let Some(d) = deadline {
+            delay = delay.min(d.saturating_duration_since(now));
+        }
+        delay
     }
 
     /// Runs `work` while holding `resource` as a [`Lease`](crate::Lease): acquires (retrying as
@@ -670,17 +679,19 @@ impl RedLock {
         after: Option<&Stragglers>,
         wake_waiters: bool,
     ) -> Round {
+        // The channel and the release id, or two empty arguments: publish nothing.
+        let (channel, release_id) = if wake_waiters {
+            (release_channel(key), token.release_id().into_bytes())
+        } else {
+            (Vec::new(), Vec::new())
+        };
         let request = Request {
             command: Command::Script(&scripts::RELEASE),
             key: key.to_vec(),
             token: token.expose().to_owned(),
             second_key: None,
             number: None,
-            payload: if wake_waiters {
-                vec![release_channel(key), token.release_id().into_bytes()]
-            } else {
-                vec![Vec::new(), Vec::new()]
-            },
+            payload: vec![channel.clone(), release_id.clone()],
             done: NodeOutcome::Released,
             settled_nodes_only: false,
             operation: Operation::Release,
@@ -690,9 +701,7 @@ impl RedLock {
         // delete first.
         round::run_then(self, request, per_node_timeout, Wait::ForAll, after, || {
             if wake_waiters {
-                self.inner
-                    .releases
-                    .released(&release_channel(key), token.release_id().as_bytes());
+                self.inner.releases.released(&channel, &release_id);
             }
         })
         .await

@@ -560,6 +560,19 @@ fn the_demo_elects_fails_over_and_never_has_two_leaders() {
     );
 }
 
+/// The state directory a bench made under `tmp` (its `TMPDIR`), while it exists.
+fn bench_state(tmp: &Path) -> Option<PathBuf> {
+    std::fs::read_dir(tmp)
+        .expect("tempdir")
+        .flatten()
+        .find(|e| {
+            e.file_name()
+                .to_string_lossy()
+                .starts_with("redquorum-bench-")
+        })
+        .map(|e| e.path())
+}
+
 /// `bench --quick --json` measures every section on its own memory-only masters and stops them.
 /// No figure is checked against a speed: only that each was measured and is consistent.
 #[test]
@@ -612,16 +625,10 @@ fn the_bench_measures_every_section_and_stops_its_masters() {
     assert!(spread_ok(&figures["fencing"]["on"]), "{figures}");
     assert!(spread_ok(&figures["hung_master"]["hung"]), "{figures}");
     assert!(err.contains("targets:"), "the table goes to stderr: {err}");
-    let left: Vec<_> = std::fs::read_dir(dir.path())
-        .expect("tempdir")
-        .flatten()
-        .filter(|e| {
-            e.file_name()
-                .to_string_lossy()
-                .starts_with("redquorum-bench-")
-        })
-        .collect();
-    assert!(left.is_empty(), "the bench left its masters' state behind");
+    assert!(
+        bench_state(dir.path()).is_none(),
+        "the bench left its masters' state behind"
+    );
 }
 
 /// Interrupted mid-way, the bench still stops the masters it started, and exits 130.
@@ -635,21 +642,10 @@ fn an_interrupted_bench_stops_its_masters() {
         .stderr(Stdio::piped())
         .spawn()
         .expect("start the bench");
-    let state = || {
-        std::fs::read_dir(dir.path())
-            .expect("tempdir")
-            .flatten()
-            .find(|e| {
-                e.file_name()
-                    .to_string_lossy()
-                    .starts_with("redquorum-bench-")
-            })
-            .map(|e| e.path())
-    };
     // Wait until its masters run (their pid files exist), then interrupt it.
     let deadline = Instant::now() + Duration::from_secs(20);
     let pids: Vec<i32> = loop {
-        let pids: Vec<i32> = state()
+        let pids: Vec<i32> = bench_state(dir.path())
             .map(|s| {
                 (0..5)
                     .filter_map(|i| {
@@ -684,7 +680,7 @@ fn an_interrupted_bench_stops_its_masters() {
         );
     }
     assert!(
-        state().is_none(),
+        bench_state(dir.path()).is_none(),
         "the bench left its masters' state behind"
     );
 }

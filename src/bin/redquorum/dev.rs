@@ -229,13 +229,7 @@ impl DevCluster {
             "{REDIS_CONF}\n# redquorum bench: measure the client, not the disk or the memory limit.\n\
              appendonly no\nsave \"\"\nmaxmemory 0\n"
         );
-        let ports = (0..count)
-            .map(|_| TcpListener::bind((Ipv4Addr::LOCALHOST, 0)))
-            .collect::<std::io::Result<Vec<_>>>()?
-            .iter()
-            .map(|l| Ok(l.local_addr()?.port()))
-            .collect::<Result<Vec<u16>, CliError>>()?;
-        Self::create(dir, ports, &conf)
+        Self::create(dir, any_free_ports(count)?, &conf)
     }
 
     /// Writes the configuration and starts one node per port; on failure, stops what started.
@@ -372,6 +366,11 @@ fn free_ports(count: usize) -> Result<Vec<u16>, CliError> {
     {
         return Ok(preferred);
     }
+    any_free_ports(count)
+}
+
+/// `count` distinct free ports, wherever the kernel finds them.
+fn any_free_ports(count: usize) -> Result<Vec<u16>, CliError> {
     // Hold every listener until all are chosen, so the kernel hands out distinct ports.
     let listeners = (0..count)
         .map(|_| TcpListener::bind((Ipv4Addr::LOCALHOST, 0)))
