@@ -7,12 +7,12 @@ use tokio::sync::watch;
 use crate::config::Timing;
 use crate::error::{Error, Failure, Operation};
 use crate::lease::{Lease, LeaseOptions, LeaseSignal, LostReason};
-use crate::quorum::Decision;
 use crate::redlock::RedLock;
 use crate::report::{NodeOutcome, NodeReport, Report};
 use crate::retry::RetryPolicy;
 use crate::round::{self, Command, Request, Wait};
 use crate::token::Token;
+use crate::verdict::{self, RoundKind};
 use crate::{Result, resource, scripts};
 
 /// How long one acquire attempt of a campaign waits before it starts over.
@@ -310,10 +310,18 @@ impl Election {
             None,
         )
         .await;
-        let make: fn(Box<Failure>) -> Error = match round.tally.decision() {
-            Decision::Won => return Ok(()),
-            Decision::Lost if round.tally.lost_to_outage() => Error::NoQuorum,
-            Decision::Lost | Decision::Open => Error::Expired,
+        // Which nodes granted the lock is not known here (the lease keeps it): every node counts
+        // as a grantor, so a refusal is evidence and a timeout is not. Validity is the lease's
+        // business; the write only needs a majority.
+        let verdict = verdict::judge(
+            RoundKind::Renew,
+            &round.tally,
+            true,
+            None,
+            &round.report.votes(),
+        );
+        let Some(make) = verdict.error() else {
+            return Ok(());
         };
         Err(make(Box::new(Failure::new(
             Operation::Extend,

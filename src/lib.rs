@@ -40,6 +40,8 @@ mod error;
 mod inspect;
 mod lease;
 mod lock;
+#[cfg(test)]
+mod model;
 mod node;
 mod quorum;
 mod redlock;
@@ -50,6 +52,7 @@ mod round;
 mod scripts;
 pub mod telemetry;
 mod token;
+mod verdict;
 mod waiting;
 
 pub use config::{

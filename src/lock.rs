@@ -9,13 +9,13 @@ use crate::Result;
 use crate::cleanup::Cleanup;
 use crate::config::Timing;
 use crate::error::{Error, Failure, Operation};
-use crate::quorum::Decision;
 use crate::redlock::{RedLock, valid_until};
 use crate::report::{NodeOutcome, Report};
 use crate::round::{self, Command, Request, Round, Stragglers, Wait};
 use crate::scripts;
 use crate::telemetry;
 use crate::token::Token;
+use crate::verdict::{self, RoundKind};
 
 /// A lock held on a majority of the nodes, until [`valid_until`](Self::valid_until).
 ///
@@ -195,9 +195,13 @@ impl Lock {
     /// another client may have held it.
     ///
     /// # Errors
-    /// - [`Error::Expired`]: the deadline had passed, or too many nodes no longer hold our
-    ///   token (it expired, or another owner has it); their keys are left untouched;
-    /// - [`Error::NoQuorum`]: too many nodes failed to answer;
+    /// - [`Error::Expired`]: the deadline had passed, or the answers prove the lock could have
+    ///   been lost: nodes that held our key at the last acquire or extend now say it is gone or
+    ///   someone else's, enough of them that, with the nodes that never held it, another client
+    ///   could have had a majority. Their keys are left untouched;
+    /// - [`Error::NoQuorum`]: too few nodes renewed it and nothing proves it lost (nodes timed
+    ///   out or failed): an outage, not an expiry. The lock keeps its deadline; a lease
+    ///   retries until then;
     /// - [`Error::ValidityExhausted`]: a majority renewed it, but too late to leave validity;
     /// - [`Error::Config`]: `ttl` is invalid (nothing was sent).
     ///
@@ -260,16 +264,18 @@ impl Lock {
             ttl_ms = timing.ttl_ms,
         ))
         .await;
-        let make: fn(Box<Failure>) -> Error = match round.tally.decision() {
-            Decision::Won if timing.validity_after(round.elapsed()).is_some() => {
-                self.valid_until = valid_until(&round, &timing);
-                self.timing = timing;
-                self.report = round.report;
-                return Ok(());
-            }
-            Decision::Won => Error::ValidityExhausted,
-            Decision::Lost if round.tally.lost_to_outage() => Error::NoQuorum,
-            Decision::Lost | Decision::Open => Error::Expired,
+        let verdict = verdict::judge(
+            RoundKind::Renew,
+            &round.tally,
+            timing.validity_after(round.elapsed()).is_some(),
+            Some(&self.report.votes()),
+            &round.report.votes(),
+        );
+        let Some(make) = verdict.error() else {
+            self.valid_until = valid_until(&round, &timing);
+            self.timing = timing;
+            self.report = round.report;
+            return Ok(());
         };
         Err(self.failure(make, Operation::Extend, started, round.report))
     }
@@ -280,11 +286,14 @@ impl Lock {
     /// Returns the per-node report.
     ///
     /// # Errors
-    /// - [`Error::Expired`]: the deadline had passed before the release began, or fewer than
-    ///   a majority still held our token: the critical section may have overlapped another
-    ///   holder's. Keys of other owners are never touched;
-    /// - [`Error::NoQuorum`]: too many nodes failed to answer to confirm the release (their
-    ///   keys expire with the ttl).
+    /// - [`Error::Expired`]: the deadline had passed before the release began, or the answers
+    ///   prove the lock could have been lost (nodes that held our key at the last acquire or
+    ///   extend now say it is gone or someone else's, enough of them that another client could
+    ///   have had a majority): the critical section may have overlapped another holder's. Keys
+    ///   of other owners are never touched;
+    /// - [`Error::NoQuorum`]: fewer than a majority confirmed the release and nothing proves
+    ///   the lock was lost (nodes timed out or failed): an outage, not an expiry. Keys left on
+    ///   the nodes that did not answer expire with the ttl.
     ///
     /// # Cancel safety
     /// Dropping the future part-way leaves the release to `Drop`, which spawns it again (the
@@ -329,12 +338,17 @@ impl Lock {
             ))
             .await;
         self.released = true;
-        let make: fn(Box<Failure>) -> Error = match round.tally.decision() {
-            Decision::Won if !expired_before => return Ok(round.report),
-            Decision::Lost if !expired_before && round.tally.lost_to_outage() => Error::NoQuorum,
-            _ => Error::Expired,
-        };
-        Err(self.failure(make, Operation::Release, started, round.report))
+        let verdict = verdict::judge(
+            RoundKind::Release,
+            &round.tally,
+            !expired_before,
+            Some(&self.report.votes()),
+            &round.report.votes(),
+        );
+        match verdict.error() {
+            None => Ok(round.report),
+            Some(make) => Err(self.failure(make, Operation::Release, started, round.report)),
+        }
     }
 
     fn stop_counting(&mut self) {

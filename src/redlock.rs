@@ -10,13 +10,14 @@ use crate::config::{Builder, Config, Timing};
 use crate::error::{Error, Failure, NodeError, Operation};
 use crate::lock::Lock;
 use crate::node::{IntoNode, Node};
-use crate::quorum::{self, Decision};
+use crate::quorum;
 use crate::report::{NodeId, NodeOutcome, NodeReport, Report};
 use crate::retry::{Jitter, RetryPolicy};
 use crate::round::{self, Command, Request, Round, Stragglers, Wait};
 use crate::scripts;
 use crate::telemetry;
 use crate::token::Token;
+use crate::verdict::{self, RoundKind};
 use crate::waiting::{ReleaseWatch, Subscription};
 use crate::{Result, resource};
 
@@ -546,9 +547,17 @@ impl RedLock {
         )
         .await;
         cleanup.after(round.stragglers.clone());
-        let (make, report): (fn(Box<Failure>) -> Error, Report) = match round.tally.decision() {
-            Decision::Won if timing.validity_after(round.elapsed()).is_some() => {
-                let fencing_token = match (fence_key, round.fence) {
+        let verdict = verdict::judge(
+            RoundKind::Acquire,
+            &round.tally,
+            timing.validity_after(round.elapsed()).is_some(),
+            None,
+            &round.report.votes(),
+        );
+        let (make, report) = match verdict.error() {
+            Some(make) => (make, round.report),
+            None => {
+                let confirmed = match (fence_key, round.fence) {
                     (None, _) => Ok(None),
                     (Some(fence_key), Some(fence)) => self
                         .confirm_fence(key, fence_key, &token, fence, &round, timing)
@@ -560,7 +569,7 @@ impl RedLock {
                         Report::default(),
                     )),
                 };
-                match fencing_token {
+                match confirmed {
                     Ok(fencing_token) => {
                         cleanup.disarm();
                         let valid_until = valid_until(&round, timing);
@@ -581,18 +590,20 @@ impl RedLock {
                     Err(failed) => failed,
                 }
             }
-            Decision::Won => (Error::ValidityExhausted, round.report),
-            Decision::Lost if round.tally.lost_to_outage() => (Error::NoQuorum, round.report),
-            Decision::Lost | Decision::Open => (Error::Conflict, round.report),
         };
         let mut report = report;
         report.learn_expiries(&cleanup.run().await);
         Err(FailedRound { make, report })
     }
 
-    /// The second round of a fenced acquire: on every node that still holds our key, raise the
-    /// fence counter to at least `fence`; the token is usable only once a majority confirmed it,
-    /// and only with validity left, counted from the start of the first round.
+    /// The second round of a fenced acquire: on every node that still holds our key and whose
+    /// fence counter is at most `fence`, raise the counter to `fence`; the token is usable only
+    /// once a majority confirmed it, and only with validity left, counted from the start of
+    /// the first round.
+    ///
+    /// A node whose counter is already past `fence` does not confirm, even with our key on it:
+    /// our grant landed there after the first round was decided, so its counter never entered
+    /// the token (design §4, "Correction"; checked by `crate::model`).
     async fn confirm_fence(
         &self,
         key: &[u8],
@@ -622,14 +633,16 @@ impl RedLock {
         )
         .await;
         let elapsed = confirm.decided.saturating_duration_since(acquired.start);
-        match confirm.tally.decision() {
-            Decision::Won if timing.validity_after(elapsed).is_some() => Ok(()),
-            Decision::Won => Err((Error::ValidityExhausted, confirm.report)),
-            Decision::Lost if confirm.tally.lost_to_outage() => {
-                Err((Error::NoQuorum, confirm.report))
-            }
-            // Our key vanished from too many nodes between the two rounds.
-            Decision::Lost | Decision::Open => Err((Error::Expired, confirm.report)),
+        let verdict = verdict::judge(
+            RoundKind::Renew,
+            &confirm.tally,
+            timing.validity_after(elapsed).is_some(),
+            Some(&acquired.report.votes()),
+            &confirm.report.votes(),
+        );
+        match verdict.error() {
+            None => Ok(()),
+            Some(make) => Err((make, confirm.report)),
         }
     }
 

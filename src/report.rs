@@ -87,6 +87,10 @@ pub enum NodeOutcome {
     },
     /// Extend or release: the key is gone from this node (it expired, or never was set here).
     Missing,
+    /// Fenced acquire, second round: the node holds our key, but its fence counter is already
+    /// past our fencing token (our grant landed there after the round was decided, so its
+    /// counter never entered the token). Not a confirmation.
+    FenceAhead,
     /// The node could not be asked, or did not answer usefully.
     Failed(NodeError),
     /// The round was decided before this node answered; its request was abandoned.
@@ -104,7 +108,7 @@ impl NodeOutcome {
             | Self::Released
             | Self::Connected
             | Self::FenceConfirmed => Vote::Yes,
-            Self::HeldByOther { .. } | Self::Missing => Vote::Refused,
+            Self::HeldByOther { .. } | Self::Missing | Self::FenceAhead => Vote::Refused,
             Self::Failed(_) | Self::NoReply => Vote::Failed,
         }
     }
@@ -151,6 +155,7 @@ impl fmt::Display for NodeOutcome {
                 f.write_str("held by another owner, no expiry known")
             }
             Self::Missing => f.write_str("key not found"),
+            Self::FenceAhead => f.write_str("fence counter already past our fencing token"),
             Self::Failed(err) => {
                 // A report names many nodes, so each line carries its own cause (the error's
                 // `source()` can only point at one of them). One level: the redis crate's
@@ -264,6 +269,11 @@ impl Report {
     /// ```
     pub fn is_empty(&self) -> bool {
         self.nodes.is_empty()
+    }
+
+    /// Each node's vote, in node order: what the verdict (`crate::verdict`) counts.
+    pub(crate) fn votes(&self) -> Vec<Vote> {
+        self.nodes.iter().map(|r| r.outcome.vote()).collect()
     }
 
     /// How many nodes counted toward the majority.

@@ -451,10 +451,11 @@ fn unexpected(reply: &Value) -> NodeOutcome {
     NodeOutcome::Failed(NodeError::UnexpectedReply(shown))
 }
 
-fn classify_code(code: i64, done: &NodeOutcome) -> NodeOutcome {
+pub(crate) fn classify_code(code: i64, done: &NodeOutcome) -> NodeOutcome {
     match ScriptReply::from_code(code) {
         Some(ScriptReply::Done) => done.clone(),
         Some(ScriptReply::Missing) => NodeOutcome::Missing,
+        Some(ScriptReply::FenceAhead) => NodeOutcome::FenceAhead,
         Some(ScriptReply::Foreign { expires_in_ms }) => NodeOutcome::HeldByOther {
             expires_in: expires_in_ms.map(Duration::from_millis),
         },
@@ -532,6 +533,7 @@ mod tests {
             let expected = match &reply {
                 Value::Int(-1) => "done",
                 Value::Int(-2) => "missing",
+                Value::Int(-4) => "fence ahead",
                 Value::Int(n) if *n >= 0 || *n == -3 => "held",
                 Value::Array(items) => match items.as_slice() {
                     [Value::Int(-1), Value::Int(f)] if *f >= 0 => "done",
@@ -547,6 +549,7 @@ mod tests {
             let got = match &outcome {
                 NodeOutcome::Granted => "done",
                 NodeOutcome::Missing => "missing",
+                NodeOutcome::FenceAhead => "fence ahead",
                 NodeOutcome::HeldByOther { .. } => "held",
                 NodeOutcome::Failed(NodeError::UnexpectedReply(shown)) => {
                     assert!(shown.len() <= SHOWN_REPLY_LEN);

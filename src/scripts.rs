@@ -8,6 +8,7 @@
 //! | `-2` | the key does not exist (expired, released, or never set here) |
 //! | `-3` | the key belongs to another owner and has no expiry |
 //! | `n ≥ 0` | the key belongs to another owner and expires in `n` ms |
+//! | `-4` | fencing confirm: our key is there, but the fence counter is already past our token |
 //! | `{-1, f}` | fenced acquire: the key was set and the fence counter is now `f` |
 //!
 //! A round sends `EVALSHA` and, on `NOSCRIPT` (a restarted node, a `SCRIPT FLUSH`), loads the
@@ -112,11 +113,17 @@ return ttl
 );
 
 /// `KEYS[1]` lock key, `KEYS[2]` fence counter, `ARGV[1]` token, `ARGV[2]` fencing token T.
-/// Only while the lock key holds our token: raises the counter to at least T. Never lowers it,
-/// never touches the lock key.
+/// Only while the lock key holds our token, and only while the counter is at most T: raises
+/// the counter to T and counts as a confirmation. A counter already past T answers `-4` and
+/// is no confirmation: our own `SET`+`INCR` landed there after the acquire was decided (so its
+/// counter never entered T), and counting it could let two holders share a token, or a later
+/// holder get a lower one (design §4, "Correction"; `crate::model` checks this rule and finds
+/// the counterexample without it). Never lowers the counter, never touches the lock key.
 pub(crate) static CONFIRM_FENCE: Lua = Lua::new(compare_and!(
     "local fence = tonumber(redis.call('GET', KEYS[2]) or '0') or 0 \
-         if fence < tonumber(ARGV[2]) then redis.call('SET', KEYS[2], ARGV[2]) end"
+         local token = tonumber(ARGV[2]) \
+         if fence > token then return -4 end \
+         if fence < token then redis.call('SET', KEYS[2], ARGV[2]) end"
 ));
 
 /// `KEYS[1]` lock key, `KEYS[2]` leader-info key, `ARGV[1]` token, `ARGV[2]` info.
@@ -125,12 +132,75 @@ pub(crate) static CONFIRM_FENCE: Lua = Lua::new(compare_and!(
 pub(crate) static WRITE_LEADER_INFO: Lua =
     Lua::new(compare_and!("redis.call('SET', KEYS[2], ARGV[2])"));
 
+/// What our scripts do to one node, in Rust, for the model checker (`crate::model`): each
+/// function mirrors the Lua above it names, line for line, and answers what the script
+/// answers. Keep them in step with the Lua: a change to a script is a change to its mirror.
+#[cfg(test)]
+pub(crate) mod effects {
+    use redis::Value;
+
+    /// What the model's clients may find in a lock key: the owner's id.
+    pub(crate) type Key<O> = Option<O>;
+
+    /// The remaining ttl the model's nodes report for another owner's key.
+    pub(crate) const FOREIGN_TTL_MS: i64 = 1000;
+
+    fn not_ours<O>(key: &Key<O>) -> i64 {
+        if key.is_none() { -2 } else { FOREIGN_TTL_MS }
+    }
+
+    /// [`ACQUIRE_FENCED`](super::ACQUIRE_FENCED): `SET NX`, and on success `INCR` the counter.
+    pub(crate) fn acquire_fenced<O: Copy>(key: &mut Key<O>, fence: &mut u64, me: O) -> Value {
+        if key.is_none() {
+            *key = Some(me);
+            *fence += 1;
+            Value::Array(vec![Value::Int(-1), Value::Int(*fence as i64)])
+        } else {
+            Value::Int(FOREIGN_TTL_MS)
+        }
+    }
+
+    /// Which confirm rule to mirror: the production one, or the rule before the correction
+    /// (kept so a test can show the model checker finds the bug it had).
+    #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+    pub(crate) enum ConfirmRule {
+        /// [`CONFIRM_FENCE`](super::CONFIRM_FENCE) as shipped: count only a counter ≤ T.
+        AtMostToken,
+        /// The old script: raise the counter to at least T and count any node holding our key.
+        AnyHolder,
+    }
+
+    /// [`CONFIRM_FENCE`](super::CONFIRM_FENCE) (or, with `AnyHolder`, the script it replaced).
+    pub(crate) fn confirm_fence<O: PartialEq>(
+        rule: ConfirmRule,
+        key: &Key<O>,
+        fence: &mut u64,
+        me: O,
+        token: u64,
+    ) -> i64 {
+        if key.as_ref() != Some(&me) {
+            return not_ours(key);
+        }
+        if rule == ConfirmRule::AtMostToken && *fence > token {
+            return -4;
+        }
+        if *fence < token {
+            *fence = token;
+        }
+        -1
+    }
+}
+
 /// What a script's integer reply means.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum ScriptReply {
     Done,
     Missing,
-    Foreign { expires_in_ms: Option<u64> },
+    Foreign {
+        expires_in_ms: Option<u64>,
+    },
+    /// Fencing confirm: the counter is already past the token being confirmed.
+    FenceAhead,
 }
 
 impl ScriptReply {
@@ -142,6 +212,7 @@ impl ScriptReply {
             -3 => Some(Self::Foreign {
                 expires_in_ms: None,
             }),
+            -4 => Some(Self::FenceAhead),
             n => u64::try_from(n).ok().map(|ms| Self::Foreign {
                 expires_in_ms: Some(ms),
             }),
@@ -175,7 +246,8 @@ mod tests {
                 expires_in_ms: Some(i64::MAX as u64)
             })
         );
-        for code in [-4, -100, i64::MIN] {
+        assert_eq!(ScriptReply::from_code(-4), Some(ScriptReply::FenceAhead));
+        for code in [-5, -100, i64::MIN] {
             assert_eq!(ScriptReply::from_code(code), None);
         }
     }

@@ -232,3 +232,96 @@ async fn a_fenced_store_rejects_every_write_from_a_stalled_holder() {
     };
     assert!(eventually(Duration::from_secs(3), only_counters).await);
 }
+
+/// F1, the counterexample the review reproduced, replayed through the public API on three
+/// real masters X, Y, Z (counters 9, 0, 9 from earlier locks while Y was away):
+///
+/// 1. A's fenced acquire: X → 10, Y → 1; decided at the majority, T_A = 10. A's request to Z
+///    sits in a slow proxy (2 s each way); Y's link is slower than X's (200 ms).
+/// 2. A's key disappears early from Y (a server clock step: deleted on the server).
+/// 3. B, connected directly: X refuses; Y → 2, Z → 10; T_B = 10. B confirms, releases.
+/// 4. A's slow `SET`+`INCR` lands on Z (→ 11, never part of T_A); A's confirm reaches Z.
+///
+/// With the old confirm rule A counted X and Z and was confirmed with B's token, 10.
+/// Must hold: A is refused, and says why: its key is gone from Y, a node that granted it
+/// (evidence, not a timeout), and Z's counter is past A's token.
+///
+/// Mutation: the confirm script without its `fence > token` refusal (the old rule) makes
+/// this test fail: A returns a lock with token 10, B's.
+#[tokio::test]
+async fn a_late_grant_never_confirms_a_token_another_holder_has() {
+    use crate::proxy::{Fault, Proxy};
+    let cluster = Cluster::start(3);
+    let fence_key = b"redquorum:{f1}:fence";
+    let lock_key = crate::lock_key(b"f1");
+    for (node, counter) in [(0, b"9"), (2, b"9")] {
+        let _: () = cluster.run(node, redis::cmd("SET").arg(fence_key).arg(counter));
+    }
+    let proxies = [
+        Proxy::start(cluster.server(0).port()).await,
+        Proxy::start(cluster.server(1).port()).await,
+        Proxy::start(cluster.server(2).port()).await,
+    ];
+    let a = RedLock::builder(proxies.iter().map(Proxy::url))
+        .per_node_timeout(Duration::from_secs(8))
+        .fencing(true)
+        .build()
+        .expect("config");
+    // Connect (and load the scripts) before the links slow down.
+    a.connect().await.expect("A connects");
+    proxies[1].set(Fault::Delay(Duration::from_millis(200)));
+    proxies[2].set(Fault::Delay(Duration::from_secs(2)));
+    let b = RedLock::builder(cluster.urls())
+        .per_node_timeout(Duration::from_millis(250))
+        .fencing(true)
+        .build()
+        .expect("config");
+
+    let a_acquires = tokio::spawn(async move {
+        let result = a.try_acquire("f1", Duration::from_secs(30)).await;
+        (a, result)
+    });
+    // Step 2: as soon as A's key is on Y, it vanishes there.
+    assert!(
+        eventually(Duration::from_secs(3), || cluster
+            .get(1, &lock_key)
+            .is_some())
+        .await,
+        "A's SET reached Y"
+    );
+    let _: () = cluster.run(1, redis::cmd("DEL").arg(&lock_key));
+    // Step 3, well before A's SET reaches Z.
+    let lock_b = b
+        .try_acquire("f1", Duration::from_secs(30))
+        .await
+        .expect("B acquires");
+    let token_b = lock_b.fencing_token().expect("fenced");
+    assert_eq!(token_b, 10, "B's token is the max of Y (2) and Z (10)");
+    lock_b.release().await.expect("B releases");
+    // The replay is F1 only if A's SET had not reached Z yet: Z's counter is B's 10, not 11.
+    assert_eq!(cluster.get(2, fence_key).as_deref(), Some(&b"10"[..]));
+
+    let (a, result) = a_acquires.await.expect("A's task");
+    match result {
+        Ok(lock) => panic!(
+            "A was confirmed with token {:?} after B held token {token_b}",
+            lock.fencing_token()
+        ),
+        Err(e) => {
+            assert!(
+                e.is_expired(),
+                "A's key is gone from Y, which granted it: {e}"
+            );
+            let text = e.to_string();
+            assert!(text.contains("fence counter already past"), "{text}");
+            assert!(text.contains("key not found"), "{text}");
+        }
+    }
+    // Z's counter went on from A's late INCR; nothing of A's or B's is left but counters,
+    // checked right after the failed acquire's cleanup, long before the 30 s ttl.
+    assert_eq!(cluster.get(2, fence_key).as_deref(), Some(&b"11"[..]));
+    for node in 0..3 {
+        assert_eq!(cluster.get(node, &lock_key), None, "node {node}");
+    }
+    drop(a);
+}

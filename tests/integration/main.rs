@@ -21,6 +21,8 @@ mod readme;
 mod restarts;
 mod tls;
 mod types;
+mod validity;
+mod verdicts;
 mod waiting;
 
 use std::time::Duration;

@@ -1,0 +1,502 @@
+//! A model of the fenced Redlock protocol, checked exhaustively with `stateright`.
+//!
+//! Compiled only into the crate's unit tests, so it uses the production decision code rather
+//! than a copy: the fenced acquire's and the confirm's replies are decoded by
+//! `round::classify`/`round::classify_code`, counted in [`Tally`], and judged by
+//! [`verdict::judge`]; the scripts' effects on a node are `scripts::effects`, the Rust mirrors
+//! kept next to the Lua.
+//!
+//! # What is modelled
+//! - 3 masters, each with one lock key and one fence counter, and 2 clients, each making one
+//!   fenced acquire: the acquire round (`SET NX` + `INCR`), the decision at the majority with
+//!   T = the highest counter among the grants counted before the decision, the confirm round,
+//!   and the hold. Releases are not sent: a key may expire once its owner's deadline has
+//!   passed, and a deadline may pass at any moment, so every state a compare-and-delete
+//!   reaches is reached (a release only ever deletes its sender's own key, and a holder's
+//!   window closes with its deadline just as with its release).
+//! - The network: each (client, master) connection is FIFO, and any request on any connection
+//!   may be delayed arbitrarily (the checker tries every interleaving). A reply reaches its
+//!   client as its request runs: a reply delayed on its own is not modelled, which keeps the
+//!   state space small enough for CI. (A late decision is covered where it only delays the
+//!   client's next requests, which the checker delays anyway; not covered is a node running
+//!   a request long before its client learns of it.) Replies that arrive after a round was
+//!   decided are ignored, as the stragglers are.
+//! - Time, abstracted: a client's local deadline may pass at any moment after its acquire
+//!   starts (a paused client is one whose deadline passes while it takes no step). A key may
+//!   expire once its owner's deadline has passed (the servers' expiry is never earlier than
+//!   the holder's deadline; that timing is the drift argument, tested against real servers,
+//!   not here). A *premature* expiry (a server clock step, a failover) removes a key while
+//!   its owner's deadline is still ahead, up to a bounded count.
+//! - Optionally, one master restart that loses the counter (amnesia: no `appendfsync always`).
+//!
+//! # Properties
+//! - **Mutual exclusion**: two clients never hold the lock inside their validity at the same
+//!   time. Holds without premature expiry and amnesia; the checker finds the overlap with one.
+//! - **Unique tokens** (always): two confirmed holders never share a fencing token.
+//! - **Tokens follow holders** (always): a holder whose acquire began after another holder was
+//!   confirmed gets a higher token.
+//!
+//! Not modelled: extend and the re-adding of keys, leader info, more than one attempt per
+//! client, more than two clients, the validity arithmetic (see `quorum`'s tests and the
+//! integration test that catches validity counted from the decision), and connection loss
+//! other than a restart.
+//!
+//! A stronger order, "tokens increase in the order the holders' confirm rounds were
+//! *decided*", cannot hold under premature expiry with any rule that only looks at the
+//! nodes: the checker finds a schedule in which B's confirm has touched every node it needs
+//! before A even starts, yet B learns of it after A's decision. What fencing needs, and what
+//! holds, is uniqueness plus order between holders one after another.
+
+use std::collections::VecDeque;
+
+use redis::Value;
+use stateright::{Model, Property};
+
+use crate::quorum::{Decision, Tally, Vote};
+use crate::report::NodeOutcome;
+use crate::round::{classify, classify_code};
+use crate::scripts::effects::{self, ConfirmRule};
+use crate::verdict::{self, RoundKind, Verdict};
+
+const MASTERS: usize = 3;
+const CLIENTS: usize = 2;
+
+/// The knobs of one check.
+#[derive(Debug, Clone)]
+pub(crate) struct LockModel {
+    pub(crate) rule: ConfirmRule,
+    /// How many keys may expire before their owner's deadline.
+    pub(crate) premature_expiries: u8,
+    /// Whether one master may restart with its counters lost.
+    pub(crate) amnesia: bool,
+    /// The masters' fence counters at the start (one initial state each).
+    pub(crate) initial_fences: Vec<[u64; MASTERS]>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+enum Request {
+    Acquire,
+    Confirm(u64),
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+enum Stage {
+    Acquire,
+    Confirm,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+struct Reply {
+    stage: Stage,
+    /// The script's reply: an integer code, or the fenced acquire's counter.
+    code: i64,
+    fence: Option<u64>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+enum Phase {
+    Idle,
+    Acquiring,
+    Confirming { token: u64 },
+    Holding { token: u64 },
+    Done,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+struct Client {
+    phase: Phase,
+    tally: Tally,
+    /// This round's vote per master; `None` until it answers.
+    votes: [Option<Vote>; MASTERS],
+    /// The acquire round's votes at its decision (the grantors), for the confirm's verdict.
+    granted: [Vote; MASTERS],
+    /// The highest counter among the grants counted before the decision.
+    fence: Option<u64>,
+    deadline_passed: bool,
+    /// How many holders had been confirmed when this client's acquire began.
+    confirmed_before_start: usize,
+}
+
+impl Client {
+    fn new() -> Self {
+        Self {
+            phase: Phase::Idle,
+            tally: Tally::new(MASTERS),
+            votes: [None; MASTERS],
+            granted: [Vote::Failed; MASTERS],
+            fence: None,
+            deadline_passed: false,
+            confirmed_before_start: 0,
+        }
+    }
+
+    /// Votes as the production report has them at the decision: no answer is a failed vote.
+    fn round_votes(&self) -> [Vote; MASTERS] {
+        self.votes.map(|v| v.unwrap_or(Vote::Failed))
+    }
+
+    /// The round the client is waiting for answers to.
+    fn stage(&self) -> Option<Stage> {
+        match self.phase {
+            Phase::Acquiring => Some(Stage::Acquire),
+            Phase::Confirming { .. } => Some(Stage::Confirm),
+            _ => None,
+        }
+    }
+
+    fn holds_valid_lock(&self) -> bool {
+        matches!(self.phase, Phase::Holding { .. }) && !self.deadline_passed
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub(crate) struct State {
+    keys: [Option<u8>; MASTERS],
+    fences: [u64; MASTERS],
+    /// `[client][master]`: requests in flight.
+    requests: [[VecDeque<Request>; MASTERS]; CLIENTS],
+    clients: [Client; CLIENTS],
+    premature_left: u8,
+    restarted: bool,
+    /// Confirmed holders in the order their confirm rounds were decided: (client, token).
+    confirmed: Vec<(u8, u64)>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub(crate) enum Action {
+    Start(u8),
+    Deliver(u8, u8),
+    DeadlinePasses(u8),
+    Expire(u8),
+    RestartEmpty(u8),
+}
+
+impl LockModel {
+    /// Sends `request` to every master.
+    fn broadcast(state: &mut State, client: usize, request: Request) {
+        if let Some(queues) = state.requests.get_mut(client) {
+            for queue in queues.iter_mut() {
+                queue.push_back(request);
+            }
+        }
+    }
+
+    /// A client's reply from `master`, through the production decoding, tally and verdict.
+    fn receive(&self, state: &mut State, c: usize, master: usize, reply: Reply) {
+        let client = &mut state.clients[c];
+        if client.stage() != Some(reply.stage) {
+            return;
+        }
+        let stage = reply.stage;
+        let (outcome, fence) = match (stage, reply.fence) {
+            (Stage::Acquire, Some(fence)) => classify(
+                Value::Array(vec![Value::Int(-1), Value::Int(fence as i64)]),
+                &NodeOutcome::Granted,
+            ),
+            (Stage::Acquire, None) => classify(Value::Int(reply.code), &NodeOutcome::Granted),
+            (Stage::Confirm, _) => (
+                classify_code(reply.code, &NodeOutcome::FenceConfirmed),
+                None,
+            ),
+        };
+        let vote = outcome.vote();
+        client.votes[master] = Some(vote);
+        client.tally.record(vote);
+        if vote == Vote::Yes {
+            client.fence = client.fence.max(fence);
+        }
+        if client.tally.decision() == Decision::Open {
+            return;
+        }
+
+        let now = client.round_votes();
+        let validity_left = !client.deadline_passed;
+        match client.phase {
+            Phase::Acquiring => {
+                let verdict =
+                    verdict::judge(RoundKind::Acquire, &client.tally, validity_left, None, &now);
+                match (verdict, client.fence) {
+                    (Verdict::Won, Some(token)) => {
+                        client.granted = now;
+                        client.phase = Phase::Confirming { token };
+                        client.tally = Tally::new(MASTERS);
+                        client.votes = [None; MASTERS];
+                        Self::broadcast(state, c, Request::Confirm(token));
+                    }
+                    _ => client.phase = Phase::Done,
+                }
+            }
+            Phase::Confirming { token } => {
+                let granted = client.granted;
+                let verdict = verdict::judge(
+                    RoundKind::Renew,
+                    &client.tally,
+                    validity_left,
+                    Some(&granted),
+                    &now,
+                );
+                if verdict == Verdict::Won {
+                    client.phase = Phase::Holding { token };
+                    state.confirmed.push((c as u8, token));
+                } else {
+                    client.phase = Phase::Done;
+                }
+            }
+            _ => {}
+        }
+    }
+
+    /// A master runs the request at the head of one connection.
+    fn deliver(&self, state: &mut State, c: usize, m: usize, request: Request) {
+        let me = c as u8;
+        let (key, fence) = (&mut state.keys[m], &mut state.fences[m]);
+        let reply = match request {
+            Request::Acquire => match effects::acquire_fenced(key, fence, me) {
+                Value::Array(items) => match items.as_slice() {
+                    [Value::Int(-1), Value::Int(f)] => Some(Reply {
+                        stage: Stage::Acquire,
+                        code: -1,
+                        fence: u64::try_from(*f).ok(),
+                    }),
+                    _ => None,
+                },
+                Value::Int(code) => Some(Reply {
+                    stage: Stage::Acquire,
+                    code,
+                    fence: None,
+                }),
+                _ => None,
+            },
+            Request::Confirm(token) => Some(Reply {
+                stage: Stage::Confirm,
+                code: effects::confirm_fence(self.rule, key, fence, me, token),
+                fence: None,
+            }),
+        };
+        if let Some(reply) = reply {
+            self.receive(state, c, m, reply);
+        }
+    }
+
+    /// Checks every state reachable under these knobs; returns the checker for inspection.
+    /// One check at a time (a lock): each takes both cores and up to a few GiB.
+    pub(crate) fn check(self) -> impl stateright::Checker<Self> {
+        use stateright::Checker;
+        static ONE_AT_A_TIME: std::sync::Mutex<()> = std::sync::Mutex::new(());
+        let _turn = ONE_AT_A_TIME
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        self.checker().threads(2).spawn_bfs().join()
+    }
+}
+
+impl Model for LockModel {
+    type State = State;
+    type Action = Action;
+
+    fn init_states(&self) -> Vec<State> {
+        self.initial_fences
+            .iter()
+            .map(|fences| State {
+                keys: [None; MASTERS],
+                fences: *fences,
+                requests: Default::default(),
+                clients: [Client::new(), Client::new()],
+                premature_left: self.premature_expiries,
+                restarted: false,
+                confirmed: Vec::new(),
+            })
+            .collect()
+    }
+
+    fn actions(&self, state: &State, actions: &mut Vec<Action>) {
+        for (c, client) in state.clients.iter().enumerate() {
+            let c8 = c as u8;
+            if client.phase == Phase::Idle {
+                actions.push(Action::Start(c8));
+            }
+            // A deadline matters while the client is in a round or holds, or a key is its.
+            let relevant = client.phase != Phase::Done || state.keys.contains(&Some(c8));
+            if client.phase != Phase::Idle && !client.deadline_passed && relevant {
+                actions.push(Action::DeadlinePasses(c8));
+            }
+            for m in 0..MASTERS {
+                if !state.requests[c][m].is_empty() {
+                    actions.push(Action::Deliver(c8, m as u8));
+                }
+            }
+        }
+        for (m, key) in state.keys.iter().enumerate() {
+            if let Some(owner) = key {
+                let owner_done = state.clients[usize::from(*owner)].deadline_passed;
+                if owner_done || state.premature_left > 0 {
+                    actions.push(Action::Expire(m as u8));
+                }
+            }
+            if self.amnesia && !state.restarted {
+                actions.push(Action::RestartEmpty(m as u8));
+            }
+        }
+    }
+
+    fn next_state(&self, last: &State, action: Action) -> Option<State> {
+        let mut state = last.clone();
+        match action {
+            Action::Start(c) => {
+                let c = usize::from(c);
+                state.clients[c].phase = Phase::Acquiring;
+                state.clients[c].confirmed_before_start = state.confirmed.len();
+                Self::broadcast(&mut state, c, Request::Acquire);
+            }
+            Action::Deliver(c, m) => {
+                let (c, m) = (usize::from(c), usize::from(m));
+                let request = state.requests[c][m].pop_front()?;
+                self.deliver(&mut state, c, m, request);
+            }
+            Action::DeadlinePasses(c) => state.clients[usize::from(c)].deadline_passed = true,
+            Action::Expire(m) => {
+                let m = usize::from(m);
+                let owner = usize::from(state.keys[m]?);
+                if !state.clients[owner].deadline_passed {
+                    state.premature_left = state.premature_left.checked_sub(1)?;
+                }
+                state.keys[m] = None;
+            }
+            Action::RestartEmpty(m) => {
+                let m = usize::from(m);
+                state.keys[m] = None;
+                state.fences[m] = 0;
+                state.restarted = true;
+            }
+        }
+        Some(state)
+    }
+
+    fn properties(&self) -> Vec<Property<Self>> {
+        vec![
+            Property::always("mutual exclusion", |_, state: &State| {
+                state
+                    .clients
+                    .iter()
+                    .filter(|c| c.holds_valid_lock())
+                    .count()
+                    <= 1
+            }),
+            Property::always("unique tokens", |_, state: &State| {
+                let tokens: Vec<u64> = state.confirmed.iter().map(|(_, t)| *t).collect();
+                tokens
+                    .iter()
+                    .enumerate()
+                    .all(|(i, t)| !tokens[..i].contains(t))
+            }),
+            Property::always("tokens follow holders", |_, state: &State| {
+                state.confirmed.iter().all(|(later, token)| {
+                    let before = state.clients[usize::from(*later)].confirmed_before_start;
+                    state.confirmed[..before].iter().all(|(_, t)| t < token)
+                })
+            }),
+            Property::always("tokens follow confirm decisions", |_, state: &State| {
+                state.confirmed.windows(2).all(|w| w[0].1 < w[1].1)
+            }),
+        ]
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use stateright::Checker;
+
+    // Exhaustive checks take a minute in an optimised build and far longer in a debug one:
+    // `.ci/test` (the README's test command) runs them with `--release --include-ignored`.
+
+    /// Counters as in the issue's reproduction: the middle master missed earlier locks.
+    const F1_FENCES: [u64; MASTERS] = [1, 0, 1];
+
+    fn model(rule: ConfirmRule, premature: u8, amnesia: bool) -> LockModel {
+        LockModel {
+            rule,
+            premature_expiries: premature,
+            amnesia,
+            initial_fences: vec![[0, 0, 0], F1_FENCES],
+        }
+    }
+
+    fn report(name: &str, checker: &impl Checker<LockModel>, started: std::time::Instant) {
+        eprintln!(
+            "model {name}: {} states, {:.1} s",
+            checker.unique_state_count(),
+            started.elapsed().as_secs_f64()
+        );
+    }
+
+    /// The protocol as shipped, with no premature expiry: mutual exclusion, and tokens unique
+    /// and increasing even in the order the confirm rounds were decided.
+    #[test]
+    #[ignore = "exhaustive model check: .ci/test runs it in release"]
+    fn shipped_protocol_is_safe_within_its_assumptions() {
+        let started = std::time::Instant::now();
+        let checker = model(ConfirmRule::AtMostToken, 0, false).check();
+        report("shipped, no premature expiry", &checker, started);
+        assert!(checker.is_done());
+        checker.assert_no_discovery("mutual exclusion");
+        checker.assert_no_discovery("unique tokens");
+        checker.assert_no_discovery("tokens follow holders");
+        checker.assert_no_discovery("tokens follow confirm decisions");
+    }
+
+    /// One premature expiry (a server clock step). Mutual exclusion is gone, as Redlock says,
+    /// and the checker must see that (proof it finds overlaps); fencing still holds: tokens
+    /// stay unique and grow from one holder to the next.
+    ///
+    /// It also shows why the promise is "tokens follow holders" and not the order in which
+    /// confirm rounds were decided: under a premature expiry, a holder decided later can have
+    /// the lower token, with the shipped rule and with any rule that only looks at the nodes.
+    ///
+    /// Mutation: the old confirm rule (count any node holding our key) makes "unique tokens"
+    /// fail; `old_confirm_rule_is_caught` keeps that proof.
+    #[test]
+    #[ignore = "exhaustive model check: .ci/test runs it in release"]
+    fn fencing_survives_a_premature_expiry() {
+        let started = std::time::Instant::now();
+        let checker = model(ConfirmRule::AtMostToken, 1, false).check();
+        report("shipped, one premature expiry", &checker, started);
+        assert!(checker.is_done());
+        checker.assert_no_discovery("unique tokens");
+        checker.assert_no_discovery("tokens follow holders");
+        assert!(checker.discovery("mutual exclusion").is_some());
+        assert!(
+            checker
+                .discovery("tokens follow confirm decisions")
+                .is_some()
+        );
+    }
+
+    /// Proof the model can fail: with the confirm rule before the correction, the checker
+    /// finds F1 (two holders with one token) on its own.
+    #[test]
+    #[ignore = "exhaustive model check: .ci/test runs it in release"]
+    fn old_confirm_rule_is_caught() {
+        let started = std::time::Instant::now();
+        let checker = model(ConfirmRule::AnyHolder, 1, false).check();
+        report("old confirm rule", &checker, started);
+        let path = checker
+            .discovery("unique tokens")
+            .expect("the checker finds two holders sharing a token");
+        eprintln!("F1 as found: {:?}", path.last_state().confirmed);
+    }
+
+    /// Amnesia is outside the contract (fence counters must survive restarts): one master that
+    /// restarts empty lets a later holder get a lower token. The checker must find it.
+    #[test]
+    #[ignore = "exhaustive model check: .ci/test runs it in release"]
+    fn a_master_restarting_without_its_counters_breaks_fencing() {
+        let started = std::time::Instant::now();
+        let checker = model(ConfirmRule::AtMostToken, 0, true).check();
+        report("amnesia", &checker, started);
+        assert!(
+            checker.discovery("tokens follow holders").is_some(),
+            "amnesia must be caught"
+        );
+    }
+}

@@ -1,0 +1,237 @@
+//! What a round's answers mean: the one verdict every round ends in.
+//!
+//! Acquire, the fencing confirm, extend, release and the leader-info write all send one request
+//! to every node and count the answers in a [`Tally`]. What the counts *mean* is decided here,
+//! once, free of I/O, so it can be tested exhaustively and compiled into the model checker
+//! (`crate::model`):
+//!
+//! | verdict | when | error |
+//! |---|---|---|
+//! | [`Verdict::Won`] | a majority did what we asked, with validity left | — |
+//! | [`Verdict::TooLate`] | a majority did, but too late to leave any validity | `ValidityExhausted` |
+//! | [`Verdict::Busy`] | acquire: enough nodes answered, too many hold another owner's key | `Conflict` |
+//! | [`Verdict::Gone`] | a held lock: the answers *prove* it could have been lost, or a release began after the local deadline | `Expired` |
+//! | [`Verdict::Outage`] | anything else: too many nodes failed to answer usefully | `NoQuorum` |
+//!
+//! "Gone" is a safety alarm (the critical section may have overlapped another holder's), so
+//! it needs evidence, never a guess. The evidence is a node that *granted* the lock (per the
+//! lock's last acquire or extend) and now answers that our key is missing or someone else's:
+//! the lock could have been lost when those nodes, together with every node that never
+//! granted it, could form a majority for somebody else. A timeout, an unreachable node, or a
+//! node whose grant was never seen is no evidence: then the verdict is an outage (our keys
+//! expire with their ttl), and a lease retries until its deadline. The other proof is our own
+//! clock: a release that starts after the local deadline is `Gone`, since another client may
+//! have taken the lock from then on.
+
+use crate::error::{Error, Failure};
+use crate::quorum::{Decision, Tally, Vote};
+
+/// Which kind of round is being judged.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum RoundKind {
+    /// Taking a lock nobody (that we know of) holds for us.
+    Acquire,
+    /// Keeping a lock we were granted: the fencing confirm, extend, the leader-info write.
+    Renew,
+    /// Giving a lock back.
+    Release,
+}
+
+/// What a round's answers mean. See the module table.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Verdict {
+    Won,
+    TooLate,
+    Busy,
+    Gone,
+    Outage,
+}
+
+impl Verdict {
+    /// The error a verdict other than [`Verdict::Won`] becomes; `None` for `Won`.
+    pub(crate) fn error(self) -> Option<fn(Box<Failure>) -> Error> {
+        match self {
+            Self::Won => None,
+            Self::TooLate => Some(Error::ValidityExhausted),
+            Self::Busy => Some(Error::Conflict),
+            Self::Gone => Some(Error::Expired),
+            Self::Outage => Some(Error::NoQuorum),
+        }
+    }
+}
+
+/// Judges one round.
+///
+/// - `tally`: this round's votes.
+/// - `validity_left`: acquire, confirm, extend: whether validity was left when the round was
+///   decided (counted from the start of the round that set or renewed the key); release:
+///   whether the lock's local deadline had not passed when the release began.
+/// - `granted`: for a held lock, how each node last answered the acquire or extend that
+///   granted it (`Vote::Yes` = it held our key then), in node order; `None` when unknown, in
+///   which case every node counts as a grantor.
+/// - `now`: this round's vote of each node, in node order (same length as `granted`).
+pub(crate) fn judge(
+    kind: RoundKind,
+    tally: &Tally,
+    validity_left: bool,
+    granted: Option<&[Vote]>,
+    now: &[Vote],
+) -> Verdict {
+    match (kind, tally.decision()) {
+        (_, Decision::Won) if validity_left => Verdict::Won,
+        // Released after the local deadline: someone else may have held it since.
+        (RoundKind::Release, _) if !validity_left => Verdict::Gone,
+        (RoundKind::Acquire | RoundKind::Renew, Decision::Won) => Verdict::TooLate,
+        (RoundKind::Acquire, _) if tally.lost_to_outage() => Verdict::Outage,
+        (RoundKind::Acquire, _) => Verdict::Busy,
+        (RoundKind::Renew | RoundKind::Release, _)
+            if could_have_been_lost(tally.quorum(), granted, now) =>
+        {
+            Verdict::Gone
+        }
+        (RoundKind::Renew | RoundKind::Release, _) => Verdict::Outage,
+    }
+}
+
+/// Whether the nodes that may have been free of our key at some point since the grant (every
+/// node that never granted it, plus every granting node that now refuses) could make a
+/// majority for another client.
+fn could_have_been_lost(quorum: usize, granted: Option<&[Vote]>, now: &[Vote]) -> bool {
+    let n = now.len();
+    let was_ours = |i: usize| granted.is_none_or(|g| g.get(i) == Some(&Vote::Yes));
+    let grantors = (0..n).filter(|i| was_ours(*i)).count();
+    let lost_grantors = now
+        .iter()
+        .enumerate()
+        .filter(|(i, vote)| was_ours(*i) && **vote == Vote::Refused)
+        .count();
+    (n - grantors) + lost_grantors >= quorum
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use Vote::{Failed as F, Refused as R, Yes as Y};
+
+    fn tally(votes: &[Vote]) -> Tally {
+        let mut t = Tally::new(votes.len());
+        for v in votes {
+            t.record(*v);
+        }
+        t
+    }
+
+    fn held(granted: &[Vote], now: &[Vote], validity_left: bool) -> Verdict {
+        judge(
+            RoundKind::Release,
+            &tally(now),
+            validity_left,
+            Some(granted),
+            now,
+        )
+    }
+
+    /// The case: a node never got the SET, two granting nodes are paused; the release
+    /// deletes on the other two. Not a majority released, but nothing proves the lock lost.
+    #[test]
+    fn timeouts_are_an_outage_not_an_expiry() {
+        let granted = [F, Y, Y, Y, Y];
+        let now = [R, F, F, Y, Y];
+        assert_eq!(held(&granted, &now, true), Verdict::Outage);
+        // Every node timing out is an outage too.
+        assert_eq!(held(&granted, &[F; 5], true), Verdict::Outage);
+    }
+
+    #[test]
+    fn granting_nodes_that_lost_our_key_prove_it_gone() {
+        // Granted on a bare majority; one of them now says "missing": the two that never
+        // granted plus that one could have granted someone else.
+        let granted = [Y, Y, Y, F, R];
+        assert_eq!(held(&granted, &[R, Y, Y, F, F], true), Verdict::Gone);
+        // Granted everywhere; three refuse now.
+        assert_eq!(held(&[Y; 5], &[R, R, R, F, F], true), Verdict::Gone);
+        // Granted everywhere; two refuse, one times out: the other two still hold it.
+        assert_eq!(held(&[Y; 5], &[R, R, F, Y, Y], true), Verdict::Outage);
+    }
+
+    #[test]
+    fn a_non_granting_node_refusing_is_no_evidence() {
+        // Granted on nodes 0..3; nodes 3 and 4 never held it and say so; node 2 times out.
+        let granted = [Y, Y, Y, F, F];
+        assert_eq!(held(&granted, &[Y, Y, F, R, R], true), Verdict::Outage);
+    }
+
+    #[test]
+    fn a_release_past_the_deadline_is_gone_whatever_the_answers() {
+        assert_eq!(held(&[Y; 3], &[Y, Y, Y], false), Verdict::Gone);
+        assert_eq!(held(&[Y; 3], &[F, F, F], false), Verdict::Gone);
+    }
+
+    /// A renewal decided too late for its new validity is not proof of loss: the lock's old
+    /// deadline may still be ahead, and a lease retries until it passes.
+    #[test]
+    fn a_slow_renewal_is_too_late_not_gone() {
+        let renew = |now: &[Vote], left: bool| {
+            judge(RoundKind::Renew, &tally(now), left, Some(&[Y; 3]), now)
+        };
+        assert_eq!(renew(&[Y, Y, F], false), Verdict::TooLate);
+        assert_eq!(renew(&[Y, Y, F], true), Verdict::Won);
+        assert_eq!(renew(&[F, F, Y], false), Verdict::Outage);
+        assert_eq!(renew(&[R, R, Y], true), Verdict::Gone);
+    }
+
+    #[test]
+    fn acquire_keeps_contention_and_outage_apart() {
+        let judge_acquire =
+            |now: &[Vote], left: bool| judge(RoundKind::Acquire, &tally(now), left, None, now);
+        assert_eq!(judge_acquire(&[Y, Y, Y, F, F], true), Verdict::Won);
+        assert_eq!(judge_acquire(&[Y, Y, Y, F, F], false), Verdict::TooLate);
+        assert_eq!(judge_acquire(&[F, F, R, R, R], true), Verdict::Busy);
+        assert_eq!(judge_acquire(&[F, F, F, R, Y], true), Verdict::Outage);
+    }
+
+    /// Exhaustive over N = 1..=7, every grant pattern and every answer pattern: `Gone` exactly
+    /// when another client could have assembled a majority from nodes that were free of our
+    /// key at some time, `Won` exactly at a majority of yes with validity left, and never
+    /// `Gone` when no granting node refused (timeouts alone are never evidence).
+    #[test]
+    fn held_verdicts_exhaustively() {
+        for n in 1..=7usize {
+            let patterns = 3usize.pow(n as u32);
+            let decode = |mut code: usize| -> Vec<Vote> {
+                (0..n)
+                    .map(|_| {
+                        let v = [Y, R, F][code % 3];
+                        code /= 3;
+                        v
+                    })
+                    .collect()
+            };
+            for g in 0..patterns {
+                let granted = decode(g);
+                for c in 0..patterns {
+                    let now = decode(c);
+                    let verdict = held(&granted, &now, true);
+                    let yes = now.iter().filter(|v| **v == Y).count();
+                    let q = crate::quorum::quorum(n);
+                    if yes >= q {
+                        assert_eq!(verdict, Verdict::Won);
+                        continue;
+                    }
+                    let free: usize = (0..n).filter(|i| granted[*i] != Y || now[*i] == R).count();
+                    let expected = if free >= q {
+                        Verdict::Gone
+                    } else {
+                        Verdict::Outage
+                    };
+                    assert_eq!(verdict, expected, "n={n} granted={granted:?} now={now:?}");
+                    let evidence = (0..n).any(|i| granted[i] == Y && now[i] == R);
+                    let grantors = granted.iter().filter(|v| **v == Y).count();
+                    if grantors >= q && !evidence {
+                        assert_eq!(verdict, Verdict::Outage, "no evidence: {now:?}");
+                    }
+                }
+            }
+        }
+    }
+}
