@@ -4,6 +4,8 @@
 
 #[path = "support/cluster.rs"]
 mod cluster;
+#[path = "support/proxy.rs"]
+mod proxy;
 
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
@@ -188,8 +190,29 @@ fn too_few_masters_exit_69_and_name_the_failed_nodes() {
 fn usage_and_configuration_errors_exit_64() {
     let cluster = Cluster::start(1);
     let dir = tempfile::tempdir().expect("tempdir");
-    let cases: [&[&str]; 5] = [
-        &["run", "r"],                                     // no command
+    let cases: [&[&str]; 7] = [
+        &["run", "r"], // no command
+        // a grace that leaves renewals too little of the ttl, or none at all
+        &[
+            "run",
+            "--ttl",
+            "1s",
+            "--kill-grace",
+            "600ms",
+            "r",
+            "--",
+            "true",
+        ],
+        &[
+            "elect",
+            "--id",
+            "a",
+            "--kill-grace",
+            "0s",
+            "r",
+            "--",
+            "true",
+        ],
         &["run", "--ttl", "5 parsecs", "r", "--", "true"], // bad duration
         &["run", "--ttl", "0s", "r", "--", "true"],        // ttl too short
         &["frobnicate"],                                   // unknown subcommand
@@ -198,6 +221,9 @@ fn usage_and_configuration_errors_exit_64() {
     for args in cases {
         let (code, _, err) = output(redquorum(&cluster, dir.path()).args(args));
         assert_eq!(code, 64, "{args:?}: {err}");
+        if args.contains(&"--kill-grace") {
+            assert!(err.contains("at most half of --ttl"), "{err}");
+        }
     }
     let (code, _, err) =
         output(bare(dir.path()).args(["--nodes", "not a url", "run", "r", "--", "true"]));
@@ -286,6 +312,162 @@ fn losing_the_lock_stops_the_whole_command_and_exits_76() {
         wait_until(Duration::from_secs(5), || !alive(sleep_pid)),
         "the command's grandchild survived"
     );
+}
+
+/// A shell script that ignores SIGTERM and starts a grandchild that ignores it too, writing
+/// "SHELL_PID GRANDCHILD_PID" to `pids` once both run.
+fn stubborn_script(pids: &Path) -> String {
+    format!(
+        "trap '' TERM; sleep 60 & echo \"$$ $!\" > {}.tmp; mv {0}.tmp {0}; wait",
+        pids.display()
+    )
+}
+
+fn read_pids(path: &Path) -> Option<(u32, u32)> {
+    let text = std::fs::read_to_string(path).ok()?;
+    let (a, b) = text.trim().split_once(' ')?;
+    Some((a.parse().ok()?, b.parse().ok()?))
+}
+
+/// redquorum SIGKILLed (the OOM killer, `kill -9`) while its command runs: the command, which
+/// ignores SIGTERM, and its grandchild are gone at once, for `run` and for `elect`; before the
+/// guard they ran on with no lock for as long as they liked.
+///
+/// Mutation: spawning the command directly instead of behind the guard (or a guard without
+/// `set_pdeathsig`) makes this fail: both processes outlive redquorum.
+#[test]
+fn a_sigkilled_redquorum_takes_its_command_and_grandchildren_with_it() {
+    let cluster = Cluster::start(3);
+    let dir = tempfile::tempdir().expect("tempdir");
+    for mode in ["run", "elect"] {
+        let pids = dir.path().join(format!("{mode}.pids"));
+        let script = stubborn_script(&pids);
+        let mut args = vec![mode];
+        if mode == "elect" {
+            args.extend(["--id", "candidate"]);
+        }
+        args.extend(["--ttl", "20s", mode, "--", "sh", "-c", &script]);
+        let mut supervisor = redquorum(&cluster, dir.path())
+            .args(&args)
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("spawn");
+        assert!(wait_until(Duration::from_secs(10), || read_pids(&pids).is_some()));
+        let (shell, grandchild) = read_pids(&pids).expect("pids");
+        assert!(alive(shell) && alive(grandchild));
+        supervisor.kill().expect("SIGKILL redquorum");
+        let killed = Instant::now();
+        supervisor.wait().expect("reap redquorum");
+        assert!(
+            wait_until(Duration::from_secs(5), || !alive(shell)
+                && !alive(grandchild)),
+            "{mode}: the command outlived its SIGKILLed supervisor"
+        );
+        println!(
+            "{mode}: command and grandchild gone {:?} after the SIGKILL",
+            killed.elapsed()
+        );
+    }
+}
+
+/// The next holder never overlaps a command that ignores SIGTERM. redquorum reaches the
+/// masters through proxies that then black-hole, so it cannot renew, while another client,
+/// connected directly, takes the lock the moment the servers let it. By then the command and
+/// its grandchild must be dead: the stop starts --kill-grace before the deadline and the
+/// SIGKILL comes a quarter of the grace before it, while the servers' keys live until at least
+/// the deadline plus the drift.
+///
+/// Mutation: the old timing (SIGTERM at the deadline, SIGKILL --kill-grace later) makes this
+/// fail: the command still runs when the next holder is granted the lock.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_next_holder_never_overlaps_a_command_that_ignores_sigterm() {
+    use proxy::{Fault, Proxy};
+    let cluster = Cluster::start(3);
+    let dir = tempfile::tempdir().expect("tempdir");
+    let mut proxies = Vec::new();
+    for node in 0..3 {
+        proxies.push(Proxy::start(cluster.server(node).port()).await);
+    }
+    let urls: Vec<String> = proxies.iter().map(Proxy::url).collect();
+    let pids = dir.path().join("run.pids");
+    let script = stubborn_script(&pids);
+    let mut supervisor = bare(dir.path())
+        .args(["--nodes", &urls.join(",")])
+        .args(["run", "--ttl", "4s", "--kill-grace", "2s", "r", "--"])
+        .args(["sh", "-c", &script])
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn");
+    let until = Instant::now() + Duration::from_secs(10);
+    while read_pids(&pids).is_none() && Instant::now() < until {
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    let (shell, grandchild) = read_pids(&pids).expect("the command started");
+    for proxy in &proxies {
+        proxy.set(Fault::BlackHole);
+    }
+    let next = library_client(&cluster);
+    let granted = loop {
+        match next.try_acquire("r", Duration::from_secs(5)).await {
+            Ok(lock) => break lock,
+            Err(e) if e.is_conflict() => tokio::time::sleep(Duration::from_millis(5)).await,
+            Err(e) => panic!("the next holder: {e}"),
+        }
+    };
+    let shell_alive = alive(shell);
+    let grandchild_alive = alive(grandchild);
+    assert!(
+        !shell_alive && !grandchild_alive,
+        "the next holder got the lock while the command ran (shell {shell_alive}, grandchild {grandchild_alive})"
+    );
+    granted.release().await.expect("release");
+    for proxy in &proxies {
+        proxy.set(Fault::None);
+    }
+    let code = tokio::task::spawn_blocking(move || {
+        let code = wait_exit(&mut supervisor, Duration::from_secs(20));
+        let mut err = String::new();
+        let _ =
+            std::io::Read::read_to_string(&mut supervisor.stderr.take().expect("stderr"), &mut err);
+        (code, err)
+    })
+    .await
+    .expect("join");
+    assert_eq!(code.0, 76, "{}", code.1);
+    assert!(code.1.contains("SIGKILL"), "{}", code.1);
+}
+
+/// On a normal exit the lock is held until every process the command started has exited,
+/// as flock holds it while any inheritor does.
+///
+/// Mutation: releasing when the direct child exits (waiting on the command, not the guard)
+/// makes this fail: the lock is free while the background process runs.
+#[test]
+fn the_lock_is_held_until_the_commands_background_processes_exit() {
+    let cluster = Cluster::start(3);
+    let dir = tempfile::tempdir().expect("tempdir");
+    let marker = dir.path().join("background.pid");
+    let script = format!(
+        "sh -c 'echo $$ > {0}.tmp; mv {0}.tmp {0}; sleep 1.5' & exit 0",
+        marker.display()
+    );
+    let mut supervisor = redquorum(&cluster, dir.path())
+        .args(["run", "--ttl", "5s", "r", "--", "sh", "-c", &script])
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("spawn");
+    assert!(wait_until(Duration::from_secs(10), || read_pid(&marker).is_some()));
+    let background = read_pid(&marker).expect("pid");
+    // The command itself exited at once; its background process runs on, and so does the lock.
+    std::thread::sleep(Duration::from_millis(300));
+    assert!(alive(background), "the background process is still running");
+    assert!(
+        !lock_keys(&cluster).is_empty(),
+        "the lock was released while it ran"
+    );
+    assert_eq!(wait_exit(&mut supervisor, Duration::from_secs(10)), 0);
+    assert!(!alive(background));
+    assert!(lock_keys(&cluster).is_empty(), "{:?}", lock_keys(&cluster));
 }
 
 /// A checker for the log the overlap test writes, tested on its own first.
@@ -391,7 +573,7 @@ fn candidate(cluster: &Cluster, dir: &Path, id: &str) -> (Child, PathBuf) {
             "--ttl",
             "1s",
             "--kill-grace",
-            "1s",
+            "300ms",
             "leader",
             "--",
             "sh",

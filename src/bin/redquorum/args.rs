@@ -47,12 +47,25 @@ pub(crate) enum Command {
     /// Run a command while holding a lock: the distributed `flock`.
     ///
     /// Takes RESOURCE on a majority (waiting up to --wait), renews it every ttl/3 while the
-    /// command runs, releases it when the command exits, and exits with the command's code.
-    /// If the lock is lost, the command's process group gets SIGTERM, then SIGKILL after
-    /// --kill-grace, and redquorum exits 76. SIGINT, SIGTERM and SIGHUP are forwarded to it.
+    /// command runs, releases it once the command and every process it started have exited,
+    /// and exits with the command's code. If the lock is lost, or is --kill-grace from its
+    /// deadline without a renewal, the command's process group gets SIGTERM, then SIGKILL a
+    /// quarter of the grace before the deadline, and redquorum exits 76: the command never
+    /// runs past the lock, and dies with redquorum even if redquorum is SIGKILLed. SIGINT,
+    /// SIGTERM and SIGHUP are forwarded to it.
     /// The command sees REDQUORUM_RESOURCE and REDQUORUM_FENCING_TOKEN (a number that grows
     /// from one holder to the next: hand it to what you write to, so it can refuse an older one).
     Run(RunArgs),
+    /// Internal: the guard between redquorum and a supervised command (see guard.rs).
+    #[command(name = "__guard", hide = true)]
+    Guard {
+        /// The pid of the redquorum that started this guard.
+        #[arg(long)]
+        parent: u32,
+        /// The command and its arguments, after `--`.
+        #[arg(last = true, required = true, num_args = 1..)]
+        command: Vec<OsString>,
+    },
     /// Run a command while this candidate leads an election, campaigning again when it loses.
     ///
     /// The command sees REDQUORUM_RESOURCE, REDQUORUM_LEADER_ID, REDQUORUM_TERM and
@@ -98,9 +111,11 @@ pub(crate) struct RunArgs {
     /// How long to wait for a busy lock before giving up with exit code 75 (0s: try once).
     #[arg(long, default_value = "0s", value_parser = duration)]
     pub(crate) wait: Duration,
-    /// After SIGTERM on lock loss, how long the command has before SIGKILL.
-    #[arg(long, default_value = "10s", value_parser = duration)]
-    pub(crate) kill_grace: Duration,
+    /// How long before the lock's deadline an unrenewed command gets SIGTERM; SIGKILL follows
+    /// at the latest a quarter of it before the deadline, so the command never outlives the
+    /// lock. At most half of --ttl; by default a third of it, at most 10s.
+    #[arg(long, value_parser = duration)]
+    pub(crate) kill_grace: Option<Duration>,
     /// The lock's name.
     pub(crate) resource: String,
     /// The command and its arguments, after `--`.
@@ -116,9 +131,11 @@ pub(crate) struct ElectArgs {
     /// How long leadership lasts without a renewal (renewed every ttl/3).
     #[arg(long, default_value = "10s", value_parser = duration)]
     pub(crate) ttl: Duration,
-    /// After SIGTERM on loss of leadership, how long the command has before SIGKILL.
-    #[arg(long, default_value = "10s", value_parser = duration)]
-    pub(crate) kill_grace: Duration,
+    /// How long before the leadership's deadline an unrenewed command gets SIGTERM; SIGKILL
+    /// follows at the latest a quarter of it before the deadline, so the command never
+    /// outlives the leadership. At most half of --ttl; by default a third of it, at most 10s.
+    #[arg(long, value_parser = duration)]
+    pub(crate) kill_grace: Option<Duration>,
     /// The election's name.
     pub(crate) resource: String,
     /// The command and its arguments, after `--`.

@@ -1,45 +1,53 @@
-//! The command run under a lock: spawned in its own process group, signalled as a group.
+//! The command run under a lock: started behind the guard (`guard.rs`) in a process group of
+//! its own, signalled as a group, and stopped — SIGKILL included — before the lock's deadline.
 
 use std::ffi::OsString;
-use std::future::Future;
+use std::fmt;
 use std::os::unix::process::ExitStatusExt;
 use std::process::ExitStatus;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use nix::sys::signal::{Signal, killpg};
 use nix::unistd::Pid;
-use redquorum::LostReason;
+use redquorum::{LeaseSignal, LostReason};
 use tokio::signal::unix::{SignalKind, signal};
 
 use crate::exit::{self, CliError};
+use crate::guard;
 
-/// A running command and its process group.
+/// A running command: the guard process, leader of the command's process group.
 #[derive(Debug)]
 pub(crate) struct Child {
     process: tokio::process::Child,
     group: Option<Pid>,
 }
 
-/// Starts `command` with `env` added, in a new process group (as `timeout(1)` does), so the
-/// whole group can be stopped on lock loss.
-pub(crate) fn spawn(command: &[OsString], env: &[(&str, String)]) -> Result<Child, CliError> {
-    let (program, args) = command
-        .split_first()
-        .ok_or_else(|| CliError::usage("no command given after --"))?;
-    let mut cmd = tokio::process::Command::new(program);
-    cmd.args(args).process_group(0);
+/// Starts `command` with `env` added, behind the guard, in a new process group (as `timeout(1)`
+/// does), so the whole group can be stopped on lock loss and dies with redquorum.
+///
+/// # Cancel safety
+/// Not cancel safe: dropped after the spawn, the command runs on (until redquorum exits, when
+/// the guard stops it).
+pub(crate) async fn spawn(command: &[OsString], env: &[(&str, String)]) -> Result<Child, CliError> {
+    if command.is_empty() {
+        return Err(CliError::usage("no command given after --"));
+    }
+    let me = std::env::current_exe()
+        .map_err(|e| CliError::failure(format!("cannot find the redquorum binary: {e}")))?;
+    let mut cmd = tokio::process::Command::new(me);
+    cmd.arg(guard::SUBCOMMAND)
+        .arg("--parent")
+        .arg(std::process::id().to_string())
+        .arg("--")
+        .args(command)
+        .process_group(0)
+        .kill_on_drop(false);
     for (name, value) in env {
         cmd.env(name, value);
     }
-    let process = cmd.spawn().map_err(|e| {
-        let name = program.to_string_lossy();
-        match e.kind() {
-            std::io::ErrorKind::NotFound => {
-                CliError::new(exit::NOT_FOUND, format!("{name}: command not found"))
-            }
-            _ => CliError::new(exit::NOT_EXECUTABLE, format!("{name}: {e}")),
-        }
-    })?;
+    let process = guard::spawn_from_lasting_thread(cmd)
+        .await
+        .map_err(|e| CliError::new(exit::NOT_EXECUTABLE, format!("cannot start the guard: {e}")))?;
     let group = process
         .id()
         .and_then(|id| i32::try_from(id).ok())
@@ -48,7 +56,8 @@ pub(crate) fn spawn(command: &[OsString], env: &[(&str, String)]) -> Result<Chil
 }
 
 impl Child {
-    /// Waits for the command to exit.
+    /// Waits for the command and every process it started to exit (the guard waits for them
+    /// all, like `flock`, whose lock is held while any inheritor holds it).
     ///
     /// # Cancel safety
     /// Cancel safe: the command keeps running and can be waited for again.
@@ -63,16 +72,18 @@ impl Child {
         }
     }
 
-    /// SIGTERM to the group, then SIGKILL after `grace` if the command has not exited.
-    pub(crate) async fn terminate(&mut self, grace: Duration) -> Result<ExitStatus, CliError> {
+    /// SIGTERM to the group now, SIGKILL at `kill_at` if it has not exited by then, and waits
+    /// until it has.
+    ///
+    /// # Cancel safety
+    /// Not cancel safe: dropped before the SIGKILL, the command may run on.
+    pub(crate) async fn terminate(&mut self, kill_at: Instant) -> Result<ExitStatus, CliError> {
         self.signal(Signal::SIGTERM);
+        let grace = kill_at.saturating_duration_since(Instant::now());
         if let Ok(status) = tokio::time::timeout(grace, self.process.wait()).await {
-            let status = status?;
-            // The leader of the group is gone; make sure the rest of it is too.
-            self.signal(Signal::SIGKILL);
-            return Ok(status);
+            return Ok(status?);
         }
-        eprintln!("redquorum: the command did not exit {grace:?} after SIGTERM; sending SIGKILL");
+        eprintln!("redquorum: the command did not exit {grace:.1?} after SIGTERM; sending SIGKILL");
         self.signal(Signal::SIGKILL);
         self.wait().await
     }
@@ -83,37 +94,113 @@ impl Child {
 pub(crate) enum Ending {
     /// It exited by itself, with this code (as a shell reports it).
     Exited(u8),
-    /// The lock or leadership was lost; the command has been stopped.
+    /// The lock or leadership was lost, or was about to expire unrenewed; the command has been
+    /// stopped.
     Lost,
 }
 
-/// Runs `command` (with `env`) until it exits or `lost` fires, forwarding the signals
-/// redquorum receives to it. On loss, `on_lost` says why, then the command gets SIGTERM and,
-/// after `grace`, SIGKILL.
+/// Why a supervised command is being stopped.
+#[derive(Debug)]
+pub(crate) enum Stop {
+    /// The lease says the lock is lost.
+    Lost(LostReason),
+    /// No renewal came in time: the stop must be complete by the deadline.
+    NotRenewed {
+        /// The grace the stop started with.
+        grace: Duration,
+    },
+}
+
+impl fmt::Display for Stop {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Self::Lost(reason) => reason.fmt(f),
+            Self::NotRenewed { grace } => write!(
+                f,
+                "not renewed {grace:.1?} before its deadline, the time the command gets to stop"
+            ),
+        }
+    }
+}
+
+/// Resolves when the command must start stopping: the lease is lost, or its deadline is less
+/// than `grace` away and no renewal has moved it.
 ///
 /// # Cancel safety
-/// Not cancel safe: dropping it leaves the command running.
+/// Cancel safe: it only watches.
+async fn stop_due(lease: &LeaseSignal, grace: Duration) -> Stop {
+    loop {
+        let deadline = lease.valid_until();
+        let start_stopping = deadline.checked_sub(grace).unwrap_or(deadline);
+        tokio::select! {
+            reason = lease.lost() => return Stop::Lost(reason),
+            () = tokio::time::sleep_until(start_stopping.into()) => {
+                if lease.valid_until() <= deadline {
+                    return Stop::NotRenewed { grace };
+                }
+            }
+        }
+    }
+}
+
+/// When the SIGKILL goes out if the command ignores the SIGTERM: a quarter of the grace before
+/// the deadline, so the kill is done before another holder can be granted the lock, and never
+/// later than `grace` after the SIGTERM.
+fn kill_time(deadline: Instant, grace: Duration) -> Instant {
+    let now = Instant::now();
+    let latest = deadline.checked_sub(grace / 4).unwrap_or(now);
+    latest.min(now + grace)
+}
+
+/// Runs `command` (with `env`) until it exits (with every process it started) or it must stop
+/// for the lock, forwarding the signals redquorum receives to it. The stop starts `grace`
+/// before the lease's deadline when no renewal came, or at once when the lease is lost:
+/// `on_stop` says why, the command gets SIGTERM and, if it ignores it, SIGKILL a quarter of
+/// the grace before the deadline. So the command never runs past the lock's deadline.
+///
+/// # Cancel safety
+/// Not cancel safe: dropping it leaves the command running (until redquorum exits).
 pub(crate) async fn run_guarded(
     command: &[OsString],
     env: &[(&str, String)],
-    lost: impl Future<Output = LostReason>,
-    on_lost: impl FnOnce(LostReason),
+    lease: LeaseSignal,
+    on_stop: impl FnOnce(Stop),
     signals: &mut Signals,
     grace: Duration,
 ) -> Result<Ending, CliError> {
-    let mut child = spawn(command, env)?;
-    tokio::pin!(lost);
+    let mut child = spawn(command, env).await?;
+    let stop = stop_due(&lease, grace);
+    tokio::pin!(stop);
     loop {
         tokio::select! {
             status = child.wait() => return Ok(Ending::Exited(exit_code(status?))),
-            reason = &mut lost => {
-                on_lost(reason);
-                child.terminate(grace).await?;
+            why = &mut stop => {
+                on_stop(why);
+                child.terminate(kill_time(lease.valid_until(), grace)).await?;
                 return Ok(Ending::Lost);
             }
             signal = signals.recv() => child.signal(signal),
         }
     }
+}
+
+/// The default kill grace: a third of the ttl, at most this.
+pub(crate) const MAX_DEFAULT_GRACE: Duration = Duration::from_secs(10);
+
+/// The kill grace to use: `asked`, or a third of the ttl (at most [`MAX_DEFAULT_GRACE`]).
+/// Refuses one that leaves renewals too little of the ttl: the stop starts `grace` before the
+/// deadline, and a lease renews every ttl/3.
+pub(crate) fn kill_grace(ttl: Duration, asked: Option<Duration>) -> Result<Duration, CliError> {
+    let grace = asked.unwrap_or_else(|| (ttl / 3).min(MAX_DEFAULT_GRACE));
+    if grace.is_zero() || grace.saturating_mul(2) > ttl {
+        return Err(CliError::usage(format!(
+            "--kill-grace {} must be more than 0 and at most half of --ttl {}: the command is \
+             stopped (SIGKILL included) before the lock's deadline, and renewals need the rest",
+            humantime::format_duration(grace),
+            humantime::format_duration(ttl)
+        )));
+    }
+    Ok(grace)
 }
 
 /// The exit code a shell would report: the code, or 128 + the signal that ended it.

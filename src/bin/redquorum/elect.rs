@@ -7,6 +7,7 @@ use crate::child::{self, Ending, Signals};
 use crate::exit::CliError;
 
 pub(crate) async fn elect(nodes: Vec<String>, args: ElectArgs) -> Result<u8, CliError> {
+    let kill_grace = child::kill_grace(args.ttl, args.kill_grace)?;
     let rl = RedLock::new(nodes)?;
     let election = rl.election(&args.resource, args.ttl)?;
     let mut signals = Signals::new()?;
@@ -30,14 +31,14 @@ pub(crate) async fn elect(nodes: Vec<String>, args: ElectArgs) -> Result<u8, Cli
         let ending = child::run_guarded(
             &args.command,
             &env,
-            leadership.lost(),
-            |reason| {
+            leadership.signal(),
+            |why| {
                 eprintln!(
-                    "redquorum: lost leadership of term {term} ({reason}); stopping the command"
+                    "redquorum: lost leadership of term {term} ({why}); stopping the command"
                 );
             },
             &mut signals,
-            args.kill_grace,
+            kill_grace,
         )
         .await;
         match ending {

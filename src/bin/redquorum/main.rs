@@ -10,6 +10,7 @@ mod dev;
 mod dev_command;
 mod elect;
 mod exit;
+mod guard;
 mod nodes;
 mod run;
 mod status;
@@ -34,6 +35,9 @@ fn main() -> ExitCode {
             });
         }
     };
+    if let Command::Guard { parent, command } = &cli.command {
+        return ExitCode::from(guard::guard(*parent, command));
+    }
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()
@@ -68,5 +72,6 @@ async fn dispatch(cli: Cli) -> Result<u8, CliError> {
         }
         Command::Demo { quick } => demo::demo(quick, cli.global.json).await,
         Command::Bench { quick } => bench::bench(quick, cli.global.json).await,
+        Command::Guard { .. } => Err(CliError::usage("the guard runs before the runtime")),
     }
 }

@@ -12,6 +12,7 @@ use crate::exit::{self, CliError};
 const PROGRESS_EVERY: Duration = Duration::from_secs(5);
 
 pub(crate) async fn run(nodes: Vec<String>, args: RunArgs) -> Result<u8, CliError> {
+    let kill_grace = child::kill_grace(args.ttl, args.kill_grace)?;
     let rl = RedLock::builder(nodes).fencing(true).build()?;
     let mut signals = Signals::new()?;
     let lock = tokio::select! {
@@ -27,19 +28,23 @@ pub(crate) async fn run(nodes: Vec<String>, args: RunArgs) -> Result<u8, CliErro
     let ending = child::run_guarded(
         &args.command,
         &env,
-        lease.lost(),
-        |reason| {
+        lease.signal(),
+        |why| {
             eprintln!(
-                "redquorum: lost the lock on {} ({reason}); stopping the command",
+                "redquorum: lost the lock on {} ({why}); stopping the command",
                 args.resource
             );
         },
         &mut signals,
-        args.kill_grace,
+        kill_grace,
     )
     .await;
     match ending {
-        Ok(Ending::Lost) => Ok(exit::LOST),
+        Ok(Ending::Lost) => {
+            // Stopped before an unrenewed deadline, the lock may still be ours: free it now.
+            let _ = lease.release().await;
+            Ok(exit::LOST)
+        }
         Ok(Ending::Exited(code)) => {
             if let Err(e) = lease.release().await {
                 eprintln!("redquorum: the command finished, but releasing the lock failed: {e}");
