@@ -305,25 +305,34 @@ async fn supervise(
 ) {
     let mut delay = RECONNECT_MIN_DELAY;
     let mut generation = 0u64;
+    let mut run_id: Option<String> = None;
     loop {
         let attempt = async {
             let mut conn = client
                 .get_multiplexed_async_connection_with_config(&config)
                 .await?;
-            let up_since = if ask_uptime {
-                Some(server_start(&mut conn).await?)
+            let age = if ask_uptime {
+                Some(server_age(&mut conn).await?)
             } else {
                 None
             };
             load_scripts(&mut conn, &id).await?;
-            Ok::<_, RedisError>((conn, up_since))
+            Ok::<_, RedisError>((conn, age))
         };
         let result = tokio::select! {
             _ = tx.closed() => return,
             result = attempt => result,
         };
         match result {
-            Ok((conn, up_since)) => {
+            Ok((conn, age)) => {
+                let up_since = age.map(|age| {
+                    let since = grace_starts(Instant::now(), run_id.as_deref(), &age);
+                    if age.uptime.is_none() {
+                        tracing::warn!(node = %id, "INFO server has no usable uptime_in_seconds: the restart grace starts now");
+                    }
+                    run_id = age.run_id.or(run_id.take());
+                    since
+                });
                 generation += 1;
                 delay = RECONNECT_MIN_DELAY;
                 tracing::debug!(node = %id, generation, up_for = ?up_since.map(|t| t.elapsed()), "connected");
@@ -386,25 +395,49 @@ async fn load_scripts(conn: &mut MultiplexedConnection, id: &NodeId) -> Result<(
     }
 }
 
-/// When the server process started, from `INFO server`. `uptime_in_seconds` is truncated
-/// (and read from a clock the server caches), so it under-counts: the start is placed at or
-/// after the real one, and a grace measured from it never ends early.
-async fn server_start(conn: &mut MultiplexedConnection) -> Result<Instant, RedisError> {
+/// What `INFO server` says about the server's identity and age.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct ServerAge {
+    run_id: Option<String>,
+    /// `uptime_in_seconds`, when it is a number of seconds at all (Redis computes it from the
+    /// wall clock: a stepped clock can make it negative or absurd).
+    uptime: Option<u64>,
+}
+
+impl ServerAge {
+    fn parse(info: &str) -> Self {
+        let field = |name: &str| {
+            info.lines()
+                .find_map(|line| line.strip_prefix(name))
+                .map(|v| v.trim().to_owned())
+        };
+        Self {
+            run_id: field("run_id:").filter(|id| !id.is_empty()),
+            uptime: field("uptime_in_seconds:").and_then(|v| v.parse::<u64>().ok()),
+        }
+    }
+}
+
+/// When the restart grace of a node counts from, on our monotonic clock.
+///
+/// - A `run_id` different from the one this client saw before: the server restarted under
+///   our eyes; the grace starts now, whatever its uptime says (a wall-clock reading).
+/// - No usable uptime (negative, unparsable, missing): the grace starts now, so the node is
+///   quarantined for one grace and then votes, instead of never connecting.
+/// - Otherwise the uptime is a hint for a server this client never saw before: the start is
+///   placed `uptime` ago (truncated to whole seconds, so at or after the real start, and a
+///   grace measured from it never ends early).
+fn grace_starts(now: Instant, previous_run_id: Option<&str>, age: &ServerAge) -> Instant {
+    let restarted = previous_run_id.is_some() && previous_run_id != age.run_id.as_deref();
+    match age.uptime {
+        Some(uptime) if !restarted => now.checked_sub(Duration::from_secs(uptime)).unwrap_or(now),
+        _ => now,
+    }
+}
+
+async fn server_age(conn: &mut MultiplexedConnection) -> Result<ServerAge, RedisError> {
     let info: String = redis::cmd("INFO").arg("server").query_async(conn).await?;
-    let uptime = info
-        .lines()
-        .find_map(|line| line.strip_prefix("uptime_in_seconds:"))
-        .and_then(|v| v.trim().parse::<u64>().ok())
-        .ok_or_else(|| {
-            RedisError::from((
-                redis::ErrorKind::Parse,
-                "INFO server has no uptime_in_seconds, needed for the restart grace",
-            ))
-        })?;
-    let up_for = Duration::from_secs(uptime);
-    Ok(Instant::now()
-        .checked_sub(up_for)
-        .unwrap_or_else(Instant::now))
+    Ok(ServerAge::parse(&info))
 }
 
 /// Whether an error means the connection itself is unusable (as opposed to the server
@@ -480,5 +513,51 @@ mod tests {
             !shown.contains("s3cret") && !shown.contains("admin"),
             "{shown}"
         );
+    }
+}
+
+#[cfg(test)]
+mod restart_grace_tests {
+    use super::*;
+
+    fn age(run_id: &str, uptime: Option<u64>) -> ServerAge {
+        ServerAge {
+            run_id: Some(run_id.to_owned()),
+            uptime,
+        }
+    }
+
+    #[test]
+    fn info_parses_run_id_and_only_a_sane_uptime() {
+        let info = "# Server\r\nrun_id:abc123\r\nuptime_in_seconds:42\r\n";
+        assert_eq!(ServerAge::parse(info), age("abc123", Some(42)));
+        let stepped = "run_id:abc123\r\nuptime_in_seconds:-17\r\n";
+        assert_eq!(ServerAge::parse(stepped).uptime, None);
+        assert_eq!(ServerAge::parse("uptime_in_seconds:soon").uptime, None);
+        assert_eq!(
+            ServerAge::parse(""),
+            ServerAge {
+                run_id: None,
+                uptime: None
+            }
+        );
+    }
+
+    #[test]
+    fn a_new_run_id_starts_the_grace_now_whatever_the_uptime() {
+        let now = Instant::now();
+        let five_ago = now.checked_sub(Duration::from_secs(5)).expect("up for 5 s");
+        // First sight: the uptime is the hint.
+        assert_eq!(grace_starts(now, None, &age("a", Some(5))), five_ago);
+        // Same server again: still the hint.
+        assert_eq!(grace_starts(now, Some("a"), &age("a", Some(5))), five_ago);
+        // Restarted (new run_id), even claiming a long uptime (a stepped clock): now.
+        assert_eq!(grace_starts(now, Some("a"), &age("b", Some(3600))), now);
+    }
+
+    #[test]
+    fn no_usable_uptime_starts_the_grace_now_instead_of_never() {
+        let now = Instant::now();
+        assert_eq!(grace_starts(now, None, &age("a", None)), now);
     }
 }

@@ -538,6 +538,13 @@ async fn status_shows_the_holder_on_every_node_and_as_json() {
         .await
         .expect("hold it");
     let holder = &lock.token().expose()[..8];
+    // The acquire was decided at the majority; the slower nodes' SETs land in the background
+    // (on a loaded machine, after the status below would read them).
+    let key = b"redquorum:{seen}";
+    let token = lock.token().expose().as_bytes();
+    assert!(wait_until(Duration::from_secs(3), || {
+        (0..5).all(|i| cluster.get(i, key).as_deref() == Some(token))
+    }));
     let (code, out, err) = output(redquorum(&cluster, dir.path()).args(["status", "seen"]));
     assert_eq!(code, 0, "{err}");
     assert!(out.contains(&format!("held by {holder}")), "{out}");

@@ -5,7 +5,7 @@ use std::time::{Duration, Instant};
 use redquorum::RedLock;
 
 use crate::client;
-use crate::cluster::Cluster;
+use crate::cluster::{Cluster, Persistence};
 
 const TTL: Duration = Duration::from_secs(1);
 
@@ -103,7 +103,12 @@ async fn proclaim_changes_the_value_and_observers_see_it() {
 
 #[tokio::test]
 async fn leadership_survives_two_dead_masters_and_steps_down_without_a_majority() {
-    let mut cluster = Cluster::start(5);
+    // The fencing contract: counters (terms) survive a restart, so masters run with
+    // `appendfsync always` (deploy/redis.conf). Three masters restarted *empty* lose more than
+    // a minority of the counters, which nothing can repair: the next term could be lower
+    // (`model::tests::a_master_restarting_without_its_counters_breaks_fencing` shows it with
+    // one). This test used to restart them empty and failed intermittently for that reason.
+    let mut cluster = Cluster::start_with(5, Persistence::AofAlways);
     // Drift factor 0.1: the servers' expiry is at least 102 ms after the local deadline, a
     // margin scheduling noise on a loaded machine cannot eat.
     let election = RedLock::builder(cluster.urls())
