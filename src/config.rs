@@ -336,6 +336,19 @@ impl Builder {
         if config.connect_timeout.is_zero() {
             return Err(ConfigError::ZeroTimeout("connect timeout").into());
         }
+        for (what, value) in [
+            ("connect timeout", Some(config.connect_timeout)),
+            ("per-node timeout", config.per_node_timeout),
+        ] {
+            if let Some(value) = value.filter(|v| *v > MAX_TTL) {
+                return Err(ConfigError::TooLong {
+                    what,
+                    value,
+                    max: MAX_TTL,
+                }
+                .into());
+            }
+        }
         if !config.retry.allows_any_attempt() {
             return Err(ConfigError::NoAttempts.into());
         }
@@ -458,6 +471,23 @@ mod tests {
         assert!(is_config(
             Builder::new(one).per_node_timeout(Duration::ZERO).build()
         ));
+        // Accepted before, then a panic inside a task or inspect(): now a typed error.
+        for too_long in [Duration::MAX, MAX_TTL + Duration::from_secs(1)] {
+            assert!(matches!(
+                Builder::new(one).connect_timeout(too_long).build(),
+                Err(Error::Config(ConfigError::TooLong {
+                    what: "connect timeout",
+                    ..
+                }))
+            ));
+            assert!(matches!(
+                Builder::new(one).per_node_timeout(too_long).build(),
+                Err(Error::Config(ConfigError::TooLong {
+                    what: "per-node timeout",
+                    ..
+                }))
+            ));
+        }
         assert!(is_config(
             Builder::new(one).connect_timeout(Duration::ZERO).build()
         ));

@@ -294,12 +294,13 @@ impl Election {
         let request = Request {
             command: Command::Script(&scripts::WRITE_LEADER_INFO),
             key: self.lock_key.clone(),
-            second_key: Some(self.info_key.clone()),
+            extra_keys: vec![self.info_key.clone()],
             token: token.expose().to_owned(),
             number: None,
             payload: vec![encode_info(token, term, value)],
             done: NodeOutcome::Granted,
             settled_nodes_only: false,
+            counted: None,
             operation: Operation::Extend,
         };
         let round = round::run(

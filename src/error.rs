@@ -440,6 +440,17 @@ pub enum ConfigError {
     /// A timeout that must be positive is zero.
     #[error("the {0} must be greater than zero")]
     ZeroTimeout(&'static str),
+    /// A timeout or interval is longer than [`MAX_TTL`](crate::MAX_TTL): no lock outlives it,
+    /// and instants that far ahead overflow.
+    #[error("the {what} of {value:?} is longer than the maximum of {max:?}")]
+    TooLong {
+        /// Which setting.
+        what: &'static str,
+        /// The value asked for.
+        value: Duration,
+        /// The maximum.
+        max: Duration,
+    },
     /// The retry policy allows no attempt at all.
     #[error("the retry policy allows no attempt")]
     NoAttempts,

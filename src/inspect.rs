@@ -258,11 +258,11 @@ impl RedLock {
             resource::fence_key(prefix, resource),
             resource::leader_key(prefix, resource),
         ];
-        let timeout = self.config().connect_timeout
-            + self
-                .config()
+        let timeout = self.config().connect_timeout.saturating_add(
+            self.config()
                 .per_node_timeout
-                .unwrap_or(MAX_DERIVED_NODE_TIMEOUT);
+                .unwrap_or(MAX_DERIVED_NODE_TIMEOUT),
+        );
         let [lock_key, fence_key, leader_key] = &keys;
         let mut pipeline = redis::pipe();
         pipeline

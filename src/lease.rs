@@ -24,10 +24,11 @@ use crate::report::Report;
 ///
 /// ```
 /// use std::time::Duration;
+/// # fn main() -> Result<(), redquorum::ConfigError> {
 /// let options = redquorum::LeaseOptions::default()
-///     .renew_every(Duration::from_secs(2))
+///     .renew_every(Duration::from_secs(2))?
 ///     .max_hold(Some(Duration::from_secs(3600)));
-/// # let _ = options;
+/// # let _ = options; Ok(()) }
 /// ```
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct LeaseOptions {
@@ -37,16 +38,34 @@ pub struct LeaseOptions {
 }
 
 impl LeaseOptions {
-    /// Renew this often (it must be shorter than the ttl to be of use).
+    /// Renew this often (it must be shorter than the ttl to be of use: a lease whose renewal
+    /// would come after its deadline is lost at the deadline).
+    ///
+    /// # Errors
+    /// [`ConfigError::ZeroTimeout`](crate::ConfigError::ZeroTimeout) for zero,
+    /// [`ConfigError::TooLong`](crate::ConfigError::TooLong) above
+    /// [`MAX_TTL`](crate::MAX_TTL).
     ///
     /// ```
     /// # use std::time::Duration;
-    /// let o = redquorum::LeaseOptions::default().renew_every(Duration::from_millis(500));
-    /// # let _ = o;
+    /// # fn main() -> Result<(), redquorum::ConfigError> {
+    /// let o = redquorum::LeaseOptions::default().renew_every(Duration::from_millis(500))?;
+    /// assert!(redquorum::LeaseOptions::default().renew_every(Duration::MAX).is_err());
+    /// # let _ = o; Ok(()) }
     /// ```
-    pub fn renew_every(mut self, interval: Duration) -> Self {
+    pub fn renew_every(mut self, interval: Duration) -> Result<Self, crate::ConfigError> {
+        if interval.is_zero() {
+            return Err(crate::ConfigError::ZeroTimeout("renewal interval"));
+        }
+        if interval > crate::MAX_TTL {
+            return Err(crate::ConfigError::TooLong {
+                what: "renewal interval",
+                value: interval,
+                max: crate::MAX_TTL,
+            });
+        }
         self.renew_every = Some(interval);
-        self
+        Ok(self)
     }
 
     /// Stop renewing after this many extensions; the lease is then lost at its deadline.
@@ -335,7 +354,9 @@ async fn keep_alive(
         .max(Duration::from_millis(1));
     let held_since = Instant::now();
     let mut extensions = 0u32;
-    let mut next_renewal = Instant::now() + interval;
+    // Checked: an interval past the deadline only means the lease is lost there.
+    let after = |interval: Duration| Instant::now().checked_add(interval);
+    let mut next_renewal = after(interval).unwrap_or_else(|| lock.valid_until());
     let lose = |reason: LostReason| {
         tracing::warn!(%reason, "lease lost");
         shared.lost.send_replace(Some(reason));
@@ -372,7 +393,7 @@ async fn keep_alive(
             Ok(Ok(())) => {
                 extensions = extensions.saturating_add(1);
                 shared.valid_until.send_replace(lock.valid_until());
-                next_renewal = Instant::now() + interval;
+                next_renewal = after(interval).unwrap_or_else(|| lock.valid_until());
             }
             Ok(Err(e)) if e.is_expired() => {
                 lose(LostReason::Gone(Arc::new(e)));
@@ -381,7 +402,8 @@ async fn keep_alive(
             Ok(Err(e)) => {
                 // Nodes failed or answered too late: try again soon, until the deadline.
                 tracing::debug!(error = %e, "lease extension failed, retrying");
-                next_renewal = Instant::now() + (interval / 4).max(Duration::from_millis(1));
+                next_renewal = after((interval / 4).max(Duration::from_millis(1)))
+                    .unwrap_or_else(|| lock.valid_until());
             }
             Err(_) => {
                 lose(LostReason::DeadlinePassed);

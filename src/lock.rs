@@ -244,11 +244,12 @@ impl Lock {
             command: Command::Script(&scripts::EXTEND),
             key: self.key.clone(),
             token: self.token.expose().to_owned(),
-            second_key: None,
+            extra_keys: Vec::new(),
             number: Some(timing.ttl_ms),
             payload: Vec::new(),
             done: NodeOutcome::Extended,
             settled_nodes_only: false,
+            counted: None,
             operation: Operation::Extend,
         };
         let round = round::run(

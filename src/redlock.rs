@@ -523,19 +523,24 @@ impl RedLock {
         );
         let config = &self.inner.config;
         let fence_key = fencing.then(|| resource::fence_key(&config.key_prefix, resource));
+        let (command, extra_keys) = match &fence_key {
+            Some(fence_key) => {
+                let mut keys = vec![fence_key.clone()];
+                keys.extend(resource::legacy_fence_key(&config.key_prefix, resource));
+                (Command::Script(&scripts::ACQUIRE_FENCED), keys)
+            }
+            None => (Command::SetIfAbsent, Vec::new()),
+        };
         let request = Request {
-            command: if fence_key.is_some() {
-                Command::Script(&scripts::ACQUIRE_FENCED)
-            } else {
-                Command::SetIfAbsent
-            },
+            command,
             key: key.to_vec(),
-            second_key: fence_key.clone(),
+            extra_keys,
             token: token.expose().to_owned(),
             number: Some(timing.ttl_ms),
             payload: Vec::new(),
             done: NodeOutcome::Granted,
             settled_nodes_only: true,
+            counted: None,
             operation: Operation::Acquire,
         };
         let round = round::run(
@@ -596,14 +601,14 @@ impl RedLock {
         Err(FailedRound { make, report })
     }
 
-    /// The second round of a fenced acquire: on every node that still holds our key and whose
-    /// fence counter is at most `fence`, raise the counter to `fence`; the token is usable only
-    /// once a majority confirmed it, and only with validity left, counted from the start of
-    /// the first round.
+    /// The second round of a fenced acquire: on every node that still holds our key, raise the
+    /// fence counter to at least `fence`; the token is usable only once a majority *of the
+    /// masters that granted before the decision* confirmed it, and only with validity left,
+    /// counted from the start of the first round.
     ///
-    /// A node whose counter is already past `fence` does not confirm, even with our key on it:
-    /// our grant landed there after the first round was decided, so its counter never entered
-    /// the token (design §4, "Correction"; checked by `crate::model`).
+    /// A node whose grant landed after the decision holds our key too, but its counter never
+    /// entered the token: its confirmation does not count (`NodeOutcome::LateGrant`). Counting
+    /// it let two holders share a token (design §4, "Correction"; checked by `crate::model`).
     async fn confirm_fence(
         &self,
         key: &[u8],
@@ -616,12 +621,21 @@ impl RedLock {
         let request = Request {
             command: Command::Script(&scripts::CONFIRM_FENCE),
             key: key.to_vec(),
-            second_key: Some(fence_key),
+            extra_keys: vec![fence_key],
             token: token.expose().to_owned(),
             number: Some(fence),
             payload: Vec::new(),
             done: NodeOutcome::FenceConfirmed,
             settled_nodes_only: false,
+            // Only the masters that granted before the decision: their counters are in T.
+            counted: Some(
+                acquired
+                    .report
+                    .votes()
+                    .iter()
+                    .map(|v| *v == crate::quorum::Vote::Yes)
+                    .collect(),
+            ),
             operation: Operation::Acquire,
         };
         let confirm = round::run(
@@ -702,11 +716,12 @@ impl RedLock {
             command: Command::Script(&scripts::RELEASE),
             key: key.to_vec(),
             token: token.expose().to_owned(),
-            second_key: None,
+            extra_keys: Vec::new(),
             number: None,
             payload: vec![channel.clone(), release_id.clone()],
             done: NodeOutcome::Released,
             settled_nodes_only: false,
+            counted: None,
             operation: Operation::Release,
         };
         // Our own waiters need not wait for the message to come back from a node, nor even for

@@ -87,10 +87,10 @@ pub enum NodeOutcome {
     },
     /// Extend or release: the key is gone from this node (it expired, or never was set here).
     Missing,
-    /// Fenced acquire, second round: the node holds our key, but its fence counter is already
-    /// past our fencing token (our grant landed there after the round was decided, so its
-    /// counter never entered the token). Not a confirmation.
-    FenceAhead,
+    /// Fenced acquire, second round: the node holds our key, but only since after the acquire
+    /// was decided, so its fence counter is not part of the fencing token and its confirmation
+    /// does not count (it is no evidence of loss either).
+    LateGrant,
     /// The node could not be asked, or did not answer usefully.
     Failed(NodeError),
     /// The round was decided before this node answered; its request was abandoned.
@@ -108,8 +108,8 @@ impl NodeOutcome {
             | Self::Released
             | Self::Connected
             | Self::FenceConfirmed => Vote::Yes,
-            Self::HeldByOther { .. } | Self::Missing | Self::FenceAhead => Vote::Refused,
-            Self::Failed(_) | Self::NoReply => Vote::Failed,
+            Self::HeldByOther { .. } | Self::Missing => Vote::Refused,
+            Self::Failed(_) | Self::NoReply | Self::LateGrant => Vote::Failed,
         }
     }
 
@@ -155,7 +155,9 @@ impl fmt::Display for NodeOutcome {
                 f.write_str("held by another owner, no expiry known")
             }
             Self::Missing => f.write_str("key not found"),
-            Self::FenceAhead => f.write_str("fence counter already past our fencing token"),
+            Self::LateGrant => f.write_str(
+                "holds our key, granted after the acquire was decided: not counted for the fencing token",
+            ),
             Self::Failed(err) => {
                 // A report names many nodes, so each line carries its own cause (the error's
                 // `source()` can only point at one of them). One level: the redis crate's

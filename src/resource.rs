@@ -39,11 +39,85 @@ pub(crate) fn lock_key(prefix: &[u8], resource: &[u8]) -> Vec<u8> {
     key
 }
 
-/// The fence counter key of `resource`: `prefix{resource}:fence`.
+/// The number of hash slots in Redis Cluster.
+const SLOTS: usize = 16_384;
+
+/// The hash slot of `key`, as Redis Cluster computes it: CRC16 (XMODEM) of the key's hash tag
+/// (the bytes between the first `{` and the next `}`, when not empty) or of the whole key.
 ///
-/// Same hash tag as the lock key. It can never equal a lock key (those end in `}`), and two
-/// resources never share one.
+/// Written here because the redis crate keeps its own (`cluster_routing::Slot`) opaque; the
+/// CRC is the `crc16` crate's, the one the redis crate uses.
+fn hash_slot(key: &[u8]) -> usize {
+    let tag = key
+        .iter()
+        .position(|b| *b == b'{')
+        .and_then(|open| {
+            let rest = key.get(open + 1..)?;
+            let close = rest.iter().position(|b| *b == b'}')?;
+            rest.get(..close).filter(|tag| !tag.is_empty())
+        })
+        .unwrap_or(key);
+    usize::from(crc16::State::<crc16::XMODEM>::calculate(tag)) % SLOTS
+}
+
+/// For every hash slot, a short tag (a decimal number) that hashes to it: the fence counter of
+/// a slot is named with it, so the counter lives in the same slot as the locks it serves.
+/// Found once per process by counting up (about 170,000 CRCs); a slot no number up to the
+/// bound reaches would keep per-resource counters (none does: a unit test checks every slot).
+fn slot_tags() -> &'static [Option<u32>] {
+    static TAGS: std::sync::OnceLock<Box<[Option<u32>]>> = std::sync::OnceLock::new();
+    TAGS.get_or_init(|| {
+        let mut tags = vec![None; SLOTS];
+        let mut missing = SLOTS;
+        for n in 0..10_000_000u32 {
+            let slot = usize::from(crc16::State::<crc16::XMODEM>::calculate(
+                n.to_string().as_bytes(),
+            )) % SLOTS;
+            if let Some(tag @ None) = tags.get_mut(slot) {
+                *tag = Some(n);
+                missing -= 1;
+                if missing == 0 {
+                    break;
+                }
+            }
+        }
+        tags.into_boxed_slice()
+    })
+}
+
+/// The fence counter for `resource`: one per hash slot (`prefix{TAG}:slot:fence`, TAG hashing
+/// to the lock key's slot), shared by every resource of that slot.
+///
+/// So a master keeps at most 16,384 counters however many resource names are ever locked,
+/// and every key a fenced acquire touches stays in one slot (a Redis Cluster voter can run it
+/// as one script). Sharing a counter keeps each resource's tokens increasing: a counter only
+/// ever grows, and other resources' acquires only make it grow faster. With a prefix whose
+/// own braces would put the counter in another slot than the lock, the per-resource counter
+/// of older versions is kept instead.
 pub(crate) fn fence_key(prefix: &[u8], resource: &[u8]) -> Vec<u8> {
+    let lock = lock_key(prefix, resource);
+    let slot = hash_slot(&lock);
+    if let Some(Some(tag)) = slot_tags().get(slot) {
+        let mut key = prefix.to_vec();
+        key.push(b'{');
+        key.extend_from_slice(tag.to_string().as_bytes());
+        key.extend_from_slice(b"}:slot:fence");
+        if hash_slot(&key) == slot {
+            return key;
+        }
+    }
+    per_resource_fence_key(prefix, resource)
+}
+
+/// The per-resource counter older versions kept (`prefix{resource}:fence`), folded into the
+/// slot's counter by the fenced acquire so tokens never go back across the upgrade; `None`
+/// when it *is* the counter in use (see [`fence_key`]).
+pub(crate) fn legacy_fence_key(prefix: &[u8], resource: &[u8]) -> Option<Vec<u8>> {
+    let legacy = per_resource_fence_key(prefix, resource);
+    (legacy != fence_key(prefix, resource)).then_some(legacy)
+}
+
+fn per_resource_fence_key(prefix: &[u8], resource: &[u8]) -> Vec<u8> {
     let mut key = lock_key(prefix, resource);
     key.extend_from_slice(b":fence");
     key
@@ -85,15 +159,74 @@ mod tests {
     }
 
     #[test]
-    fn fence_keys_never_collide_with_lock_keys() {
-        let names: [&[u8]; 5] = [b"a", b"a}:fence", b"a}", b"{a", b"a:fence"];
+    fn fence_keys_never_collide_with_lock_or_legacy_keys() {
+        let names: [&[u8]; 7] = [
+            b"a",
+            b"a}:fence",
+            b"a}",
+            b"{a",
+            b"a:fence",
+            b"1}:slot",
+            b"1",
+        ];
         for x in names {
             for y in names {
                 assert_ne!(fence_key(b"p:", x), lock_key(b"p:", y));
-                assert_eq!(x == y, fence_key(b"p:", x) == fence_key(b"p:", y));
+                assert_ne!(Some(fence_key(b"p:", x)), legacy_fence_key(b"p:", y));
             }
         }
-        assert_eq!(fence_key(b"p:", b"r"), b"p:{r}:fence");
+        assert_eq!(
+            legacy_fence_key(b"p:", b"r").as_deref(),
+            Some(&b"p:{r}:fence"[..])
+        );
+    }
+
+    /// The cluster spec's hash-tag examples, with the slots `CLUSTER KEYSLOT` gives on a
+    /// real redis-server 7.0, and CRC16/XMODEM's check value.
+    #[test]
+    fn hash_slots_follow_redis_cluster() {
+        assert_eq!(
+            crc16::State::<crc16::XMODEM>::calculate(b"123456789"),
+            0x31c3
+        );
+        let keyslot: [(&[u8], usize); 7] = [
+            (b"foo", 12182),
+            (b"bar", 5061),
+            (b"foo{}{bar}", 8363), // empty first tag: the whole key
+            (b"foo{}{bar}x", 10673),
+            (b"foo{{bar}}zap", 4015), // the tag is "{bar"
+            (b"{bar", 4015),
+            (b"foo{bar}{zap}", 5061), // the first tag only
+        ];
+        for (key, slot) in keyslot {
+            assert_eq!(hash_slot(key), slot, "{}", key.escape_ascii());
+        }
+        assert_eq!(
+            hash_slot(b"{user1000}.following"),
+            hash_slot(b"{user1000}.followers")
+        );
+    }
+
+    /// Every slot has a tag, every counter key sits in its lock's slot, and 100,000 distinct
+    /// resource names share at most 16,384 counters.
+    #[test]
+    fn fence_counters_are_bounded_and_in_the_locks_slot() {
+        assert!(slot_tags().iter().all(Option::is_some));
+        let mut counters = std::collections::HashSet::new();
+        for n in 0..100_000u32 {
+            let resource = format!("job:{n}");
+            let key = fence_key(b"redquorum:", resource.as_bytes());
+            assert_eq!(
+                hash_slot(&key),
+                hash_slot(&lock_key(b"redquorum:", resource.as_bytes()))
+            );
+            assert!(key.ends_with(b"}:slot:fence"));
+            counters.insert(key);
+        }
+        assert!(counters.len() <= SLOTS, "{}", counters.len());
+        // A prefix whose braces would move the counter to another slot keeps per-resource ones.
+        assert_eq!(fence_key(b"a{b", b"r"), b"a{b{r}:fence");
+        assert_eq!(legacy_fence_key(b"a{b", b"r"), None);
     }
 
     #[test]

@@ -42,8 +42,9 @@ impl Command {
 pub(crate) struct Request {
     pub(crate) command: Command,
     pub(crate) key: Vec<u8>,
-    /// `KEYS[2]`, for the scripts that take one: the fence counter, or the leader info.
-    pub(crate) second_key: Option<Vec<u8>>,
+    /// `KEYS[2]…`, for the scripts that take them: the fence counter (and an older version's
+    /// per-resource counter), or the leader info.
+    pub(crate) extra_keys: Vec<Vec<u8>>,
     pub(crate) token: String,
     /// The numeric argument (`ARGV[2]`): the ttl in ms, or the fencing token to confirm.
     pub(crate) number: Option<u64>,
@@ -53,6 +54,10 @@ pub(crate) struct Request {
     pub(crate) done: NodeOutcome,
     /// Skip nodes still within their restart grace (acquire only: they must not vote).
     pub(crate) settled_nodes_only: bool,
+    /// The nodes whose "done" counts toward the majority (the fencing confirm: the masters
+    /// that granted before the acquire was decided); a "done" from any other node is reported
+    /// as [`NodeOutcome::LateGrant`] and counts as no vote. `None`: every node counts.
+    pub(crate) counted: Option<Vec<bool>>,
     /// For metrics.
     pub(crate) operation: Operation,
 }
@@ -220,7 +225,14 @@ pub(crate) async fn run_then(
                 else => break,
             },
         };
-        let (index, outcome, answer_fence, latency) = answer;
+        let (index, mut outcome, answer_fence, latency) = answer;
+        let counted = request
+            .counted
+            .as_ref()
+            .is_none_or(|c| c.get(index) == Some(&true));
+        if !counted && outcome.vote() == crate::quorum::Vote::Yes {
+            outcome = NodeOutcome::LateGrant;
+        }
         fence = fence.max(answer_fence);
         record(redlock, &mut tally, index, &outcome, latency);
         if let Some(slot) = answers.get_mut(index) {
@@ -334,10 +346,10 @@ impl Prepared {
                 let mut evalsha = redis::cmd("EVALSHA");
                 evalsha
                     .arg(script.get_hash())
-                    .arg(1 + usize::from(request.second_key.is_some()))
+                    .arg(1 + request.extra_keys.len())
                     .arg(request.key.as_slice());
-                if let Some(second_key) = &request.second_key {
-                    evalsha.arg(second_key.as_slice());
+                for extra in &request.extra_keys {
+                    evalsha.arg(extra.as_slice());
                 }
                 evalsha.arg(request.token.as_str());
                 if let Some(number) = request.number {
@@ -455,7 +467,6 @@ pub(crate) fn classify_code(code: i64, done: &NodeOutcome) -> NodeOutcome {
     match ScriptReply::from_code(code) {
         Some(ScriptReply::Done) => done.clone(),
         Some(ScriptReply::Missing) => NodeOutcome::Missing,
-        Some(ScriptReply::FenceAhead) => NodeOutcome::FenceAhead,
         Some(ScriptReply::Foreign { expires_in_ms }) => NodeOutcome::HeldByOther {
             expires_in: expires_in_ms.map(Duration::from_millis),
         },
@@ -533,7 +544,6 @@ mod tests {
             let expected = match &reply {
                 Value::Int(-1) => "done",
                 Value::Int(-2) => "missing",
-                Value::Int(-4) => "fence ahead",
                 Value::Int(n) if *n >= 0 || *n == -3 => "held",
                 Value::Array(items) => match items.as_slice() {
                     [Value::Int(-1), Value::Int(f)] if *f >= 0 => "done",
@@ -549,7 +559,6 @@ mod tests {
             let got = match &outcome {
                 NodeOutcome::Granted => "done",
                 NodeOutcome::Missing => "missing",
-                NodeOutcome::FenceAhead => "fence ahead",
                 NodeOutcome::HeldByOther { .. } => "held",
                 NodeOutcome::Failed(NodeError::UnexpectedReply(shown)) => {
                     assert!(shown.len() <= SHOWN_REPLY_LEN);

@@ -8,7 +8,6 @@
 //! | `-2` | the key does not exist (expired, released, or never set here) |
 //! | `-3` | the key belongs to another owner and has no expiry |
 //! | `n ≥ 0` | the key belongs to another owner and expires in `n` ms |
-//! | `-4` | fencing confirm: our key is there, but the fence counter is already past our token |
 //! | `{-1, f}` | fenced acquire: the key was set and the fence counter is now `f` |
 //!
 //! A round sends `EVALSHA` and, on `NOSCRIPT` (a restarted node, a `SCRIPT FLUSH`), loads the
@@ -97,13 +96,26 @@ pub(crate) static RELEASE: Lua = Lua::new(compare_and!(
 /// it holds our token; never creates or deletes a key.
 pub(crate) static EXTEND: Lua = Lua::new(compare_and!("redis.call('PEXPIRE', KEYS[1], ARGV[2])"));
 
-/// `KEYS[1]` lock key, `KEYS[2]` fence counter, `ARGV[1]` token, `ARGV[2]` ttl in ms.
-/// `SET NX PX`, and when the key is set, also `INCR`s the resource's fence counter and answers
-/// `{-1, counter}`; when it is taken, the holder's remaining ttl. (The plain acquire is no
-/// script: it sends `SET NX PX` and `PTTL` as two native commands, see `round::Command`.)
+/// `KEYS[1]` lock key, `KEYS[2]` fence counter (one per hash slot, see
+/// `resource::fence_key`), optional `KEYS[3]` the per-resource counter older versions kept,
+/// `ARGV[1]` token, `ARGV[2]` ttl in ms.
+/// `SET NX PX`, and when the key is set, also `INCR`s the fence counter and answers
+/// `{-1, counter}`; when it is taken, the holder's remaining ttl. A per-resource counter left
+/// by an older version is folded into the slot's counter first (the larger wins) and deleted,
+/// so tokens never go back across the upgrade. (The plain acquire is no script: it sends
+/// `SET NX PX` and `PTTL` as two native commands, see `round::Command`.)
 pub(crate) static ACQUIRE_FENCED: Lua = Lua::new(
     r"
 if redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then
+  if KEYS[3] then
+    local legacy = tonumber(redis.call('GET', KEYS[3]) or '')
+    if legacy then
+      if legacy > (tonumber(redis.call('GET', KEYS[2]) or '0') or 0) then
+        redis.call('SET', KEYS[2], legacy)
+      end
+      redis.call('DEL', KEYS[3])
+    end
+  end
   return {-1, redis.call('INCR', KEYS[2])}
 end
 local ttl = redis.call('PTTL', KEYS[1])
@@ -113,17 +125,17 @@ return ttl
 );
 
 /// `KEYS[1]` lock key, `KEYS[2]` fence counter, `ARGV[1]` token, `ARGV[2]` fencing token T.
-/// Only while the lock key holds our token, and only while the counter is at most T: raises
-/// the counter to T and counts as a confirmation. A counter already past T answers `-4` and
-/// is no confirmation: our own `SET`+`INCR` landed there after the acquire was decided (so its
-/// counter never entered T), and counting it could let two holders share a token, or a later
-/// holder get a lower one (design §4, "Correction"; `crate::model` checks this rule and finds
-/// the counterexample without it). Never lowers the counter, never touches the lock key.
+/// Only while the lock key holds our token: raises the counter to at least T. Never lowers it,
+/// never touches the lock key.
+///
+/// Which answers confirm the token is the client's rule, not the script's: only masters that
+/// granted the lock before the acquire was decided count (`RedLock::confirm_fence`). A master
+/// whose grant landed after the decision holds our key too, but its counter never entered T;
+/// counting it let two holders share a token, or a later one get a lower token (design §4,
+/// "Correction"; `crate::model` finds it with the old rule).
 pub(crate) static CONFIRM_FENCE: Lua = Lua::new(compare_and!(
     "local fence = tonumber(redis.call('GET', KEYS[2]) or '0') or 0 \
-         local token = tonumber(ARGV[2]) \
-         if fence > token then return -4 end \
-         if fence < token then redis.call('SET', KEYS[2], ARGV[2]) end"
+         if fence < tonumber(ARGV[2]) then redis.call('SET', KEYS[2], ARGV[2]) end"
 ));
 
 /// `KEYS[1]` lock key, `KEYS[2]` leader-info key, `ARGV[1]` token, `ARGV[2]` info.
@@ -160,19 +172,19 @@ pub(crate) mod effects {
         }
     }
 
-    /// Which confirm rule to mirror: the production one, or the rule before the correction
-    /// (kept so a test can show the model checker finds the bug it had).
+    /// Which confirm rule to model. The script's effect is the same for both; what differs
+    /// is which answers the client counts (see `crate::model`).
     #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
     pub(crate) enum ConfirmRule {
-        /// [`CONFIRM_FENCE`](super::CONFIRM_FENCE) as shipped: count only a counter ≤ T.
-        AtMostToken,
-        /// The old script: raise the counter to at least T and count any node holding our key.
+        /// As shipped: only masters that granted before the decision count.
+        GrantorsOnly,
+        /// The rule before the correction: any master holding our key counts (F1).
         AnyHolder,
     }
 
-    /// [`CONFIRM_FENCE`](super::CONFIRM_FENCE) (or, with `AnyHolder`, the script it replaced).
+    /// [`CONFIRM_FENCE`](super::CONFIRM_FENCE): raise the counter to at least T while our key
+    /// is there.
     pub(crate) fn confirm_fence<O: PartialEq>(
-        rule: ConfirmRule,
         key: &Key<O>,
         fence: &mut u64,
         me: O,
@@ -180,9 +192,6 @@ pub(crate) mod effects {
     ) -> i64 {
         if key.as_ref() != Some(&me) {
             return not_ours(key);
-        }
-        if rule == ConfirmRule::AtMostToken && *fence > token {
-            return -4;
         }
         if *fence < token {
             *fence = token;
@@ -196,11 +205,7 @@ pub(crate) mod effects {
 pub(crate) enum ScriptReply {
     Done,
     Missing,
-    Foreign {
-        expires_in_ms: Option<u64>,
-    },
-    /// Fencing confirm: the counter is already past the token being confirmed.
-    FenceAhead,
+    Foreign { expires_in_ms: Option<u64> },
 }
 
 impl ScriptReply {
@@ -212,7 +217,6 @@ impl ScriptReply {
             -3 => Some(Self::Foreign {
                 expires_in_ms: None,
             }),
-            -4 => Some(Self::FenceAhead),
             n => u64::try_from(n).ok().map(|ms| Self::Foreign {
                 expires_in_ms: Some(ms),
             }),
@@ -246,8 +250,7 @@ mod tests {
                 expires_in_ms: Some(i64::MAX as u64)
             })
         );
-        assert_eq!(ScriptReply::from_code(-4), Some(ScriptReply::FenceAhead));
-        for code in [-5, -100, i64::MIN] {
+        for code in [-4, -100, i64::MIN] {
             assert_eq!(ScriptReply::from_code(code), None);
         }
     }

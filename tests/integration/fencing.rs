@@ -49,10 +49,10 @@ async fn tokens_strictly_increase_across_holders_and_master_failures() {
     assert_eq!(lock.fencing_token(), None);
     lock.release().await.expect("release");
     cluster.resume(4);
-    // Only the persistent counters remain.
+    // Only the persistent counters remain: one per hash slot, here one per master.
     let left: Vec<_> = cluster.keys().into_iter().map(|(_, k)| k).collect();
     assert!(
-        left.iter().all(|k| k == b"redquorum:{ledger}:fence"),
+        left.iter().all(|k| k.ends_with(b"}:slot:fence")),
         "{left:?}"
     );
 }
@@ -234,7 +234,9 @@ async fn a_fenced_store_rejects_every_write_from_a_stalled_holder() {
 }
 
 /// F1, the counterexample the review reproduced, replayed through the public API on three
-/// real masters X, Y, Z (counters 9, 0, 9 from earlier locks while Y was away):
+/// real masters X, Y, Z (counters 9, 0, 9 from earlier locks while Y was away; set as the
+/// per-resource counters older versions kept, so this also shows the upgrade: the first
+/// fenced acquire on each master folds them into the slot's counter):
 ///
 /// 1. A's fenced acquire: X → 10, Y → 1; decided at the majority, T_A = 10. A's request to Z
 ///    sits in a slow proxy (2 s each way); Y's link is slower than X's (200 ms).
@@ -244,10 +246,11 @@ async fn a_fenced_store_rejects_every_write_from_a_stalled_holder() {
 ///
 /// With the old confirm rule A counted X and Z and was confirmed with B's token, 10.
 /// Must hold: A is refused, and says why: its key is gone from Y, a node that granted it
-/// (evidence, not a timeout), and Z's counter is past A's token.
+/// (evidence, not a timeout), and Z's grant came after A's decision, so it does not count.
 ///
-/// Mutation: the confirm script without its `fence > token` refusal (the old rule) makes
-/// this test fail: A returns a lock with token 10, B's.
+/// Mutation: counting every master's confirmation (`counted: None` in
+/// `RedLock::confirm_fence`, the old rule) makes this test fail: A returns a lock with token
+/// 10, B's.
 #[tokio::test]
 async fn a_late_grant_never_confirms_a_token_another_holder_has() {
     use crate::proxy::{Fault, Proxy};
@@ -299,7 +302,7 @@ async fn a_late_grant_never_confirms_a_token_another_holder_has() {
     assert_eq!(token_b, 10, "B's token is the max of Y (2) and Z (10)");
     lock_b.release().await.expect("B releases");
     // The replay is F1 only if A's SET had not reached Z yet: Z's counter is B's 10, not 11.
-    assert_eq!(cluster.get(2, fence_key).as_deref(), Some(&b"10"[..]));
+    assert_eq!(crate::fence_counter(&cluster, 2), Some(10));
 
     let (a, result) = a_acquires.await.expect("A's task");
     match result {
@@ -313,15 +316,78 @@ async fn a_late_grant_never_confirms_a_token_another_holder_has() {
                 "A's key is gone from Y, which granted it: {e}"
             );
             let text = e.to_string();
-            assert!(text.contains("fence counter already past"), "{text}");
+            assert!(
+                text.contains("granted after the acquire was decided"),
+                "{text}"
+            );
             assert!(text.contains("key not found"), "{text}");
         }
     }
     // Z's counter went on from A's late INCR; nothing of A's or B's is left but counters,
-    // checked right after the failed acquire's cleanup, long before the 30 s ttl.
-    assert_eq!(cluster.get(2, fence_key).as_deref(), Some(&b"11"[..]));
+    // checked right after the failed acquire's cleanup, long before the 30 s ttl. The old
+    // per-resource counters were folded in and are gone.
+    assert_eq!(crate::fence_counter(&cluster, 2), Some(11));
     for node in 0..3 {
         assert_eq!(cluster.get(node, &lock_key), None, "node {node}");
+        assert_eq!(cluster.get(node, fence_key), None, "node {node}");
     }
     drop(a);
+}
+
+/// Fence counters are one per hash slot, not one per resource name: many more distinct fenced
+/// resources than there are slots leave at most 16,384 counters per master and no lock key
+/// (checked right after the releases, long before the 30 s ttl).
+///
+/// Mutation: per-resource counters (`resource::fence_key` returning `prefix{resource}:fence`,
+/// the old naming) make this fail with one counter per resource.
+#[tokio::test]
+async fn distinct_resources_leave_at_most_one_counter_per_hash_slot() {
+    const RESOURCES: u32 = 100_000;
+    const TASKS: u32 = 32;
+    let cluster = Cluster::start(3);
+    let rl = RedLock::builder(cluster.urls())
+        .per_node_timeout(NODE_TIMEOUT)
+        .fencing(true)
+        .build()
+        .expect("config");
+    let started = Instant::now();
+    let mut tasks = Vec::new();
+    for task in 0..TASKS {
+        let rl = rl.clone();
+        tasks.push(tokio::spawn(async move {
+            for n in (task..RESOURCES).step_by(TASKS as usize) {
+                let lock = rl
+                    .try_acquire(format!("job:{n}"), Duration::from_secs(30))
+                    .await
+                    .expect("acquire");
+                assert!(lock.fencing_token().is_some());
+                lock.release().await.expect("release");
+            }
+        }));
+    }
+    for task in tasks {
+        task.await.expect("task");
+    }
+    let keys = cluster.keys();
+    for node in 0..3 {
+        let on_node: Vec<&Vec<u8>> = keys
+            .iter()
+            .filter(|(i, _)| *i == node)
+            .map(|(_, k)| k)
+            .collect();
+        assert!(
+            on_node.iter().all(|k| k.ends_with(b"}:slot:fence")),
+            "only slot counters are left"
+        );
+        assert!(
+            on_node.len() <= 16_384,
+            "node {node}: {} counters",
+            on_node.len()
+        );
+        println!(
+            "node {node}: {} counters for {RESOURCES} fenced resources ({:.1?})",
+            on_node.len(),
+            started.elapsed()
+        );
+    }
 }

@@ -73,7 +73,11 @@ async fn a_lock_deleted_under_the_lease_is_lost_at_the_next_renewal() {
     let ttl = Duration::from_secs(3);
     let lock = rl.try_acquire("deleted", ttl).await.expect("acquire");
     assert!(held_everywhere(&cluster, &lock).await);
-    let lease = lock.into_lease(LeaseOptions::default().renew_every(Duration::from_millis(200)));
+    let lease = lock.into_lease(
+        LeaseOptions::default()
+            .renew_every(Duration::from_millis(200))
+            .expect("valid interval"),
+    );
     let key = lock_key(b"deleted");
     for i in 0..5 {
         let _: i64 = cluster.run(i, redis::cmd("DEL").arg(&key));
@@ -98,7 +102,11 @@ async fn a_dropped_lease_stops_renewing_and_releases() {
         .try_acquire("dropped", Duration::from_millis(900))
         .await
         .expect("acquire")
-        .into_lease(LeaseOptions::default().renew_every(Duration::from_millis(100)));
+        .into_lease(
+            LeaseOptions::default()
+                .renew_every(Duration::from_millis(100))
+                .expect("valid interval"),
+        );
     tokio::time::sleep(Duration::from_millis(250)).await;
     drop(lease);
     assert!(eventually(Duration::from_secs(2), || cluster.keys().is_empty()).await);

@@ -76,3 +76,21 @@ pub(crate) async fn held_everywhere(cluster: &Cluster, lock: &redquorum::Lock) -
     })
     .await
 }
+
+/// The value of the (one) slot fence counter on server `node`: fenced tests lock one resource,
+/// so each server has at most one counter (`prefix{TAG}:slot:fence`, one per hash slot).
+pub(crate) fn fence_counter(cluster: &Cluster, node: usize) -> Option<u64> {
+    let counters: Vec<Vec<u8>> = cluster
+        .keys()
+        .into_iter()
+        .filter(|(i, k)| *i == node && k.ends_with(b"}:slot:fence"))
+        .map(|(_, k)| k)
+        .collect();
+    assert!(
+        counters.len() <= 1,
+        "one fenced resource, one counter: {counters:?}"
+    );
+    let key = counters.first()?;
+    let value = cluster.get(node, key)?;
+    Some(String::from_utf8_lossy(&value).parse().expect("a counter"))
+}

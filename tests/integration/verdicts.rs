@@ -72,7 +72,11 @@ async fn a_renewal_that_times_out_on_a_granting_node_keeps_the_lease() {
         .await
         .expect("acquire on 3 of 5");
     let first_deadline = lock.valid_until();
-    let lease = lock.into_lease(LeaseOptions::default().renew_every(Duration::from_millis(200)));
+    let lease = lock.into_lease(
+        LeaseOptions::default()
+            .renew_every(Duration::from_millis(200))
+            .expect("valid interval"),
+    );
     cluster.pause(2);
     // Several renewals fail on the paused node, well inside the 3 s deadline.
     tokio::time::sleep(Duration::from_millis(900)).await;

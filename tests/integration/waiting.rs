@@ -185,12 +185,7 @@ async fn waiters_do_not_wake_each_other_with_their_failed_rounds() {
     }
     // Every round of a waiter that reached node 4 raised its fence counter by one. One round
     // each, one more each for the wake-up, and one spare each: anything more is spinning.
-    let mut fence_key = key.clone();
-    fence_key.extend_from_slice(b":fence");
-    let rounds: Option<u64> = cluster
-        .get(4, &fence_key)
-        .map(|v| String::from_utf8_lossy(&v).parse().expect("a counter"));
-    let rounds = rounds.unwrap_or(0);
+    let rounds = crate::fence_counter(&cluster, 4).unwrap_or(0);
     assert!(
         rounds <= 6,
         "{rounds} acquire rounds in 1.5 s from two waiters"
