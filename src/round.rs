@@ -162,6 +162,22 @@ pub(crate) async fn run_then(
         async move {
             let asked = match redlock.nodes().get(index) {
                 Some(node) => match &after {
+                    Some(after) if prepared.deliver_anyway => {
+                        after.settled(index).await;
+                        // Its own task, so the timeout only stops the waiting.
+                        let (redlock, prepared) = (redlock.clone(), prepared.clone());
+                        let delivery = tokio::spawn(async move {
+                            match redlock.nodes().get(index) {
+                                Some(node) => ask(node, &prepared).await,
+                                None => (NodeOutcome::NoReply, None),
+                            }
+                        });
+                        match tokio::time::timeout(per_node_timeout, delivery).await {
+                            Ok(Ok(answer)) => answer,
+                            Ok(Err(_)) => (NodeOutcome::NoReply, None),
+                            Err(_) => timed_out(per_node_timeout),
+                        }
+                    }
                     Some(after) => {
                         after.settled(index).await;
                         match tokio::time::timeout(per_node_timeout, ask(node, &prepared)).await {
@@ -208,8 +224,13 @@ pub(crate) async fn run_then(
                 Some(answer) = bounded.next(), if !bounded.is_empty() => answer,
                 Some(answer) = alone.next(), if !alone.is_empty() => answer,
                 () = &mut expiry, if !bounded.is_empty() => {
-                    // Every request still bounded by the deadline has timed out: drop them.
-                    bounded = FuturesUnordered::new();
+                    // Every request still bounded by the deadline has timed out: stop waiting
+                    // for them. A compare-and-delete is not dropped but followed in the
+                    // background until its connection takes it (see `Prepared::deliver_anyway`).
+                    let timed_out_requests = std::mem::take(&mut bounded);
+                    if prepared.deliver_anyway {
+                        deliver_in_background(timed_out_requests);
+                    }
                     for (index, slot) in answers.iter_mut().enumerate() {
                         if slot.is_none() && !waits(index) {
                             let (outcome, _) = timed_out(per_node_timeout);
@@ -300,6 +321,16 @@ pub(crate) async fn run_then(
     }
 }
 
+/// Polls requests we no longer wait for until each is answered (or its connection breaks), so
+/// the redis crate does not skip them as abandoned (see `Prepared::deliver_anyway`).
+fn deliver_in_background<F>(mut requests: FuturesUnordered<F>)
+where
+    F: std::future::Future + Send + 'static,
+    F::Output: Send,
+{
+    tokio::spawn(async move { while requests.next().await.is_some() {} });
+}
+
 /// Counts one node's answer in the tally, and in the logs and metrics.
 fn record(
     redlock: &RedLock,
@@ -328,6 +359,16 @@ struct Prepared {
     wire: Wire,
     done: NodeOutcome,
     settled_nodes_only: bool,
+    /// Keep a request we stopped waiting for running until its connection has taken it.
+    ///
+    /// The redis crate's multiplexed connection skips a queued request whose caller went away
+    /// before the connection's driver took it: behind a master that stopped reading (its
+    /// buffers full), a compare-and-delete whose timeout fired would never be sent, and the
+    /// released lock's key would outlive the master's recovery until its ttl. So a release
+    /// is never dropped: once we stop waiting, a background task keeps it alive until it is
+    /// answered or its connection breaks. Other requests may be dropped: an acquire or extend
+    /// that never reaches the server does no harm.
+    deliver_anyway: bool,
 }
 
 enum Wire {
@@ -374,6 +415,7 @@ impl Prepared {
             wire,
             done: request.done.clone(),
             settled_nodes_only: request.settled_nodes_only,
+            deliver_anyway: request.operation == Operation::Release,
         }
     }
 

@@ -133,6 +133,30 @@ mod tests {
 
     /// The issue's case: a node never got the SET, two granting nodes are paused; the release
     /// deletes on the other two. Not a majority released, but nothing proves the lock lost.
+    /// Each verdict becomes its error (cargo-mutants found this mapping untested by the unit
+    /// tests: `error()` returning `None` for every verdict survived them).
+    #[test]
+    fn each_verdict_becomes_its_error() {
+        use crate::error::Operation;
+        use crate::report::Report;
+        let error = |v: Verdict| {
+            v.error().map(|make| {
+                make(Box::new(Failure::new(
+                    Operation::Release,
+                    b"r",
+                    1,
+                    std::time::Duration::ZERO,
+                    Report::default(),
+                )))
+            })
+        };
+        assert!(error(Verdict::Won).is_none());
+        assert!(error(Verdict::TooLate).is_some_and(|e| e.is_validity_exhausted()));
+        assert!(error(Verdict::Busy).is_some_and(|e| e.is_conflict()));
+        assert!(error(Verdict::Gone).is_some_and(|e| e.is_expired()));
+        assert!(error(Verdict::Outage).is_some_and(|e| e.is_no_quorum()));
+    }
+
     #[test]
     fn timeouts_are_an_outage_not_an_expiry() {
         let granted = [F, Y, Y, Y, Y];

@@ -873,3 +873,80 @@ fn an_interrupted_bench_stops_its_masters() {
         "the bench left its masters' state behind"
     );
 }
+
+/// The state letter of `pid` in /proc (R, S, T for stopped, Z…).
+fn state(pid: u32) -> Option<char> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    stat.rsplit_once(") ")?.1.chars().next()
+}
+
+/// Ctrl-Z (SIGTSTP) stops the command together with redquorum, so it never runs on while
+/// nobody renews its lock; resumed after the lock lapsed, the command is killed without
+/// running again, and redquorum exits 76.
+///
+/// Mutation: no SIGTSTP handling (redquorum alone stops, as before) makes this fail: the
+/// command keeps writing while redquorum is stopped.
+#[test]
+fn ctrl_z_stops_the_command_too_and_a_lapsed_lock_never_lets_it_run_again() {
+    let cluster = Cluster::start(3);
+    let dir = tempfile::tempdir().expect("tempdir");
+    let pids = dir.path().join("pid");
+    let ticks = dir.path().join("ticks");
+    let script = format!(
+        "echo $$ > {0}.tmp; mv {0}.tmp {0}; while true; do echo tick >> {1}; sleep 0.02; done",
+        pids.display(),
+        ticks.display()
+    );
+    let mut supervisor = redquorum(&cluster, dir.path())
+        .args([
+            "run",
+            "--ttl",
+            "1s",
+            "--kill-grace",
+            "300ms",
+            "r",
+            "--",
+            "sh",
+            "-c",
+            &script,
+        ])
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn");
+    assert!(wait_until(Duration::from_secs(10), || read_pid(&pids).is_some()));
+    let shell = read_pid(&pids).expect("pid");
+    let lines = || {
+        std::fs::read_to_string(&ticks)
+            .map(|t| t.lines().count())
+            .unwrap_or(0)
+    };
+    assert!(wait_until(Duration::from_secs(5), || lines() > 2));
+    signal(&supervisor, nix::sys::signal::Signal::SIGTSTP);
+    assert!(
+        wait_until(Duration::from_secs(5), || state(supervisor.id())
+            == Some('T')
+            && state(shell) == Some('T')),
+        "redquorum and its command are both stopped"
+    );
+    let stopped_at = lines();
+    // Past the lock's deadline (1 s ttl) while stopped: nobody renews, nothing runs.
+    std::thread::sleep(Duration::from_millis(1500));
+    assert_eq!(
+        lines(),
+        stopped_at,
+        "the command ran while nobody renewed its lock"
+    );
+    signal(&supervisor, nix::sys::signal::Signal::SIGCONT);
+    let code = wait_exit(&mut supervisor, Duration::from_secs(10));
+    let mut err = String::new();
+    std::io::Read::read_to_string(&mut supervisor.stderr.take().expect("stderr"), &mut err)
+        .expect("read");
+    assert_eq!(code, 76, "{err}");
+    assert!(err.contains("lapsed while stopped"), "{err}");
+    assert!(!alive(shell));
+    assert_eq!(
+        lines(),
+        stopped_at,
+        "the command ran again after the lock lapsed"
+    );
+}

@@ -41,6 +41,21 @@ impl Proxy {
     /// Starts a proxy to `127.0.0.1:target_port`. Must run inside a tokio runtime.
     pub async fn start(target_port: u16) -> Self {
         let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind proxy");
+        Self::serve_from(listener, target_port)
+    }
+
+    /// As [`start`](Self::start), with the client-side sockets' receive buffer fixed at
+    /// `bytes` (no autotuning): under a black hole the client's writes block after a few KiB
+    /// instead of tens of MiB, as behind a hung master whose buffers have filled.
+    pub async fn start_with_receive_buffer(target_port: u16, bytes: u32) -> Self {
+        let socket = tokio::net::TcpSocket::new_v4().expect("socket");
+        socket.set_recv_buffer_size(bytes).expect("SO_RCVBUF");
+        socket.bind(([127, 0, 0, 1], 0).into()).expect("bind proxy");
+        let listener = socket.listen(1024).expect("listen");
+        Self::serve_from(listener, target_port)
+    }
+
+    fn serve_from(listener: TcpListener, target_port: u16) -> Self {
         let addr = listener.local_addr().expect("proxy address");
         let (fault, watcher) = watch::channel(Fault::None);
         let target: SocketAddr = ([127, 0, 0, 1], target_port).into();

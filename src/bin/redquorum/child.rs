@@ -168,6 +168,9 @@ pub(crate) async fn run_guarded(
     signals: &mut Signals,
     grace: Duration,
 ) -> Result<Ending, CliError> {
+    // Ctrl-Z: without this, redquorum alone would stop and the command would run on with
+    // nobody renewing its lock.
+    let mut suspend = signal(SignalKind::from_raw(Signal::SIGTSTP as i32))?;
     let mut child = spawn(command, env).await?;
     let stop = stop_due(&lease, grace);
     tokio::pin!(stop);
@@ -180,7 +183,29 @@ pub(crate) async fn run_guarded(
                 return Ok(Ending::Lost);
             }
             signal = signals.recv() => child.signal(signal),
+            _ = suspend.recv() => suspend_with(&child, &lease, grace),
         }
+    }
+}
+
+/// Ctrl-Z (SIGTSTP) while a command runs: stop the command's group, then redquorum itself, as
+/// a shell's job control expects. On SIGCONT the command continues only if the lock is still
+/// comfortably ours (more than `grace` before its deadline, not lost); otherwise it stays
+/// stopped and the stop that follows at once kills it without letting it run again.
+fn suspend_with(child: &Child, lease: &LeaseSignal, grace: Duration) {
+    child.signal(Signal::SIGSTOP);
+    eprintln!(
+        "redquorum: stopped with the command; the lock lapses unless resumed within its deadline"
+    );
+    let _ = nix::sys::signal::raise(Signal::SIGSTOP);
+    // Continued (fg, bg or SIGCONT).
+    let renewable = Instant::now()
+        .checked_add(grace)
+        .is_some_and(|t| t < lease.valid_until());
+    if renewable && !lease.is_lost() {
+        child.signal(Signal::SIGCONT);
+    } else {
+        eprintln!("redquorum: the lock lapsed while stopped; the command will not run again");
     }
 }
 
@@ -212,12 +237,13 @@ pub(crate) fn exit_code(status: ExitStatus) -> u8 {
     }
 }
 
-/// SIGINT, SIGTERM and SIGHUP sent to redquorum, to forward or to stop on.
+/// SIGINT, SIGTERM, SIGHUP and SIGQUIT sent to redquorum, to forward or to stop on.
 #[derive(Debug)]
 pub(crate) struct Signals {
     interrupt: tokio::signal::unix::Signal,
     terminate: tokio::signal::unix::Signal,
     hangup: tokio::signal::unix::Signal,
+    quit: tokio::signal::unix::Signal,
 }
 
 impl Signals {
@@ -226,6 +252,7 @@ impl Signals {
             interrupt: signal(SignalKind::interrupt())?,
             terminate: signal(SignalKind::terminate())?,
             hangup: signal(SignalKind::hangup())?,
+            quit: signal(SignalKind::quit())?,
         })
     }
 
@@ -238,6 +265,7 @@ impl Signals {
             _ = self.interrupt.recv() => Signal::SIGINT,
             _ = self.terminate.recv() => Signal::SIGTERM,
             _ = self.hangup.recv() => Signal::SIGHUP,
+            _ = self.quit.recv() => Signal::SIGQUIT,
         }
     }
 }

@@ -13,8 +13,8 @@
 //!    ended it).
 //!
 //! On SIGUSR1 (redquorum is gone, so is the lock's renewal) it SIGKILLs its whole group, itself
-//! included. SIGTERM, SIGINT and SIGHUP reach it only as part of its group, so the command got
-//! them too: the guard ignores them and waits.
+//! included. SIGTERM, SIGINT, SIGHUP and SIGQUIT reach it only as part of its group, so the
+//! command got them too: the guard ignores them and waits.
 //!
 //! Why a re-executed process and not a `pre_exec` hook: `pre_exec` is `unsafe`, and the crate
 //! forbids unsafe code; nix's `prctl` wrappers are safe. Why redquorum starts it from a thread
@@ -72,6 +72,7 @@ async fn guarded(parent: u32, command: &[OsString]) -> io::Result<u8> {
     let mut terminate = signal(SignalKind::terminate())?;
     let mut interrupt = signal(SignalKind::interrupt())?;
     let mut hangup = signal(SignalKind::hangup())?;
+    let mut quit = signal(SignalKind::quit())?;
     prctl::set_pdeathsig(Signal::SIGUSR1)?;
     if u32::try_from(getppid().as_raw()).ok() != Some(parent) {
         // redquorum died before the request took effect: never start the command.
@@ -111,6 +112,7 @@ async fn guarded(parent: u32, command: &[OsString]) -> io::Result<u8> {
             _ = terminate.recv() => {}
             _ = interrupt.recv() => {}
             _ = hangup.recv() => {}
+            _ = quit.recv() => {}
         }
     }
 }
