@@ -301,6 +301,7 @@ impl Election {
             done: NodeOutcome::Granted,
             settled_nodes_only: false,
             counted: None,
+            readd_on: None,
             operation: Operation::Extend,
         };
         let round = round::run(

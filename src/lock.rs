@@ -8,7 +8,7 @@ use tracing::Instrument;
 use crate::Result;
 use crate::cleanup::Cleanup;
 use crate::config::Timing;
-use crate::error::{Error, Failure, Operation};
+use crate::error::{Error, Failure, NodeError, Operation};
 use crate::redlock::{RedLock, valid_until};
 use crate::report::{NodeOutcome, Report};
 use crate::round::{self, Command, Request, Round, Stragglers, Wait};
@@ -194,6 +194,13 @@ impl Lock {
     /// deadline has already passed is not extended: that would paper over a window in which
     /// another client may have held it.
     ///
+    /// Where our key is missing on a node that did not hold it at the last acquire or extend
+    /// (it was down, or another owner's key was there), the key is set again: a lock granted by
+    /// a bare majority spreads to the other nodes as they come back, and survives losing one
+    /// of the first ones. A node that did hold it and lost it is not re-added: that is evidence
+    /// the lock could have been lost, and with enough of it the extend fails with
+    /// [`Error::Expired`] even if a majority answers for us now.
+    ///
     /// # Errors
     /// - [`Error::Expired`]: the deadline had passed, or the answers prove the lock could have
     ///   been lost: nodes that held our key at the last acquire or extend now say it is gone or
@@ -240,6 +247,19 @@ impl Lock {
                 Report::default(),
             ));
         }
+        let readd_on: Vec<bool> = self
+            .report
+            .iter()
+            .map(|r| never_took_our_key(r.outcome()))
+            .collect();
+        // While our key is not on every node, wait for every answer (each bounded by the
+        // per-node timeout): a node re-added after an early decision would stay out of the
+        // report, and so out of the nodes that count for the next renewal.
+        let wait = if readd_on.contains(&true) {
+            Wait::ForAll
+        } else {
+            Wait::UntilDecided
+        };
         let request = Request {
             command: Command::Script(&scripts::EXTEND),
             key: self.key.clone(),
@@ -250,21 +270,19 @@ impl Lock {
             done: NodeOutcome::Extended,
             settled_nodes_only: false,
             counted: None,
+            // Re-add our key where it is missing on a node that did not hold it at the last
+            // acquire or extend (only while valid: checked above). Never on a node that did:
+            // that loss is evidence for the verdict.
+            readd_on: Some(readd_on.clone()),
             operation: Operation::Extend,
         };
-        let round = round::run(
-            &self.redlock,
-            request,
-            timing.per_node_timeout,
-            Wait::UntilDecided,
-            None,
-        )
-        .instrument(tracing::debug_span!(
-            "redquorum.extend",
-            resource = %self.resource_display(),
-            ttl_ms = timing.ttl_ms,
-        ))
-        .await;
+        let round = round::run(&self.redlock, request, timing.per_node_timeout, wait, None)
+            .instrument(tracing::debug_span!(
+                "redquorum.extend",
+                resource = %self.resource_display(),
+                ttl_ms = timing.ttl_ms,
+            ))
+            .await;
         let verdict = verdict::judge(
             RoundKind::Renew,
             &round.tally,
@@ -372,6 +390,21 @@ impl Lock {
             started.elapsed(),
             report,
         )))
+    }
+}
+
+/// Whether a node's last answer says for certain that our key never got there: another
+/// owner's key or no key, or a request that was refused or never sent. Only there does a
+/// renewal re-add the key: a node that timed out or did not answer before the decision may
+/// have set it, and if it lost it since, that loss is evidence, not a gap to fill.
+fn never_took_our_key(outcome: &NodeOutcome) -> bool {
+    match outcome {
+        NodeOutcome::HeldByOther { .. } | NodeOutcome::Missing => true,
+        NodeOutcome::Failed(NodeError::Unreachable(_) | NodeError::RecentlyRestarted { .. }) => {
+            true
+        }
+        NodeOutcome::Failed(NodeError::Redis(err)) => !crate::node::breaks_connection(err),
+        _ => false,
     }
 }
 

@@ -541,6 +541,7 @@ impl RedLock {
             done: NodeOutcome::Granted,
             settled_nodes_only: true,
             counted: None,
+            readd_on: None,
             operation: Operation::Acquire,
         };
         let round = round::run(
@@ -636,6 +637,7 @@ impl RedLock {
                     .map(|v| *v == crate::quorum::Vote::Yes)
                     .collect(),
             ),
+            readd_on: None,
             operation: Operation::Acquire,
         };
         let confirm = round::run(
@@ -722,6 +724,7 @@ impl RedLock {
             done: NodeOutcome::Released,
             settled_nodes_only: false,
             counted: None,
+            readd_on: None,
             operation: Operation::Release,
         };
         // Our own waiters need not wait for the message to come back from a node, nor even for

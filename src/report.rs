@@ -70,6 +70,9 @@ pub enum NodeOutcome {
     Granted,
     /// Extend: the node renewed our key's ttl.
     Extended,
+    /// Extend: our key was missing on this node, which had not held it at the last acquire or
+    /// extend, and was set again.
+    Readded,
     /// Release: the node deleted our key.
     Released,
     /// Connect: the node is connected.
@@ -105,6 +108,7 @@ impl NodeOutcome {
         match self {
             Self::Granted
             | Self::Extended
+            | Self::Readded
             | Self::Released
             | Self::Connected
             | Self::FenceConfirmed => Vote::Yes,
@@ -145,6 +149,7 @@ impl fmt::Display for NodeOutcome {
         match self {
             Self::Granted => f.write_str("granted"),
             Self::Extended => f.write_str("extended"),
+            Self::Readded => f.write_str("re-added (missing on a node that had not granted it)"),
             Self::Released => f.write_str("released"),
             Self::Connected => f.write_str("connected"),
             Self::FenceConfirmed => f.write_str("fencing token confirmed"),

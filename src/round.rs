@@ -58,6 +58,9 @@ pub(crate) struct Request {
     /// that granted before the acquire was decided); a "done" from any other node is reported
     /// as [`NodeOutcome::LateGrant`] and counts as no vote. `None`: every node counts.
     pub(crate) counted: Option<Vec<bool>>,
+    /// Extend: the nodes to re-add a missing key on (`ARGV[3]` = `1`; `0` elsewhere). `None`:
+    /// no such argument.
+    pub(crate) readd_on: Option<Vec<bool>>,
     /// For metrics.
     pub(crate) operation: Operation,
 }
@@ -339,7 +342,13 @@ fn record(
     outcome: &NodeOutcome,
     latency: Duration,
 ) {
-    tally.record(outcome.vote());
+    // A key a renewal has just re-added is not yet proof of anything: it counts from the next
+    // round on (the report keeps it as a yes), never toward this round's majority.
+    let vote = match outcome {
+        NodeOutcome::Readded => crate::quorum::Vote::Failed,
+        other => other.vote(),
+    };
+    tally.record(vote);
     tracing::trace!(node = index, %outcome, ?latency, "node answered");
     if let Some(node) = redlock.nodes().get(index) {
         telemetry::node_answered(node.id().address(), outcome, latency);
@@ -375,6 +384,8 @@ enum Wire {
     Script {
         script: &'static Script,
         evalsha: redis::Cmd,
+        /// The same script with its last argument `1`, for the nodes marked (extend's re-add).
+        marked: Option<(Vec<bool>, redis::Cmd)>,
     },
     SetIfAbsent(redis::Cmd),
 }
@@ -399,7 +410,17 @@ impl Prepared {
                 for payload in &request.payload {
                     evalsha.arg(payload.as_slice());
                 }
-                Wire::Script { script, evalsha }
+                let marked = request.readd_on.as_ref().map(|nodes| {
+                    let mut marked = evalsha.clone();
+                    marked.arg("1");
+                    evalsha.arg("0");
+                    (nodes.clone(), marked)
+                });
+                Wire::Script {
+                    script,
+                    evalsha,
+                    marked,
+                }
             }
             Command::SetIfAbsent => {
                 let mut set = redis::cmd("SET");
@@ -421,15 +442,31 @@ impl Prepared {
 
     /// Sends the request on `conn`; a script the server does not know (a restarted node, a
     /// `SCRIPT FLUSH`) is loaded and sent once more.
-    async fn send(&self, conn: &mut MultiplexedConnection) -> redis::RedisResult<Value> {
+    async fn send(
+        &self,
+        conn: &mut MultiplexedConnection,
+        node: usize,
+    ) -> redis::RedisResult<Value> {
         match &self.wire {
-            Wire::Script { script, evalsha } => match evalsha.query_async(conn).await {
-                Err(err) if err.kind() == redis::ErrorKind::Server(ServerErrorKind::NoScript) => {
-                    script.load_async(conn).await?;
-                    evalsha.query_async(conn).await
+            Wire::Script {
+                script,
+                evalsha,
+                marked,
+            } => {
+                let cmd = match marked {
+                    Some((nodes, marked)) if nodes.get(node) == Some(&true) => marked,
+                    _ => evalsha,
+                };
+                match cmd.query_async(conn).await {
+                    Err(err)
+                        if err.kind() == redis::ErrorKind::Server(ServerErrorKind::NoScript) =>
+                    {
+                        script.load_async(conn).await?;
+                        cmd.query_async(conn).await
+                    }
+                    answer => answer,
                 }
-                answer => answer,
-            },
+            }
             Wire::SetIfAbsent(set) => set.query_async(conn).await,
         }
     }
@@ -450,19 +487,22 @@ async fn ask(node: &Node, request: &Prepared) -> (NodeOutcome, Option<u64>) {
             node.check_settled(&ready)?;
         }
         let (mut conn, generation) = (ready.conn, ready.generation);
-        request.send(&mut conn).await.map_err(|err| {
-            if breaks_connection(&err) {
-                node.report_broken(generation);
-            }
-            if err.kind() == redis::ErrorKind::Server(ServerErrorKind::ReadOnly) {
-                tracing::warn!(
-                    node = %node.id(),
-                    "node is a read-only replica: Redlock needs N independent masters, \
-                     a replica cannot vote and must not be listed"
-                );
-            }
-            NodeError::Redis(err)
-        })
+        request
+            .send(&mut conn, node.id().index())
+            .await
+            .map_err(|err| {
+                if breaks_connection(&err) {
+                    node.report_broken(generation);
+                }
+                if err.kind() == redis::ErrorKind::Server(ServerErrorKind::ReadOnly) {
+                    tracing::warn!(
+                        node = %node.id(),
+                        "node is a read-only replica: Redlock needs N independent masters, \
+                         a replica cannot vote and must not be listed"
+                    );
+                }
+                NodeError::Redis(err)
+            })
     };
     match call.await {
         Err(err) => (NodeOutcome::Failed(err), None),
@@ -509,6 +549,7 @@ pub(crate) fn classify_code(code: i64, done: &NodeOutcome) -> NodeOutcome {
     match ScriptReply::from_code(code) {
         Some(ScriptReply::Done) => done.clone(),
         Some(ScriptReply::Missing) => NodeOutcome::Missing,
+        Some(ScriptReply::Readded) => NodeOutcome::Readded,
         Some(ScriptReply::Foreign { expires_in_ms }) => NodeOutcome::HeldByOther {
             expires_in: expires_in_ms.map(Duration::from_millis),
         },
@@ -586,6 +627,7 @@ mod tests {
             let expected = match &reply {
                 Value::Int(-1) => "done",
                 Value::Int(-2) => "missing",
+                Value::Int(-5) => "readded",
                 Value::Int(n) if *n >= 0 || *n == -3 => "held",
                 Value::Array(items) => match items.as_slice() {
                     [Value::Int(-1), Value::Int(f)] if *f >= 0 => "done",
@@ -601,6 +643,7 @@ mod tests {
             let got = match &outcome {
                 NodeOutcome::Granted => "done",
                 NodeOutcome::Missing => "missing",
+                NodeOutcome::Readded => "readded",
                 NodeOutcome::HeldByOther { .. } => "held",
                 NodeOutcome::Failed(NodeError::UnexpectedReply(shown)) => {
                     assert!(shown.len() <= SHOWN_REPLY_LEN);

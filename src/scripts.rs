@@ -8,6 +8,7 @@
 //! | `-2` | the key does not exist (expired, released, or never set here) |
 //! | `-3` | the key belongs to another owner and has no expiry |
 //! | `n ≥ 0` | the key belongs to another owner and expires in `n` ms |
+//! | `-5` | extend: the key was missing and asked to be re-added, and was set again |
 //! | `{-1, f}` | fenced acquire: the key was set and the fence counter is now `f` |
 //!
 //! A round sends `EVALSHA` and, on `NOSCRIPT` (a restarted node, a `SCRIPT FLUSH`), loads the
@@ -92,9 +93,34 @@ pub(crate) static RELEASE: Lua = Lua::new(compare_and!(
     "redis.call('DEL', KEYS[1]) if ARGV[2] ~= '' then redis.pcall('PUBLISH', ARGV[2], ARGV[3]) end"
 ));
 
-/// `KEYS[1]` lock key, `ARGV[1]` token, `ARGV[2]` new ttl in ms. Renews the key's ttl only if
-/// it holds our token; never creates or deletes a key.
-pub(crate) static EXTEND: Lua = Lua::new(compare_and!("redis.call('PEXPIRE', KEYS[1], ARGV[2])"));
+/// `KEYS[1]` lock key, `ARGV[1]` token, `ARGV[2]` new ttl in ms, `ARGV[3]` `1` to re-add a
+/// missing key. Renews the key's ttl only if it holds our token; with `ARGV[3]` = `1` and no
+/// key at all, sets ours again (`-5`). Never deletes a key, never touches another owner's.
+///
+/// The client asks for the re-add only on nodes that did not hold our key at the last acquire
+/// or extend, and only while the lock is valid on its clock: a lease on a bare majority then
+/// spreads to nodes that come back and survives losing one of the first. A granting node that
+/// lost our key is not re-added: that loss is evidence the verdict must see
+/// (`crate::verdict`).
+pub(crate) static EXTEND: Lua = Lua::new(
+    r"
+local value = redis.call('GET', KEYS[1])
+if value == ARGV[1] then
+  redis.call('PEXPIRE', KEYS[1], ARGV[2])
+  return -1
+end
+if not value then
+  if ARGV[3] == '1' then
+    redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
+    return -5
+  end
+  return -2
+end
+local ttl = redis.call('PTTL', KEYS[1])
+if ttl == -1 then return -3 end
+return ttl
+",
+);
 
 /// `KEYS[1]` lock key, `KEYS[2]` fence counter (one per hash slot, see
 /// `resource::fence_key`), optional `KEYS[3]` the per-resource counter older versions kept,
@@ -205,7 +231,11 @@ pub(crate) mod effects {
 pub(crate) enum ScriptReply {
     Done,
     Missing,
-    Foreign { expires_in_ms: Option<u64> },
+    Foreign {
+        expires_in_ms: Option<u64>,
+    },
+    /// Extend: the key was missing and was set again.
+    Readded,
 }
 
 impl ScriptReply {
@@ -217,6 +247,7 @@ impl ScriptReply {
             -3 => Some(Self::Foreign {
                 expires_in_ms: None,
             }),
+            -5 => Some(Self::Readded),
             n => u64::try_from(n).ok().map(|ms| Self::Foreign {
                 expires_in_ms: Some(ms),
             }),
@@ -250,7 +281,8 @@ mod tests {
                 expires_in_ms: Some(i64::MAX as u64)
             })
         );
-        for code in [-4, -100, i64::MIN] {
+        assert_eq!(ScriptReply::from_code(-5), Some(ScriptReply::Readded));
+        for code in [-4, -6, -100, i64::MIN] {
             assert_eq!(ScriptReply::from_code(code), None);
         }
     }

@@ -17,7 +17,9 @@
 //! it needs evidence, never a guess. The evidence is a node that *granted* the lock (per the
 //! lock's last acquire or extend) and now answers that our key is missing or someone else's:
 //! the lock could have been lost when those nodes, together with every node that never
-//! granted it, could form a majority for somebody else. A timeout, an unreachable node, or a
+//! granted it, could form a majority for somebody else. That proof wins over a majority that
+//! answers for us now: a renewal re-adds our key where it is missing on a node that never
+//! granted it, which can make "now" look better than "all along". A timeout, an unreachable node, or a
 //! node whose grant was never seen is no evidence: then the verdict is an outage (our keys
 //! expire with their ttl), and a lease retries until its deadline. The other proof is our own
 //! clock: a release that starts after the local deadline is `Gone`, since another client may
@@ -77,19 +79,19 @@ pub(crate) fn judge(
     granted: Option<&[Vote]>,
     now: &[Vote],
 ) -> Verdict {
+    let held = matches!(kind, RoundKind::Renew | RoundKind::Release);
     match (kind, tally.decision()) {
-        (_, Decision::Won) if validity_left => Verdict::Won,
         // Released after the local deadline: someone else may have held it since.
         (RoundKind::Release, _) if !validity_left => Verdict::Gone,
+        // Proof first: a majority now answering for us does not undo a window in which
+        // another client could have held a majority (keys re-added by a renewal, or a
+        // straggler grant, make "now" look better than "all along").
+        _ if held && could_have_been_lost(tally.quorum(), granted, now) => Verdict::Gone,
+        (_, Decision::Won) if validity_left => Verdict::Won,
         (RoundKind::Acquire | RoundKind::Renew, Decision::Won) => Verdict::TooLate,
         (RoundKind::Acquire, _) if tally.lost_to_outage() => Verdict::Outage,
         (RoundKind::Acquire, _) => Verdict::Busy,
-        (RoundKind::Renew | RoundKind::Release, _)
-            if could_have_been_lost(tally.quorum(), granted, now) =>
-        {
-            Verdict::Gone
-        }
-        (RoundKind::Renew | RoundKind::Release, _) => Verdict::Outage,
+        _ => Verdict::Outage,
     }
 }
 
@@ -178,6 +180,16 @@ mod tests {
         assert_eq!(held(&[Y; 5], &[R, R, F, Y, Y], true), Verdict::Outage);
     }
 
+    /// Keys re-added on the two nodes that never granted give 4 yes of 5, but a granting node
+    /// lost our key: with the two that were free, another client could have had a majority.
+    #[test]
+    fn proof_of_loss_wins_over_a_majority_now() {
+        let granted = [Y, Y, Y, F, F];
+        assert_eq!(held(&granted, &[R, Y, Y, Y, Y], true), Verdict::Gone);
+        // Without the loss, the re-added keys are simply ours.
+        assert_eq!(held(&granted, &[Y, Y, Y, Y, Y], true), Verdict::Won);
+    }
+
     #[test]
     fn a_non_granting_node_refusing_is_no_evidence() {
         // Granted on nodes 0..3; nodes 3 and 4 never held it and say so; node 2 times out.
@@ -214,9 +226,9 @@ mod tests {
         assert_eq!(judge_acquire(&[F, F, F, R, Y], true), Verdict::Outage);
     }
 
-    /// Exhaustive over N = 1..=7, every grant pattern and every answer pattern: `Gone` exactly
-    /// when another client could have assembled a majority from nodes that were free of our
-    /// key at some time, `Won` exactly at a majority of yes with validity left, and never
+    /// Exhaustive over N = 1..=7, every grant pattern and every answer pattern, for releases
+    /// and renewals: `Gone` exactly when another client could have assembled a majority from
+    /// nodes that were free of our key at some time; else `Won` at a majority of yes; never
     /// `Gone` when no granting node refused (timeouts alone are never evidence).
     #[test]
     fn held_verdicts_exhaustively() {
@@ -235,24 +247,27 @@ mod tests {
                 let granted = decode(g);
                 for c in 0..patterns {
                     let now = decode(c);
-                    let verdict = held(&granted, &now, true);
-                    let yes = now.iter().filter(|v| **v == Y).count();
                     let q = crate::quorum::quorum(n);
-                    if yes >= q {
-                        assert_eq!(verdict, Verdict::Won);
-                        continue;
-                    }
+                    let yes = now.iter().filter(|v| **v == Y).count();
                     let free: usize = (0..n).filter(|i| granted[*i] != Y || now[*i] == R).count();
-                    let expected = if free >= q {
-                        Verdict::Gone
-                    } else {
-                        Verdict::Outage
-                    };
-                    assert_eq!(verdict, expected, "n={n} granted={granted:?} now={now:?}");
-                    let evidence = (0..n).any(|i| granted[i] == Y && now[i] == R);
-                    let grantors = granted.iter().filter(|v| **v == Y).count();
-                    if grantors >= q && !evidence {
-                        assert_eq!(verdict, Verdict::Outage, "no evidence: {now:?}");
+                    for kind in [RoundKind::Release, RoundKind::Renew] {
+                        let verdict = judge(kind, &tally(&now), true, Some(&granted), &now);
+                        let expected = if free >= q {
+                            Verdict::Gone
+                        } else if yes >= q {
+                            Verdict::Won
+                        } else {
+                            Verdict::Outage
+                        };
+                        assert_eq!(
+                            verdict, expected,
+                            "{kind:?} n={n} granted={granted:?} now={now:?}"
+                        );
+                        let evidence = (0..n).any(|i| granted[i] == Y && now[i] == R);
+                        let grantors = granted.iter().filter(|v| **v == Y).count();
+                        if grantors >= q && !evidence {
+                            assert_ne!(verdict, Verdict::Gone, "no evidence: {now:?}");
+                        }
                     }
                 }
             }

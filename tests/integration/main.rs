@@ -4,6 +4,8 @@
 mod cluster;
 #[path = "../support/proxy.rs"]
 mod proxy;
+#[path = "../support/wait.rs"]
+mod wait;
 
 mod acl;
 mod acquire;
@@ -16,7 +18,6 @@ mod lifecycle;
 mod metric_recording;
 mod misbehaving;
 mod network;
-mod observability;
 mod readme;
 mod restarts;
 mod tls;
@@ -29,6 +30,7 @@ use std::time::Duration;
 
 use cluster::Cluster;
 use redquorum::RedLock;
+pub(crate) use wait::eventually;
 
 pub(crate) const PREFIX: &[u8] = b"redquorum:";
 
@@ -47,20 +49,6 @@ pub(crate) fn lock_key(resource: &[u8]) -> Vec<u8> {
     key.extend_from_slice(resource);
     key.push(b'}');
     key
-}
-
-/// Polls `check` every 10 ms until it holds or `within` has passed.
-pub(crate) async fn eventually(within: Duration, mut check: impl FnMut() -> bool) -> bool {
-    let deadline = tokio::time::Instant::now() + within;
-    loop {
-        if check() {
-            return true;
-        }
-        if tokio::time::Instant::now() >= deadline {
-            return false;
-        }
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
 }
 
 /// Waits until every running server holds `lock`'s key with its token. A round is decided at the

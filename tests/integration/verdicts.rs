@@ -35,10 +35,27 @@ async fn a_release_that_times_out_is_an_outage_not_an_expiry() {
         })
         .await
     );
+    // Node 0 must have refused our SET before the other owner's key goes: a SET still in
+    // flight would land after the DEL and make node 0 ours.
+    let set_calls = || {
+        let stats: String = cluster.run(0, redis::cmd("INFO").arg("commandstats"));
+        stats
+            .lines()
+            .find_map(|l| l.strip_prefix("cmdstat_set:calls="))
+            .and_then(|v| v.split(',').next()?.parse::<u64>().ok())
+            .unwrap_or(0)
+    };
+    assert!(
+        eventually(Duration::from_secs(3), || set_calls() >= 2).await,
+        "the other owner's SET and ours"
+    );
     let _: () = cluster.run(0, redis::cmd("DEL").arg(&key));
     cluster.pause(1);
     cluster.pause(2);
-    let err = lock.release().await.expect_err("2 of 5 released");
+    let err = match lock.release().await {
+        Ok(report) => panic!("2 of 5 released, yet Ok: {report:?}"),
+        Err(err) => err,
+    };
     cluster.resume(1);
     cluster.resume(2);
     assert!(err.is_no_quorum(), "an outage, not an expiry: {err}");
@@ -94,5 +111,114 @@ async fn a_renewal_that_times_out_on_a_granting_node_keeps_the_lease() {
     for node in [3, 4] {
         let _: () = cluster.run(node, redis::cmd("DEL").arg(&key));
     }
+    cluster.assert_no_keys_under(PREFIX);
+}
+
+/// A lease granted by a bare majority (two nodes held another owner's key) spreads to those
+/// two nodes once they are free, so it survives losing one of the three that granted it.
+///
+/// Mutation: no re-add (`readd_on: None` in `Lock::extend`) makes this fail: the key never
+/// reaches the two nodes, and the lease is lost at its deadline after the kill.
+#[tokio::test]
+async fn a_lease_on_a_bare_majority_spreads_and_survives_losing_a_granting_node() {
+    let mut cluster = Cluster::start(5);
+    let rl = client(&cluster, NODE_TIMEOUT);
+    let key = lock_key(b"verdict-spread");
+    for node in [3, 4] {
+        cluster.set(node, &key, b"someone else", Duration::from_secs(60));
+    }
+    let ttl = Duration::from_secs(2);
+    let lock = rl
+        .try_acquire("verdict-spread", ttl)
+        .await
+        .expect("acquire on 3 of 5");
+    let token = lock.token().expose().as_bytes().to_vec();
+    let lease = lock.into_lease(
+        LeaseOptions::default()
+            .renew_every(Duration::from_millis(200))
+            .expect("valid interval"),
+    );
+    for node in [3, 4] {
+        let _: () = cluster.run(node, redis::cmd("DEL").arg(&key));
+    }
+    assert!(
+        eventually(Duration::from_secs(3), || {
+            [3, 4]
+                .iter()
+                .all(|n| cluster.get(*n, &key).as_deref() == Some(&token[..]))
+        })
+        .await,
+        "the renewals re-add the key on the nodes that are free now"
+    );
+    cluster.kill(0);
+    let deadline_then = lease.valid_until();
+    tokio::time::sleep(ttl * 2).await;
+    assert!(!lease.is_lost(), "4 of 5 still hold it");
+    assert!(lease.valid_until() > deadline_then + ttl);
+    lease.release().await.expect("release");
+    cluster.assert_no_keys_under(PREFIX);
+}
+
+/// Re-added keys never hide a possible loss: the lock was granted by nodes 0–2 (3 and 4 held
+/// another owner's key), those two are free now, and our key vanished early from node 0.
+/// The extend re-adds 3 and 4 and renews 1 and 2 (4 of 5 hold it now), but nodes 0, 3 and 4
+/// could have been a majority for another client in between: `Expired` (the extend waits for
+/// every answer while it re-adds). So is the release.
+///
+/// Mutation: re-added keys counted toward the round's majority (no `Readded` case in
+/// `round::record`) together with `Won` checked before the proof in `verdict::judge` makes
+/// this fail: the extend succeeds.
+#[tokio::test]
+async fn a_re_added_majority_does_not_hide_a_possible_loss() {
+    use crate::proxy::{Fault, Proxy};
+    let cluster = Cluster::start(5);
+    // Nodes 0–2 behind slow links during the acquire, so 3 and 4 have refused before the
+    // round is decided: the lock knows they never took its key (a straggler might have).
+    let proxies = [
+        Proxy::start(cluster.server(0).port()).await,
+        Proxy::start(cluster.server(1).port()).await,
+        Proxy::start(cluster.server(2).port()).await,
+    ];
+    let mut urls: Vec<String> = proxies.iter().map(Proxy::url).collect();
+    urls.extend([cluster.server(3).url(), cluster.server(4).url()]);
+    let rl = redquorum::RedLock::builder(urls)
+        .per_node_timeout(NODE_TIMEOUT)
+        .build()
+        .expect("config");
+    rl.connect().await.expect("connect");
+    let key = lock_key(b"verdict-proof");
+    for node in [3, 4] {
+        cluster.set(node, &key, b"someone else", Duration::from_secs(60));
+    }
+    for proxy in &proxies {
+        proxy.set(Fault::Delay(Duration::from_millis(30)));
+    }
+    let mut lock = rl
+        .try_acquire("verdict-proof", Duration::from_secs(30))
+        .await
+        .expect("acquire on 3 of 5");
+    for proxy in &proxies {
+        proxy.set(Fault::None);
+    }
+    for node in [0, 3, 4] {
+        let _: () = cluster.run(node, redis::cmd("DEL").arg(&key));
+    }
+    let err = lock
+        .extend(Duration::from_secs(30))
+        .await
+        .expect_err("a possible loss");
+    assert!(err.is_expired(), "{err}");
+    // A majority did answer for us: the free nodes got our key again.
+    let token = lock.token().expose().as_bytes().to_vec();
+    assert!(
+        eventually(Duration::from_secs(3), || {
+            [3, 4]
+                .iter()
+                .all(|n| cluster.get(*n, &key).as_deref() == Some(&token[..]))
+        })
+        .await
+    );
+    let err = lock.release().await.expect_err("the same proof");
+    assert!(err.is_expired(), "{err}");
     cluster.assert_no_keys_under(PREFIX);
 }

@@ -190,7 +190,13 @@ async fn waiters_do_not_wake_each_other_with_their_failed_rounds() {
         rounds <= 6,
         "{rounds} acquire rounds in 1.5 s from two waiters"
     );
-    lock.release().await.expect("release");
+    // The test deleted the holder's key on two masters. If they were among the masters that
+    // granted before the acquire was decided, that is a possible loss, and the release says
+    // so (`Expired`); if the decision came from the other three, it is not. Either is right.
+    match lock.release().await {
+        Ok(_) => {}
+        Err(e) => assert!(e.is_expired(), "{e}"),
+    }
 }
 
 /// Each release wakes one waiter, the one that has waited longest, and only once: its five

@@ -1,4 +1,16 @@
 //! Tracing output: spans and events for every operation, and never a token or a password.
+//!
+//! A test binary of its own: tracing caches each callsite's interest process-wide, and a
+//! callsite that another test's thread registers at the moment this test installs its
+//! thread-local subscriber can stay cached as "nobody listens" (under load, the release span
+//! went missing once in two runs). Alone in its process, nothing races it.
+
+#[path = "support/cluster.rs"]
+mod cluster;
+#[path = "support/wait.rs"]
+mod wait;
+
+const PREFIX: &[u8] = b"redquorum:";
 
 use std::fmt::Write as _;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -10,7 +22,7 @@ use tracing::span::{Attributes, Id, Record};
 use tracing::{Event, Metadata, Subscriber};
 
 use crate::cluster::{Cluster, Persistence};
-use crate::{PREFIX, eventually};
+use crate::wait::eventually;
 
 /// Records every span and event, with all their fields, as text.
 #[derive(Clone, Default)]
