@@ -107,6 +107,34 @@ fn read_pid(path: &Path) -> Option<u32> {
     std::fs::read_to_string(path).ok()?.trim().parse().ok()
 }
 
+/// `redquorum run --ttl 1s --kill-grace 300ms r -- sh -c SCRIPT`, its stderr piped.
+fn short_run(cluster: &Cluster, scratch: &Path, script: &str) -> Child {
+    redquorum(cluster, scratch)
+        .args([
+            "run",
+            "--ttl",
+            "1s",
+            "--kill-grace",
+            "300ms",
+            "r",
+            "--",
+            "sh",
+            "-c",
+            script,
+        ])
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn")
+}
+
+/// Everything a finished child wrote on its piped stderr.
+fn stderr_of(child: &mut Child) -> String {
+    let mut err = String::new();
+    std::io::Read::read_to_string(&mut child.stderr.take().expect("stderr"), &mut err)
+        .expect("read");
+    err
+}
+
 fn signal(child: &Child, signal: nix::sys::signal::Signal) {
     let pid = nix::unistd::Pid::from_raw(i32::try_from(child.id()).expect("pid"));
     nix::sys::signal::kill(pid, signal).expect("signal redquorum");
@@ -279,22 +307,7 @@ fn losing_the_lock_stops_the_whole_command_and_exits_76() {
         "trap '' TERM; sleep 60 & echo $! > {}; wait",
         pids.display()
     );
-    let mut run = redquorum(&cluster, dir.path())
-        .args([
-            "run",
-            "--ttl",
-            "1s",
-            "--kill-grace",
-            "300ms",
-            "r",
-            "--",
-            "sh",
-            "-c",
-            &script,
-        ])
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("spawn");
+    let mut run = short_run(&cluster, dir.path(), &script);
     assert!(wait_until(Duration::from_secs(10), || read_pid(&pids).is_some()));
     let sleep_pid = read_pid(&pids).expect("pid");
     assert!(alive(sleep_pid));
@@ -303,8 +316,7 @@ fn losing_the_lock_stops_the_whole_command_and_exits_76() {
         cluster.pause(node);
     }
     let code = wait_exit(&mut run, Duration::from_secs(20));
-    let mut err = String::new();
-    std::io::Read::read_to_string(&mut run.stderr.take().expect("stderr"), &mut err).expect("read");
+    let err = stderr_of(&mut run);
     assert_eq!(code, 76, "{err}");
     assert!(err.contains("lost the lock"), "{err}");
     assert!(err.contains("SIGKILL"), "{err}");
@@ -901,22 +913,7 @@ fn ctrl_z_stops_the_command_too_and_a_lapsed_lock_never_lets_it_run_again() {
         pids.display(),
         ticks.display()
     );
-    let mut supervisor = redquorum(&cluster, dir.path())
-        .args([
-            "run",
-            "--ttl",
-            "1s",
-            "--kill-grace",
-            "300ms",
-            "r",
-            "--",
-            "sh",
-            "-c",
-            &script,
-        ])
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("spawn");
+    let mut supervisor = short_run(&cluster, dir.path(), &script);
     assert!(wait_until(Duration::from_secs(10), || read_pid(&pids).is_some()));
     let shell = read_pid(&pids).expect("pid");
     let lines = || {
@@ -942,9 +939,7 @@ fn ctrl_z_stops_the_command_too_and_a_lapsed_lock_never_lets_it_run_again() {
     );
     signal(&supervisor, nix::sys::signal::Signal::SIGCONT);
     let code = wait_exit(&mut supervisor, Duration::from_secs(10));
-    let mut err = String::new();
-    std::io::Read::read_to_string(&mut supervisor.stderr.take().expect("stderr"), &mut err)
-        .expect("read");
+    let err = stderr_of(&mut supervisor);
     assert_eq!(code, 76, "{err}");
     assert!(err.contains("lapsed while stopped"), "{err}");
     assert!(!alive(shell));
