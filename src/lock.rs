@@ -273,7 +273,7 @@ impl Lock {
             // Re-add our key where it is missing on a node that did not hold it at the last
             // acquire or extend (only while valid: checked above). Never on a node that did:
             // that loss is evidence for the verdict.
-            readd_on: Some(readd_on.clone()),
+            readd_on: Some(readd_on),
             operation: Operation::Extend,
         };
         let round = round::run(&self.redlock, request, timing.per_node_timeout, wait, None)

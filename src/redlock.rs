@@ -619,6 +619,7 @@ impl RedLock {
         acquired: &Round,
         timing: &Timing,
     ) -> std::result::Result<(), (fn(Box<Failure>) -> Error, Report)> {
+        let granted = acquired.report.votes();
         let request = Request {
             command: Command::Script(&scripts::CONFIRM_FENCE),
             key: key.to_vec(),
@@ -630,9 +631,7 @@ impl RedLock {
             settled_nodes_only: false,
             // Only the masters that granted before the decision: their counters are in T.
             counted: Some(
-                acquired
-                    .report
-                    .votes()
+                granted
                     .iter()
                     .map(|v| *v == crate::quorum::Vote::Yes)
                     .collect(),
@@ -653,7 +652,7 @@ impl RedLock {
             RoundKind::Renew,
             &confirm.tally,
             timing.validity_after(elapsed).is_some(),
-            Some(&acquired.report.votes()),
+            Some(&granted),
             &confirm.report.votes(),
         );
         match verdict.error() {

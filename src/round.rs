@@ -165,28 +165,25 @@ pub(crate) async fn run_then(
         async move {
             let asked = match redlock.nodes().get(index) {
                 Some(node) => match &after {
-                    Some(after) if prepared.deliver_anyway => {
-                        after.settled(index).await;
-                        // Its own task, so the timeout only stops the waiting.
-                        let (redlock, prepared) = (redlock.clone(), prepared.clone());
-                        let delivery = tokio::spawn(async move {
-                            match redlock.nodes().get(index) {
-                                Some(node) => ask(node, &prepared).await,
-                                None => (NodeOutcome::NoReply, None),
-                            }
-                        });
-                        match tokio::time::timeout(per_node_timeout, delivery).await {
-                            Ok(Ok(answer)) => answer,
-                            Ok(Err(_)) => (NodeOutcome::NoReply, None),
-                            Err(_) => timed_out(per_node_timeout),
-                        }
-                    }
                     Some(after) => {
                         after.settled(index).await;
-                        match tokio::time::timeout(per_node_timeout, ask(node, &prepared)).await {
-                            Ok(answer) => answer,
-                            Err(_) => timed_out(per_node_timeout),
-                        }
+                        let answer = if prepared.deliver_anyway {
+                            // Its own task, so the timeout only stops the waiting.
+                            let (redlock, prepared) = (redlock.clone(), prepared.clone());
+                            let delivery = tokio::spawn(async move {
+                                match redlock.nodes().get(index) {
+                                    Some(node) => ask(node, &prepared).await,
+                                    None => (NodeOutcome::NoReply, None),
+                                }
+                            });
+                            tokio::time::timeout(per_node_timeout, async {
+                                delivery.await.unwrap_or((NodeOutcome::NoReply, None))
+                            })
+                            .await
+                        } else {
+                            tokio::time::timeout(per_node_timeout, ask(node, &prepared)).await
+                        };
+                        answer.unwrap_or_else(|_| timed_out(per_node_timeout))
                     }
                     None => ask(node, &prepared).await,
                 },
