@@ -302,6 +302,7 @@ impl Election {
             settled_nodes_only: false,
             counted: None,
             readd_on: None,
+            epochs: None,
             operation: Operation::Extend,
         };
         let round = round::run(

@@ -369,6 +369,20 @@ pub enum NodeError {
         /// The configured grace.
         grace: Duration,
     },
+    /// Fenced acquire: the server started since its fence counter was last re-seeded from the
+    /// other masters, so the counter may have gone back and must not enter a token. The client
+    /// re-seeds it and tries again at once (see the README's "Restarted masters").
+    #[error("fence counter not re-seeded since the server started")]
+    Unseeded,
+    /// Fenced acquire, confirm round: a re-seed read this master's counter after it granted
+    /// our lock, so its confirmation does not count (it proves nothing about the lock).
+    #[error("fence counter re-seeded since it granted the lock; the confirmation does not count")]
+    SeededSinceGrant,
+    /// Fenced acquire: the server would not say its `run_id` (`INFO server`; an ACL without
+    /// `+info`), so the client cannot tell whether its fence counter survived restarts. Plain
+    /// locks are unaffected.
+    #[error("INFO server refused: cannot tell whether the fence counter survived a restart")]
+    Unidentified,
     /// The node answered with a value none of redquorum's scripts returns (shown, truncated).
     #[error("unexpected reply {0}")]
     UnexpectedReply(String),

@@ -46,6 +46,7 @@ mod node;
 mod quorum;
 mod redlock;
 mod report;
+mod reseed;
 mod resource;
 mod retry;
 mod round;

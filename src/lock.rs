@@ -274,6 +274,7 @@ impl Lock {
             // acquire or extend (only while valid: checked above). Never on a node that did:
             // that loss is evidence for the verdict.
             readd_on: Some(readd_on),
+            epochs: None,
             operation: Operation::Extend,
         };
         let round = round::run(&self.redlock, request, timing.per_node_timeout, wait, None)

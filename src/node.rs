@@ -106,6 +106,11 @@ pub(crate) struct Ready {
     /// When the server process started (from its `uptime_in_seconds`, rounded so that the
     /// start is never placed too early); known only when a restart grace is configured.
     up_since: Option<Instant>,
+    /// The server's `run_id` as `INFO server` gave it when this connection was made: it
+    /// changes with every start of the server process, so the fenced acquire can tell whether
+    /// the node's fence counters were re-seeded since it last started (`crate::reseed`).
+    /// `None` when the server would not say (an ACL without `+info`).
+    pub(crate) run_id: Option<Arc<str>>,
 }
 
 /// The caller's side of a running supervisor.
@@ -311,10 +316,16 @@ async fn supervise(
             let mut conn = client
                 .get_multiplexed_async_connection_with_config(&config)
                 .await?;
-            let age = if ask_uptime {
-                Some(server_age(&mut conn).await?)
-            } else {
-                None
+            // Always asked: the fenced acquire needs the run_id. Only with a restart grace is
+            // an answer required; without one, a server that refuses INFO still serves plain
+            // locks (its fenced acquires report `NodeError::Unidentified`).
+            let age = match server_age(&mut conn).await {
+                Ok(age) => Some(age),
+                Err(err) if ask_uptime || breaks_connection(&err) => return Err(err),
+                Err(err) => {
+                    tracing::debug!(node = %id, error = %err, "INFO server refused");
+                    None
+                }
             };
             load_scripts(&mut conn, &id).await?;
             Ok::<_, RedisError>((conn, age))
@@ -325,7 +336,10 @@ async fn supervise(
         };
         match result {
             Ok((conn, age)) => {
-                let up_since = age.map(|age| {
+                let this_run = age
+                    .as_ref()
+                    .and_then(|age| age.run_id.as_deref().map(Arc::from));
+                let up_since = age.filter(|_| ask_uptime).map(|age| {
                     let since = grace_starts(Instant::now(), run_id.as_deref(), &age);
                     if age.uptime.is_none() {
                         tracing::warn!(node = %id, "INFO server has no usable uptime_in_seconds: the restart grace starts now");
@@ -340,6 +354,7 @@ async fn supervise(
                     conn,
                     generation,
                     up_since,
+                    run_id: this_run,
                 }));
                 loop {
                     tokio::select! {

@@ -12,6 +12,7 @@ use crate::lock::Lock;
 use crate::node::{IntoNode, Node};
 use crate::quorum;
 use crate::report::{NodeId, NodeOutcome, NodeReport, Report};
+use crate::reseed::{self, SeedKeys};
 use crate::retry::{Jitter, RetryPolicy};
 use crate::round::{self, Command, Request, Round, Stragglers, Wait};
 use crate::scripts;
@@ -363,6 +364,7 @@ impl RedLock {
         let deadline = policy.wait_limit().and_then(|w| started.checked_add(w));
         let mut attempts = 0u32;
         let mut subscription: Option<Subscription> = None;
+        let mut reseed_retries_left = 3u8;
         let channel = release_channel(key);
         if self.inner.config.wait_for_release
             && policy.attempts_limit() != Some(1)
@@ -393,6 +395,15 @@ impl RedLock {
                 Ok(lock) => return Ok(lock),
                 Err(failed) => failed,
             };
+            if kind.retry_now && reseed_retries_left > 0 {
+                // The same try again, now that the masters it lacked are seeded (or after a
+                // re-seed fenced off its confirmation): a restart or a new deployment costs a
+                // round or two, never an attempt or a wait.
+                tracing::debug!("fence counters re-seeded, trying again at once");
+                reseed_retries_left -= 1;
+                attempts -= 1;
+                continue;
+            }
             let out_of_attempts = policy.attempts_limit().is_some_and(|max| attempts >= max);
             let now = Instant::now();
             let past_deadline = deadline.is_some_and(|d| now >= d);
@@ -522,12 +533,16 @@ impl RedLock {
             false,
         );
         let config = &self.inner.config;
-        let fence_key = fencing.then(|| resource::fence_key(&config.key_prefix, resource));
-        let (command, extra_keys) = match &fence_key {
-            Some(fence_key) => {
-                let mut keys = vec![fence_key.clone()];
-                keys.extend(resource::legacy_fence_key(&config.key_prefix, resource));
-                (Command::Script(&scripts::ACQUIRE_FENCED), keys)
+        let seed_keys = fencing.then(|| SeedKeys {
+            counter: resource::fence_key(&config.key_prefix, resource),
+            marker: resource::seed_marker_key(&config.key_prefix, resource),
+            legacy: resource::legacy_fence_key(&config.key_prefix, resource),
+        });
+        let (command, extra_keys) = match &seed_keys {
+            Some(keys) => {
+                let mut extra = vec![keys.counter.clone(), keys.marker.clone()];
+                extra.extend(keys.legacy.clone());
+                (Command::Script(&scripts::ACQUIRE_FENCED), extra)
             }
             None => (Command::SetIfAbsent, Vec::new()),
         };
@@ -542,6 +557,7 @@ impl RedLock {
             settled_nodes_only: true,
             counted: None,
             readd_on: None,
+            epochs: None,
             operation: Operation::Acquire,
         };
         let round = round::run(
@@ -553,6 +569,14 @@ impl RedLock {
         )
         .await;
         cleanup.after(round.stragglers.clone());
+        // Masters that started since their counter was seeded gave no vote: re-seed them, in
+        // the background when the round is won anyway, before the next try when it is not.
+        let unseeded = seed_keys.as_ref().cloned().filter(|_| {
+            round
+                .report
+                .iter()
+                .any(|r| matches!(r.outcome(), NodeOutcome::Failed(NodeError::Unseeded)))
+        });
         let verdict = verdict::judge(
             RoundKind::Acquire,
             &round.tally,
@@ -563,10 +587,10 @@ impl RedLock {
         let (make, report) = match verdict.error() {
             Some(make) => (make, round.report),
             None => {
-                let confirmed = match (fence_key, round.fence) {
+                let confirmed = match (&seed_keys, round.fence) {
                     (None, _) => Ok(None),
-                    (Some(fence_key), Some(fence)) => self
-                        .confirm_fence(key, fence_key, &token, fence, &round, timing)
+                    (Some(keys), Some(fence)) => self
+                        .confirm_fence(key, keys, &token, fence, &round, timing)
                         .await
                         .map(|()| Some(fence)),
                     // A fenced round won without any counter: impossible with our script.
@@ -578,6 +602,13 @@ impl RedLock {
                 match confirmed {
                     Ok(fencing_token) => {
                         cleanup.disarm();
+                        if let Some(keys) = unseeded {
+                            let redlock = self.clone();
+                            let timeout = timing.per_node_timeout;
+                            tokio::spawn(async move {
+                                reseed::reseed(redlock.nodes(), &keys, timeout).await
+                            });
+                        }
                         let valid_until = valid_until(&round, timing);
                         tracing::debug!(attempt, elapsed = ?round.elapsed(), fencing_token, "acquired");
                         let mut lock = Lock::new(
@@ -599,7 +630,26 @@ impl RedLock {
         };
         let mut report = report;
         report.learn_expiries(&cleanup.run().await);
-        Err(FailedRound { make, report })
+        // A re-seed by another acquire of this slot fenced off our confirmation: no fault of
+        // the masters, so worth another round at once.
+        let fenced_off = report.iter().any(|r| {
+            matches!(
+                r.outcome(),
+                NodeOutcome::Failed(NodeError::SeededSinceGrant)
+            )
+        });
+        let retry_now = match unseeded {
+            Some(keys) => {
+                let reseeded = reseed::reseed(self.nodes(), &keys, timing.per_node_timeout).await;
+                reseeded.value.is_some() && reseeded.marked >= self.quorum()
+            }
+            None => fenced_off,
+        };
+        Err(FailedRound {
+            make,
+            report,
+            retry_now,
+        })
     }
 
     /// The second round of a fenced acquire: on every node that still holds our key, raise the
@@ -613,7 +663,7 @@ impl RedLock {
     async fn confirm_fence(
         &self,
         key: &[u8],
-        fence_key: Vec<u8>,
+        keys: &SeedKeys,
         token: &Token,
         fence: u64,
         acquired: &Round,
@@ -623,7 +673,7 @@ impl RedLock {
         let request = Request {
             command: Command::Script(&scripts::CONFIRM_FENCE),
             key: key.to_vec(),
-            extra_keys: vec![fence_key],
+            extra_keys: vec![keys.counter.clone(), keys.marker.clone()],
             token: token.expose().to_owned(),
             number: Some(fence),
             payload: Vec::new(),
@@ -637,6 +687,7 @@ impl RedLock {
                     .collect(),
             ),
             readd_on: None,
+            epochs: Some(acquired.epochs.clone()),
             operation: Operation::Acquire,
         };
         let confirm = round::run(
@@ -724,6 +775,7 @@ impl RedLock {
             settled_nodes_only: false,
             counted: None,
             readd_on: None,
+            epochs: None,
             operation: Operation::Release,
         };
         // Our own waiters need not wait for the message to come back from a node, nor even for
@@ -742,6 +794,9 @@ impl RedLock {
 struct FailedRound {
     make: fn(Box<Failure>) -> Error,
     report: Report,
+    /// Masters that had not been re-seeded since they started kept the round from a majority,
+    /// and now a majority is seeded: try again at once.
+    retry_now: bool,
 }
 
 /// The channel releases of the lock `key` are published on: `key:released`.

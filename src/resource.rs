@@ -123,6 +123,18 @@ fn per_resource_fence_key(prefix: &[u8], resource: &[u8]) -> Vec<u8> {
     key
 }
 
+/// The re-seed marker next to `resource`'s fence counter (`…:seeded` where the counter is
+/// `…:fence`, so both sit in one slot): it holds the `run_id` of the server process whose
+/// counter was last re-seeded from the other masters. A fenced acquire counts a master only
+/// while the marker names the server's current run: one that restarted, with or without its
+/// data, must be re-seeded first (`crate::reseed`). One per counter, so as bounded.
+pub(crate) fn seed_marker_key(prefix: &[u8], resource: &[u8]) -> Vec<u8> {
+    let mut key = fence_key(prefix, resource);
+    key.truncate(key.len() - b"fence".len());
+    key.extend_from_slice(b"seeded");
+    key
+}
+
 /// The leader-info key of an election on `resource`: `prefix{resource}:leader`.
 pub(crate) fn leader_key(prefix: &[u8], resource: &[u8]) -> Vec<u8> {
     let mut key = lock_key(prefix, resource);
@@ -172,6 +184,8 @@ mod tests {
         for x in names {
             for y in names {
                 assert_ne!(fence_key(b"p:", x), lock_key(b"p:", y));
+                assert_ne!(seed_marker_key(b"p:", x), lock_key(b"p:", y));
+                assert_ne!(seed_marker_key(b"p:", x), fence_key(b"p:", y));
                 assert_ne!(Some(fence_key(b"p:", x)), legacy_fence_key(b"p:", y));
             }
         }
@@ -221,12 +235,16 @@ mod tests {
                 hash_slot(&lock_key(b"redquorum:", resource.as_bytes()))
             );
             assert!(key.ends_with(b"}:slot:fence"));
+            let marker = seed_marker_key(b"redquorum:", resource.as_bytes());
+            assert_eq!(hash_slot(&marker), hash_slot(&key));
+            assert!(marker.ends_with(b"}:slot:seeded"));
             counters.insert(key);
         }
         assert!(counters.len() <= SLOTS, "{}", counters.len());
         // A prefix whose braces would move the counter to another slot keeps per-resource ones.
         assert_eq!(fence_key(b"a{b", b"r"), b"a{b{r}:fence");
         assert_eq!(legacy_fence_key(b"a{b", b"r"), None);
+        assert_eq!(seed_marker_key(b"a{b", b"r"), b"a{b{r}:seeded");
     }
 
     #[test]

@@ -61,6 +61,10 @@ pub(crate) struct Request {
     /// Extend: the nodes to re-add a missing key on (`ARGV[3]` = `1`; `0` elsewhere). `None`:
     /// no such argument.
     pub(crate) readd_on: Option<Vec<bool>>,
+    /// Fenced confirm: each master's re-seed epoch at its grant, sent as the last argument to
+    /// that master (empty where unknown, which the script never counts). `None`: no such
+    /// argument.
+    pub(crate) epochs: Option<Vec<Option<u64>>>,
     /// For metrics.
     pub(crate) operation: Operation,
 }
@@ -116,6 +120,9 @@ pub(crate) struct Round {
     pub(crate) stragglers: Option<Stragglers>,
     /// The highest fence counter among the answers before the decision (fenced acquire).
     pub(crate) fence: Option<u64>,
+    /// Each master's re-seed epoch at its grant, for the grants before the decision (fenced
+    /// acquire).
+    pub(crate) epochs: Vec<Option<u64>>,
 }
 
 impl Round {
@@ -203,6 +210,7 @@ pub(crate) async fn run_then(
     let mut answers: Vec<Option<(NodeOutcome, Duration)>> = vec![None; count];
     let mut tally = Tally::new(count);
     let mut fence: Option<u64> = None;
+    let mut epochs: Vec<Option<u64>> = vec![None; count];
     // The first polls run every request up to its send on the connection; the few answers
     // they may already give (a node known to be down) wait in `early`.
     let mut early = Vec::new();
@@ -246,7 +254,7 @@ pub(crate) async fn run_then(
                 else => break,
             },
         };
-        let (index, mut outcome, answer_fence, latency) = answer;
+        let (index, mut outcome, grant, latency) = answer;
         let counted = request
             .counted
             .as_ref()
@@ -254,7 +262,12 @@ pub(crate) async fn run_then(
         if !counted && outcome.vote() == crate::quorum::Vote::Yes {
             outcome = NodeOutcome::LateGrant;
         }
-        fence = fence.max(answer_fence);
+        if let Some(grant) = grant {
+            fence = fence.max(Some(grant.counter));
+            if let Some(slot) = epochs.get_mut(index) {
+                *slot = Some(grant.epoch);
+            }
+        }
         record(redlock, &mut tally, index, &outcome, latency);
         if let Some(slot) = answers.get_mut(index) {
             *slot = Some((outcome, latency));
@@ -318,6 +331,7 @@ pub(crate) async fn run_then(
         report: Report::new(report),
         stragglers,
         fence,
+        epochs,
     }
 }
 
@@ -352,7 +366,7 @@ fn record(
     }
 }
 
-fn timed_out(per_node_timeout: Duration) -> (NodeOutcome, Option<u64>) {
+fn timed_out(per_node_timeout: Duration) -> (NodeOutcome, Option<Grant>) {
     (
         NodeOutcome::Failed(NodeError::TimedOut(per_node_timeout)),
         None,
@@ -383,6 +397,10 @@ enum Wire {
         evalsha: redis::Cmd,
         /// The same script with its last argument `1`, for the nodes marked (extend's re-add).
         marked: Option<(Vec<bool>, redis::Cmd)>,
+        /// Append the server's `run_id` to the arguments (see `Lua::takes_run_id`).
+        run_id: bool,
+        /// Append each node's own value (see `Request::epochs`).
+        per_node: Option<Vec<Option<u64>>>,
     },
     SetIfAbsent(redis::Cmd),
 }
@@ -417,6 +435,8 @@ impl Prepared {
                     script,
                     evalsha,
                     marked,
+                    run_id: lua.takes_run_id(),
+                    per_node: request.epochs.clone(),
                 }
             }
             Command::SetIfAbsent => {
@@ -443,16 +463,38 @@ impl Prepared {
         &self,
         conn: &mut MultiplexedConnection,
         node: usize,
+        server_run: Option<&str>,
     ) -> redis::RedisResult<Value> {
         match &self.wire {
             Wire::Script {
                 script,
                 evalsha,
                 marked,
+                run_id,
+                per_node,
             } => {
                 let cmd = match marked {
                     Some((nodes, marked)) if nodes.get(node) == Some(&true) => marked,
                     _ => evalsha,
+                };
+                let extended;
+                let cmd = match (server_run.filter(|_| *run_id), per_node) {
+                    (Some(server_run), _) => {
+                        let mut with_run_id = cmd.clone();
+                        with_run_id.arg(server_run);
+                        extended = with_run_id;
+                        &extended
+                    }
+                    (None, Some(values)) => {
+                        let mut with_value = cmd.clone();
+                        match values.get(node).copied().flatten() {
+                            Some(value) => with_value.arg(value),
+                            None => with_value.arg(""),
+                        };
+                        extended = with_value;
+                        &extended
+                    }
+                    (None, None) => cmd,
                 };
                 match cmd.query_async(conn).await {
                     Err(err)
@@ -468,7 +510,13 @@ impl Prepared {
         }
     }
 
-    fn classify(&self, reply: Value) -> (NodeOutcome, Option<u64>) {
+    /// Whether the request carries the server's `run_id`, so cannot go to a server that
+    /// would not say it.
+    fn needs_run_id(&self) -> bool {
+        matches!(self.wire, Wire::Script { run_id: true, .. })
+    }
+
+    fn classify(&self, reply: Value) -> (NodeOutcome, Option<Grant>) {
         match self.wire {
             Wire::Script { .. } => classify(reply, &self.done),
             Wire::SetIfAbsent(_) => classify_set_if_absent(reply, &self.done),
@@ -477,15 +525,18 @@ impl Prepared {
 }
 
 /// Sends the request to one node and classifies its answer. Unbounded: the caller bounds it.
-async fn ask(node: &Node, request: &Prepared) -> (NodeOutcome, Option<u64>) {
+async fn ask(node: &Node, request: &Prepared) -> (NodeOutcome, Option<Grant>) {
     let call = async {
         let ready = node.connection().await?;
         if request.settled_nodes_only {
             node.check_settled(&ready)?;
         }
+        if request.needs_run_id() && ready.run_id.is_none() {
+            return Err(NodeError::Unidentified);
+        }
         let (mut conn, generation) = (ready.conn, ready.generation);
         request
-            .send(&mut conn, node.id().index())
+            .send(&mut conn, node.id().index(), ready.run_id.as_deref())
             .await
             .map_err(|err| {
                 if breaks_connection(&err) {
@@ -512,7 +563,7 @@ async fn ask(node: &Node, request: &Prepared) -> (NodeOutcome, Option<u64>) {
 pub(crate) fn classify_set_if_absent(
     reply: Value,
     done: &NodeOutcome,
-) -> (NodeOutcome, Option<u64>) {
+) -> (NodeOutcome, Option<Grant>) {
     match reply {
         Value::Okay => (done.clone(), None),
         Value::Nil => (NodeOutcome::HeldByOther { expires_in: None }, None),
@@ -520,15 +571,28 @@ pub(crate) fn classify_set_if_absent(
     }
 }
 
-/// What a script's reply says about the node, and the fence counter a fenced acquire returned.
+/// What one master's grant of a fenced acquire says.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub(crate) struct Grant {
+    /// The fence counter after the grant's increment.
+    pub(crate) counter: u64,
+    /// The master's re-seed epoch at the grant, which its confirm must name
+    /// (`scripts::CONFIRM_FENCE`).
+    pub(crate) epoch: u64,
+}
+
+/// What a script's reply says about the node, and what a fenced acquire's grant returned.
 /// Total: any reply shape, including ones no script of ours sends, is an outcome (an unexpected
 /// one is a failed vote), never a panic.
-pub(crate) fn classify(reply: Value, done: &NodeOutcome) -> (NodeOutcome, Option<u64>) {
+pub(crate) fn classify(reply: Value, done: &NodeOutcome) -> (NodeOutcome, Option<Grant>) {
     match reply {
         Value::Int(code) => (classify_code(code, done), None),
         Value::Array(items) => match items.as_slice() {
-            [Value::Int(-1), Value::Int(fence)] if *fence >= 0 => {
-                (done.clone(), u64::try_from(*fence).ok())
+            [Value::Int(-1), Value::Int(counter), Value::Int(epoch)] => {
+                match (u64::try_from(*counter), u64::try_from(*epoch)) {
+                    (Ok(counter), Ok(epoch)) => (done.clone(), Some(Grant { counter, epoch })),
+                    _ => (unexpected(&Value::Array(items)), None),
+                }
             }
             _ => (unexpected(&Value::Array(items)), None),
         },
@@ -547,6 +611,8 @@ pub(crate) fn classify_code(code: i64, done: &NodeOutcome) -> NodeOutcome {
         Some(ScriptReply::Done) => done.clone(),
         Some(ScriptReply::Missing) => NodeOutcome::Missing,
         Some(ScriptReply::Readded) => NodeOutcome::Readded,
+        Some(ScriptReply::Unseeded) => NodeOutcome::Failed(NodeError::Unseeded),
+        Some(ScriptReply::SeededSinceGrant) => NodeOutcome::Failed(NodeError::SeededSinceGrant),
         Some(ScriptReply::Foreign { expires_in_ms }) => NodeOutcome::HeldByOther {
             expires_in: expires_in_ms.map(Duration::from_millis),
         },
@@ -625,9 +691,11 @@ mod tests {
                 Value::Int(-1) => "done",
                 Value::Int(-2) => "missing",
                 Value::Int(-5) => "readded",
+                Value::Int(-6) => "unseeded",
+                Value::Int(-7) => "seeded since grant",
                 Value::Int(n) if *n >= 0 || *n == -3 => "held",
                 Value::Array(items) => match items.as_slice() {
-                    [Value::Int(-1), Value::Int(f)] if *f >= 0 => "done",
+                    [Value::Int(-1), Value::Int(f), Value::Int(e)] if *f >= 0 && *e >= 0 => "done",
                     _ => "failed",
                 },
                 _ => "failed",
@@ -641,6 +709,8 @@ mod tests {
                 NodeOutcome::Granted => "done",
                 NodeOutcome::Missing => "missing",
                 NodeOutcome::Readded => "readded",
+                NodeOutcome::Failed(NodeError::Unseeded) => "unseeded",
+                NodeOutcome::Failed(NodeError::SeededSinceGrant) => "seeded since grant",
                 NodeOutcome::HeldByOther { .. } => "held",
                 NodeOutcome::Failed(NodeError::UnexpectedReply(shown)) => {
                     assert!(shown.len() <= SHOWN_REPLY_LEN);
@@ -695,15 +765,32 @@ mod tests {
             (NodeOutcome::Released, None)
         ));
         let fenced = classify(
+            Value::Array(vec![Value::Int(-1), Value::Int(41), Value::Int(3)]),
+            &NodeOutcome::Granted,
+        );
+        assert!(matches!(
+            fenced,
+            (
+                NodeOutcome::Granted,
+                Some(Grant {
+                    counter: 41,
+                    epoch: 3
+                })
+            )
+        ));
+        for bad in [[-1, -5, 0], [-1, 5, -1]] {
+            let negative = classify(
+                Value::Array(bad.iter().map(|n| Value::Int(*n)).collect()),
+                &NodeOutcome::Granted,
+            );
+            assert!(matches!(negative, (NodeOutcome::Failed(_), None)));
+        }
+        // The reply of the fenced acquire before re-seeding (no epoch) is not a grant.
+        let old = classify(
             Value::Array(vec![Value::Int(-1), Value::Int(41)]),
             &NodeOutcome::Granted,
         );
-        assert!(matches!(fenced, (NodeOutcome::Granted, Some(41))));
-        let negative = classify(
-            Value::Array(vec![Value::Int(-1), Value::Int(-5)]),
-            &NodeOutcome::Granted,
-        );
-        assert!(matches!(negative, (NodeOutcome::Failed(_), None)));
+        assert!(matches!(old, (NodeOutcome::Failed(_), None)));
     }
 
     #[test]

@@ -9,7 +9,9 @@
 //! | `-3` | the key belongs to another owner and has no expiry |
 //! | `n ≥ 0` | the key belongs to another owner and expires in `n` ms |
 //! | `-5` | extend: the key was missing and asked to be re-added, and was set again |
-//! | `{-1, f}` | fenced acquire: the key was set and the fence counter is now `f` |
+//! | `-6` | fenced acquire: the master's fence counter was not re-seeded since it last started |
+//! | `-7` | fenced confirm: a re-seed read this master's counter after it granted |
+//! | `{-1, f, e}` | fenced acquire: the key was set, the fence counter is now `f`, the re-seed epoch is `e` |
 //!
 //! A round sends `EVALSHA` and, on `NOSCRIPT` (a restarted node, a `SCRIPT FLUSH`), loads the
 //! script and sends it once more (`round::Prepared::send`). The plain acquire is not a script:
@@ -25,6 +27,9 @@ use redis::Script;
 pub(crate) struct Lua {
     code: &'static str,
     script: OnceLock<Script>,
+    /// The script's last argument is the `run_id` of the server it runs on, which differs
+    /// from node to node: the round appends it per node (`round::Prepared::send`).
+    takes_run_id: bool,
 }
 
 impl Lua {
@@ -32,7 +37,20 @@ impl Lua {
         Self {
             code,
             script: OnceLock::new(),
+            takes_run_id: false,
         }
+    }
+
+    const fn with_run_id(code: &'static str) -> Self {
+        Self {
+            code,
+            script: OnceLock::new(),
+            takes_run_id: true,
+        }
+    }
+
+    pub(crate) fn takes_run_id(&self) -> bool {
+        self.takes_run_id
     }
 
     pub(crate) fn code(&self) -> &'static str {
@@ -53,13 +71,15 @@ impl std::fmt::Debug for Lua {
 }
 
 /// Every script, for loading them all on a new connection.
-pub(crate) fn all() -> [&'static Lua; 5] {
+pub(crate) fn all() -> [&'static Lua; 7] {
     [
         &RELEASE,
         &EXTEND,
         &ACQUIRE_FENCED,
         &CONFIRM_FENCE,
         &WRITE_LEADER_INFO,
+        &SEED_READ,
+        &SEED_FENCE,
     ]
 }
 
@@ -123,26 +143,33 @@ return ttl
 );
 
 /// `KEYS[1]` lock key, `KEYS[2]` fence counter (one per hash slot, see
-/// `resource::fence_key`), optional `KEYS[3]` the per-resource counter older versions kept,
-/// `ARGV[1]` token, `ARGV[2]` ttl in ms.
-/// `SET NX PX`, and when the key is set, also `INCR`s the fence counter and answers
+/// `resource::fence_key`), `KEYS[3]` its re-seed marker (`resource::seed_marker_key`),
+/// optional `KEYS[4]` the per-resource counter older versions kept; `ARGV[1]` token, `ARGV[2]`
+/// ttl in ms, `ARGV[3]` the `run_id` of the server as the client's connection learned it.
+///
+/// First, a master whose marker does not name its current run answers `-6` and sets nothing:
+/// it started since its counter was last re-seeded, so the counter may have gone back (no
+/// `appendfsync always`, an old snapshot) and must not enter a token (`crate::reseed`).
+/// Then `SET NX PX`, and when the key is set, also `INCR`s the fence counter and answers
 /// `{-1, counter}`; when it is taken, the holder's remaining ttl. A per-resource counter left
 /// by an older version is folded into the slot's counter first (the larger wins) and deleted,
 /// so tokens never go back across the upgrade. (The plain acquire is no script: it sends
 /// `SET NX PX` and `PTTL` as two native commands, see `round::Command`.)
-pub(crate) static ACQUIRE_FENCED: Lua = Lua::new(
+pub(crate) static ACQUIRE_FENCED: Lua = Lua::with_run_id(
     r"
+local seed = redis.call('HMGET', KEYS[3], 'run', 'epoch')
+if seed[1] ~= ARGV[3] then return -6 end
 if redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then
-  if KEYS[3] then
-    local legacy = tonumber(redis.call('GET', KEYS[3]) or '')
+  if KEYS[4] then
+    local legacy = tonumber(redis.call('GET', KEYS[4]) or '')
     if legacy then
       if legacy > (tonumber(redis.call('GET', KEYS[2]) or '0') or 0) then
         redis.call('SET', KEYS[2], legacy)
       end
-      redis.call('DEL', KEYS[3])
+      redis.call('DEL', KEYS[4])
     end
   end
-  return {-1, redis.call('INCR', KEYS[2])}
+  return {-1, redis.call('INCR', KEYS[2]), tonumber(seed[2]) or 0}
 end
 local ttl = redis.call('PTTL', KEYS[1])
 if ttl == -1 then return -3 end
@@ -150,9 +177,50 @@ return ttl
 ",
 );
 
-/// `KEYS[1]` lock key, `KEYS[2]` fence counter, `ARGV[1]` token, `ARGV[2]` fencing token T.
-/// Only while the lock key holds our token: raises the counter to at least T. Never lowers it,
+/// `KEYS[1]` fence counter, `KEYS[2]` its re-seed marker, optional `KEYS[3]` an older
+/// version's per-resource counter; `ARGV[1]` the server's `run_id`. Answers
+/// `{counter, run, legacy}` (each nil where there is none) and, on a master marked for its
+/// current run, moves the marker's epoch on: a fenced confirm whose grant came before this
+/// reading no longer counts on this master (`CONFIRM_FENCE`), so every confirmation that
+/// counts here is in the reading or comes after a grant that did. (An unmarked master has
+/// granted no fenced lock in its current run, so it has nothing to fence off.)
+pub(crate) static SEED_READ: Lua = Lua::new(
+    r"
+if redis.call('HGET', KEYS[2], 'run') == ARGV[1] then
+  redis.call('HINCRBY', KEYS[2], 'epoch', 1)
+end
+local legacy = false
+if KEYS[3] then legacy = redis.call('GET', KEYS[3]) end
+return {redis.call('GET', KEYS[1]), redis.call('HGET', KEYS[2], 'run'), legacy}
+",
+);
+
+/// `KEYS[1]` fence counter, `KEYS[2]` its re-seed marker, `ARGV[1]` the counter learned from
+/// the other masters, `ARGV[2]` the `run_id` the client read the marker against.
+/// Raises the counter to at least `ARGV[1]` (never lowers it) and marks it re-seeded for that
+/// run. Should the server have restarted since the client read its run_id, the marker names
+/// a run that is over and the master stays unseeded: nothing is trusted that was learned
+/// about an earlier run.
+pub(crate) static SEED_FENCE: Lua = Lua::new(
+    r"
+local fence = tonumber(redis.call('GET', KEYS[1]) or '0') or 0
+if fence < tonumber(ARGV[1]) then redis.call('SET', KEYS[1], ARGV[1]) end
+redis.call('HSET', KEYS[2], 'run', ARGV[2])
+return -1
+",
+);
+
+/// `KEYS[1]` lock key, `KEYS[2]` fence counter, `KEYS[3]` its re-seed marker, `ARGV[1]`
+/// token, `ARGV[2]` fencing token T, `ARGV[3]` the marker's epoch at this master's grant
+/// (empty for a master whose grant came after the decision: its confirmation never counts,
+/// `RedLock::confirm_fence`, and raising its counter does no harm).
+/// Only while the lock key holds our token and no re-seed has read this master since the
+/// grant (else `-7`, and nothing changes): raises the counter to at least T. Never lowers it,
 /// never touches the lock key.
+///
+/// The epoch check closes a race with re-seeding: a master that confirmed T and then
+/// restarted empty must not leave T known only to a confirmation that lands after the
+/// re-seed read the other masters (`crate::model` finds that schedule without the check).
 ///
 /// Which answers confirm the token is the client's rule, not the script's: only masters that
 /// granted the lock before the acquire was decided count (`RedLock::confirm_fence`). A master
@@ -160,7 +228,10 @@ return ttl
 /// counting it let two holders share a token, or a later one get a lower token (design §4,
 /// "Correction"; `crate::model` finds it with the old rule).
 pub(crate) static CONFIRM_FENCE: Lua = Lua::new(compare_and!(
-    "local fence = tonumber(redis.call('GET', KEYS[2]) or '0') or 0 \
+    "if ARGV[3] ~= '' and \
+         (tonumber(redis.call('HGET', KEYS[3], 'epoch')) or 0) ~= tonumber(ARGV[3]) then \
+         return -7 end \
+         local fence = tonumber(redis.call('GET', KEYS[2]) or '0') or 0 \
          if fence < tonumber(ARGV[2]) then redis.call('SET', KEYS[2], ARGV[2]) end"
 ));
 
@@ -187,15 +258,47 @@ pub(crate) mod effects {
         if key.is_none() { -2 } else { FOREIGN_TTL_MS }
     }
 
-    /// [`ACQUIRE_FENCED`](super::ACQUIRE_FENCED): `SET NX`, and on success `INCR` the counter.
-    pub(crate) fn acquire_fenced<O: Copy>(key: &mut Key<O>, fence: &mut u64, me: O) -> Value {
+    /// [`ACQUIRE_FENCED`](super::ACQUIRE_FENCED): refuse on a master not re-seeded since it
+    /// started, else `SET NX`, and on success `INCR` the counter.
+    pub(crate) fn acquire_fenced<O: Copy>(
+        key: &mut Key<O>,
+        fence: &mut u64,
+        seeded: bool,
+        epoch: u64,
+        me: O,
+    ) -> Value {
+        if !seeded {
+            return Value::Int(-6);
+        }
         if key.is_none() {
             *key = Some(me);
             *fence += 1;
-            Value::Array(vec![Value::Int(-1), Value::Int(*fence as i64)])
+            Value::Array(vec![
+                Value::Int(-1),
+                Value::Int(*fence as i64),
+                Value::Int(epoch as i64),
+            ])
         } else {
             Value::Int(FOREIGN_TTL_MS)
         }
+    }
+
+    /// [`SEED_READ`](super::SEED_READ): the counter and whether it is marked for the current
+    /// run, moving the epoch on.
+    pub(crate) fn seed_read(fence: u64, seeded: bool, epoch: &mut u64) -> (u64, bool) {
+        if seeded {
+            *epoch += 1;
+        }
+        (fence, seeded)
+    }
+
+    /// [`SEED_FENCE`](super::SEED_FENCE): raise the counter to at least `value`, mark the
+    /// master re-seeded.
+    pub(crate) fn seed_fence(fence: &mut u64, seeded: &mut bool, value: u64) {
+        if *fence < value {
+            *fence = value;
+        }
+        *seeded = true;
     }
 
     /// Which confirm rule to model. The script's effect is the same for both; what differs
@@ -213,11 +316,16 @@ pub(crate) mod effects {
     pub(crate) fn confirm_fence<O: PartialEq>(
         key: &Key<O>,
         fence: &mut u64,
+        epoch: u64,
         me: O,
         token: u64,
+        granted_in: Option<u64>,
     ) -> i64 {
         if key.as_ref() != Some(&me) {
             return not_ours(key);
+        }
+        if granted_in.is_some_and(|granted_in| granted_in != epoch) {
+            return -7;
         }
         if *fence < token {
             *fence = token;
@@ -236,6 +344,10 @@ pub(crate) enum ScriptReply {
     },
     /// Extend: the key was missing and was set again.
     Readded,
+    /// Fenced acquire: the master's counter was not re-seeded since it last started.
+    Unseeded,
+    /// Fenced confirm: a re-seed read the master's counter after it granted.
+    SeededSinceGrant,
 }
 
 impl ScriptReply {
@@ -248,6 +360,8 @@ impl ScriptReply {
                 expires_in_ms: None,
             }),
             -5 => Some(Self::Readded),
+            -6 => Some(Self::Unseeded),
+            -7 => Some(Self::SeededSinceGrant),
             n => u64::try_from(n).ok().map(|ms| Self::Foreign {
                 expires_in_ms: Some(ms),
             }),
@@ -282,7 +396,12 @@ mod tests {
             })
         );
         assert_eq!(ScriptReply::from_code(-5), Some(ScriptReply::Readded));
-        for code in [-4, -6, -100, i64::MIN] {
+        assert_eq!(ScriptReply::from_code(-6), Some(ScriptReply::Unseeded));
+        assert_eq!(
+            ScriptReply::from_code(-7),
+            Some(ScriptReply::SeededSinceGrant)
+        );
+        for code in [-4, -8, -100, i64::MIN] {
             assert_eq!(ScriptReply::from_code(code), None);
         }
     }

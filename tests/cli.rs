@@ -63,7 +63,10 @@ fn lock_keys(cluster: &Cluster) -> Vec<String> {
         .into_iter()
         .map(|(_, k)| String::from_utf8_lossy(&k).into_owned())
         .filter(|k| {
-            k.starts_with("redquorum:") && !k.ends_with(":fence") && !k.ends_with(":leader")
+            k.starts_with("redquorum:")
+                && !k.ends_with(":fence")
+                && !k.ends_with(":seeded")
+                && !k.ends_with(":leader")
         })
         .collect()
 }

@@ -10,7 +10,7 @@ use crate::{PREFIX, eventually};
 const TTL: Duration = Duration::from_secs(10);
 
 /// The rule the README gives operators, word for word (checked below).
-pub(crate) const README_RULE: &str = "ACL SETUSER redquorum on >CHANGE-ME resetkeys ~redquorum:* resetchannels &redquorum:* -@all +eval +evalsha +script|load +set +get +mget +incr +del +pexpire +pttl +publish +subscribe +unsubscribe";
+pub(crate) const README_RULE: &str = "ACL SETUSER redquorum on >CHANGE-ME resetkeys ~redquorum:* resetchannels &redquorum:* -@all +eval +evalsha +script|load +set +get +mget +incr +hget +hmget +hset +hincrby +del +pexpire +pttl +publish +subscribe +unsubscribe +info";
 
 fn set_user(cluster: &Cluster, rule: &str) {
     for i in 0..cluster.len() {
@@ -83,6 +83,38 @@ async fn a_rule_without_pexpire_cannot_extend() {
     assert!(err.is_no_quorum(), "{err}");
     lock.release().await.expect("release needs no PEXPIRE");
     assert!(eventually(Duration::from_secs(2), || cluster.keys().is_empty()).await);
+}
+
+/// Without `+info` the client cannot tell a restarted master, so a fenced acquire is refused
+/// with a typed error naming why, while plain locks work and nothing is left behind.
+///
+/// Mutation: sending the fenced acquire without a `run_id` (an empty one) gives "not
+/// re-seeded" instead, which does not name the cause.
+#[tokio::test]
+async fn a_rule_without_info_refuses_fencing_and_says_why() {
+    let cluster = Cluster::start(3);
+    set_user(&cluster, &README_RULE.replace(" +info", ""));
+    let plain = client_as_user(&cluster);
+    let lock = plain
+        .try_acquire("r", TTL)
+        .await
+        .expect("a plain lock needs no INFO");
+    lock.release().await.expect("release");
+    let fenced = RedLock::builder(cluster.urls_with("redquorum:CHANGE-ME"))
+        .per_node_timeout(Duration::from_millis(250))
+        .fencing(true)
+        .build()
+        .expect("config");
+    let err = fenced
+        .try_acquire("r", TTL)
+        .await
+        .expect_err("fencing needs INFO");
+    assert!(err.is_no_quorum() && !err.is_expired(), "{err}");
+    assert!(
+        format!("{err:#}").contains("INFO server refused"),
+        "{err:#}"
+    );
+    cluster.assert_no_keys_under(PREFIX);
 }
 
 #[tokio::test]

@@ -244,7 +244,11 @@ async fn script_flush_is_recovered_with_evalsha_fallback() {
             .expect("number_of_cached_scripts in INFO memory")
     };
     for i in 0..5 {
-        assert_eq!(cached(i), 5, "node {i}: every script loaded on connect");
+        assert_eq!(
+            cached(i),
+            crate::SCRIPT_COUNT,
+            "node {i}: every script loaded on connect"
+        );
         let _: () = cluster.run(i, &redis::cmd("SCRIPT").arg("FLUSH").clone());
         assert_eq!(cached(i), 0, "node {i}: flushed");
     }

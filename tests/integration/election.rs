@@ -177,10 +177,9 @@ async fn a_cancelled_campaign_leaves_nothing_behind() {
     leading.resign().await.expect("resign");
     // Only the persistent counter and the (stale) leader info remain; no lock key.
     let gone = || {
-        cluster
-            .keys()
-            .iter()
-            .all(|(_, k)| k.ends_with(b":fence") || k.ends_with(b":leader"))
+        cluster.keys().iter().all(|(_, k)| {
+            k.ends_with(b":fence") || k.ends_with(b":seeded") || k.ends_with(b":leader")
+        })
     };
     assert!(
         crate::eventually(Duration::from_secs(2), gone).await,

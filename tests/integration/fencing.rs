@@ -49,10 +49,12 @@ async fn tokens_strictly_increase_across_holders_and_master_failures() {
     assert_eq!(lock.fencing_token(), None);
     lock.release().await.expect("release");
     cluster.resume(4);
-    // Only the persistent counters remain: one per hash slot, here one per master.
+    // Only the persistent counters and their re-seed markers remain: one each per hash
+    // slot, here one each per master.
     let left: Vec<_> = cluster.keys().into_iter().map(|(_, k)| k).collect();
     assert!(
-        left.iter().all(|k| k.ends_with(b"}:slot:fence")),
+        left.iter()
+            .all(|k| k.ends_with(b"}:slot:fence") || k.ends_with(b"}:slot:seeded")),
         "{left:?}"
     );
 }
@@ -225,23 +227,25 @@ async fn a_fenced_store_rejects_every_write_from_a_stalled_holder() {
         wrong.is_empty(),
         "the fenced store must reject exactly the late writes: {wrong:?}"
     );
-    // Only the persistent fence counters outlive the run (stalled holders' keys expire).
+    // Only the persistent fence counters and their markers outlive the run (stalled
+    // holders' keys expire).
     let only_counters = || {
         let keys = cluster.lock().expect("cluster").keys();
-        keys.iter().all(|(_, k)| k.ends_with(b":fence"))
+        keys.iter()
+            .all(|(_, k)| k.ends_with(b":fence") || k.ends_with(b":seeded"))
     };
     assert!(eventually(Duration::from_secs(3), only_counters).await);
 }
 
 /// F1, the counterexample the review reproduced, replayed through the public API on three
-/// real masters X, Y, Z (counters 9, 0, 9 from earlier locks while Y was away; set as the
-/// per-resource counters older versions kept, so this also shows the upgrade: the first
+/// real masters X, Y, Z (counters 9, 1, 9 from earlier locks while Y was away; the 9s set as
+/// the per-resource counters older versions kept, so this also shows the upgrade: the first
 /// fenced acquire on each master folds them into the slot's counter):
 ///
-/// 1. A's fenced acquire: X → 10, Y → 1; decided at the majority, T_A = 10. A's request to Z
+/// 1. A's fenced acquire: X → 10, Y → 2; decided at the majority, T_A = 10. A's request to Z
 ///    sits in a slow proxy (2 s each way); Y's link is slower than X's (200 ms).
 /// 2. A's key disappears early from Y (a server clock step: deleted on the server).
-/// 3. B, connected directly: X refuses; Y → 2, Z → 10; T_B = 10. B confirms, releases.
+/// 3. B, connected directly: X refuses; Y → 3, Z → 10; T_B = 10. B confirms, releases.
 /// 4. A's slow `SET`+`INCR` lands on Z (→ 11, never part of T_A); A's confirm reaches Z.
 ///
 /// With the old confirm rule A counted X and Z and was confirmed with B's token, 10.
@@ -257,6 +261,14 @@ async fn a_late_grant_never_confirms_a_token_another_holder_has() {
     let cluster = Cluster::start(3);
     let fence_key = b"redquorum:{f1}:fence";
     let lock_key = crate::lock_key(b"f1");
+    // A deployment in service: every master's counter for this slot seeded (at 1) by a first
+    // fenced lock, so no re-seed round changes the timing below.
+    let first = fenced(&cluster)
+        .try_acquire("f1", Duration::from_secs(30))
+        .await
+        .expect("first lock");
+    assert_eq!(first.fencing_token(), Some(1));
+    first.release().await.expect("first release");
     for (node, counter) in [(0, b"9"), (2, b"9")] {
         let _: () = cluster.run(node, redis::cmd("SET").arg(fence_key).arg(counter));
     }
@@ -299,7 +311,7 @@ async fn a_late_grant_never_confirms_a_token_another_holder_has() {
         .await
         .expect("B acquires");
     let token_b = lock_b.fencing_token().expect("fenced");
-    assert_eq!(token_b, 10, "B's token is the max of Y (2) and Z (10)");
+    assert_eq!(token_b, 10, "B's token is the max of Y (3) and Z (10)");
     lock_b.release().await.expect("B releases");
     // The replay is F1 only if A's SET had not reached Z yet: Z's counter is B's 10, not 11.
     assert_eq!(crate::fence_counter(&cluster, 2), Some(10));
@@ -375,19 +387,133 @@ async fn distinct_resources_leave_at_most_one_counter_per_hash_slot() {
             .filter(|(i, _)| *i == node)
             .map(|(_, k)| k)
             .collect();
-        assert!(
-            on_node.iter().all(|k| k.ends_with(b"}:slot:fence")),
-            "only slot counters are left"
+        let counters = on_node
+            .iter()
+            .filter(|k| k.ends_with(b"}:slot:fence"))
+            .count();
+        let markers = on_node
+            .iter()
+            .filter(|k| k.ends_with(b"}:slot:seeded"))
+            .count();
+        assert_eq!(
+            counters + markers,
+            on_node.len(),
+            "only slot counters and their re-seed markers are left"
         );
         assert!(
-            on_node.len() <= 16_384,
-            "node {node}: {} counters",
-            on_node.len()
+            counters <= 16_384 && markers <= 16_384,
+            "node {node}: {counters} counters, {markers} markers"
         );
         println!(
-            "node {node}: {} counters for {RESOURCES} fenced resources ({:.1?})",
-            on_node.len(),
+            "node {node}: {counters} counters and {markers} markers for {RESOURCES} fenced \
+             resources ({:.1?})",
             started.elapsed()
         );
     }
+}
+
+/// A master that restarts empty must not lower the next token (design §4, `crate::reseed`).
+///
+/// Three masters, each behind a proxy. The first fenced lock seeds every master's counter.
+/// Tokens 2 to 6 are then handed out while Z is cut off, so X and Y count to 6 and Z stays at
+/// 1. Y restarts empty (counter 0, a new run), and X is cut off: Y and Z are a majority, and
+/// with Y trusted as it is the next token would be max(0, 1) + 1 = 2, after 6.
+///
+/// Must hold: while only Y and Z answer, the fenced acquire is refused (for all of a 3 s
+/// wait), and says that Y's counter was not re-seeded (Z alone cannot vouch for it: one marked master is no
+/// majority); a plain lock on the same masters is unaffected. Once X is back, Y is re-seeded
+/// from X and Z, and every later token is higher than 6, also when X is cut off again.
+/// Checked right after each step, never after a ttl.
+///
+/// Mutation: dropping the marker check from `ACQUIRE_FENCED` (the `-6` line) makes this fail
+/// at once (run: no master is ever marked); past that check, the acquire on Y and Z would
+/// succeed with token 2. The model (`crate::model`, `reseed: false`) finds the same.
+#[tokio::test]
+async fn a_master_restarting_empty_never_lowers_the_next_token() {
+    use crate::proxy::{Fault, Proxy};
+    let mut cluster = Cluster::start(3);
+    let proxies = [
+        Proxy::start(cluster.server(0).port()).await,
+        Proxy::start(cluster.server(1).port()).await,
+        Proxy::start(cluster.server(2).port()).await,
+    ];
+    let through = |fencing: bool| {
+        RedLock::builder(proxies.iter().map(Proxy::url))
+            .per_node_timeout(NODE_TIMEOUT)
+            .fencing(fencing)
+            .build()
+            .expect("config")
+    };
+    let rl = through(true);
+    let ttl = Duration::from_secs(30);
+    // Each take may wait a little: links that were reset reconnect in the background.
+    let take = |rl: RedLock| async move {
+        let lock = rl
+            .acquire_within("ledger", ttl, Duration::from_secs(3))
+            .await?;
+        let token = lock.fencing_token().expect("fenced");
+        lock.release().await?;
+        Ok::<u64, redquorum::Error>(token)
+    };
+
+    // A new deployment: nothing is marked, every master answers, the first lock seeds all.
+    assert_eq!(take(rl.clone()).await.expect("first lock"), 1);
+    for node in 0..3 {
+        let (run, run_id) = crate::seed_marker(&cluster, node);
+        assert_eq!(run.as_deref(), Some(run_id.as_str()), "node {node} seeded");
+    }
+
+    proxies[2].set(Fault::Reset);
+    let mut last = 1;
+    for _ in 0..5 {
+        let token = take(rl.clone()).await.expect("lock without Z");
+        assert!(token > last, "{token} after {last}");
+        last = token;
+    }
+    assert_eq!(last, 6);
+    assert_eq!(crate::fence_counter(&cluster, 2), Some(1));
+
+    proxies[2].set(Fault::None);
+    cluster.restart(1);
+    proxies[0].set(Fault::Reset);
+    match take(rl.clone()).await {
+        Ok(token) => panic!("token {token} after {last}, with Y's counter lost"),
+        Err(err) => {
+            assert!(err.is_no_quorum() && !err.is_expired(), "{err}");
+            let text = format!("{err:#}");
+            assert!(
+                text.contains("not re-seeded since the server started"),
+                "{text}"
+            );
+        }
+    }
+    let (run, run_id) = crate::seed_marker(&cluster, 1);
+    assert_ne!(run.as_deref(), Some(run_id.as_str()), "Y stays unseeded");
+    crate::assert_no_lock_keys(&cluster);
+    let plain = through(false)
+        .acquire_within("ledger", ttl, Duration::from_secs(3))
+        .await
+        .expect("a plain lock needs no counter");
+    plain.release().await.expect("release");
+
+    proxies[0].set(Fault::None);
+    let token = take(rl.clone()).await.expect("lock with X back");
+    assert!(token > last, "{token} after {last}");
+    last = token;
+    // The acquire won without Y and re-seeds it in the background.
+    assert!(
+        crate::eventually(Duration::from_secs(3), || {
+            let (run, run_id) = crate::seed_marker(&cluster, 1);
+            run.as_deref() == Some(run_id.as_str())
+        })
+        .await,
+        "Y re-seeded"
+    );
+    assert!(crate::fence_counter(&cluster, 1) >= Some(6));
+    proxies[0].set(Fault::Reset);
+    let token = take(rl.clone())
+        .await
+        .expect("lock on the re-seeded Y and Z");
+    assert!(token > last, "{token} after {last}");
+    crate::assert_no_lock_keys(&cluster);
 }

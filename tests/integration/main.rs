@@ -33,6 +33,8 @@ use redquorum::RedLock;
 pub(crate) use wait::eventually;
 
 pub(crate) const PREFIX: &[u8] = b"redquorum:";
+/// How many Lua scripts redquorum loads on every new connection (`scripts::all`).
+pub(crate) const SCRIPT_COUNT: u64 = 7;
 
 /// A client over every server of `cluster`, with a per-node timeout generous enough for a
 /// loaded 2-core CI machine.
@@ -63,6 +65,41 @@ pub(crate) async fn held_everywhere(cluster: &Cluster, lock: &redquorum::Lock) -
             .all(|i| cluster.get(i, &key).as_deref() == Some(token))
     })
     .await
+}
+
+/// Panics listing them if a running server holds a lock key (`prefix{…}`); counters,
+/// markers and leader info may stay.
+pub(crate) fn assert_no_lock_keys(cluster: &Cluster) {
+    let left: Vec<String> = cluster
+        .keys()
+        .into_iter()
+        .filter(|(_, k)| k.starts_with(PREFIX) && k.ends_with(b"}"))
+        .map(|(i, k)| format!("server {i}: {}", k.escape_ascii()))
+        .collect();
+    assert!(left.is_empty(), "lock keys left: {left:?}");
+}
+
+/// The `run` the re-seed marker of the (one) fenced slot names on server `node`, and the
+/// server's own `run_id`: equal once the server's counter was seeded for its current run.
+pub(crate) fn seed_marker(cluster: &Cluster, node: usize) -> (Option<String>, String) {
+    let markers: Vec<Vec<u8>> = cluster
+        .keys()
+        .into_iter()
+        .filter(|(i, k)| *i == node && k.ends_with(b"}:slot:seeded"))
+        .map(|(_, k)| k)
+        .collect();
+    assert!(markers.len() <= 1, "one fenced resource: {markers:?}");
+    let run = markers
+        .first()
+        .and_then(|key| cluster.run(node, redis::cmd("HGET").arg(key).arg("run")));
+    let info: String = cluster.run(node, redis::cmd("INFO").arg("server"));
+    let run_id = info
+        .lines()
+        .find_map(|l| l.strip_prefix("run_id:"))
+        .expect("INFO has run_id")
+        .trim()
+        .to_owned();
+    (run, run_id)
 }
 
 /// The value of the (one) slot fence counter on server `node`: fenced tests lock one resource,
