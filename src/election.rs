@@ -140,7 +140,7 @@ impl Election {
             .max_attempts(None)
             .max_wait(Some(CAMPAIGN_WAIT));
         loop {
-            let lock = match self
+            let mut lock = match self
                 .redlock
                 .acquire_fenced(&self.resource, self.ttl, &policy)
                 .await
@@ -156,6 +156,8 @@ impl Election {
                 continue;
             };
             let token = lock.token().clone();
+            // The leader info expires with the lock, and the lease renews both.
+            lock.set_companion(self.info_key.clone());
             match self.write_info(&token, term, &value).await {
                 Ok(()) => {
                     let lease = lock.into_lease(LeaseOptions::default());

@@ -8,6 +8,7 @@ use tokio::sync::{oneshot, watch};
 use tokio::task::JoinHandle;
 
 use crate::Result;
+use crate::deadline::Deadline;
 use crate::error::Error;
 use crate::lock::Lock;
 use crate::report::Report;
@@ -128,7 +129,7 @@ impl fmt::Display for LostReason {
 /// What the keep-alive task and the lease's holders share.
 #[derive(Debug)]
 struct Shared {
-    valid_until: watch::Sender<Instant>,
+    valid_until: watch::Sender<Deadline>,
     lost: watch::Sender<Option<LostReason>>,
 }
 
@@ -146,7 +147,7 @@ struct Shared {
 /// ```
 #[derive(Debug, Clone)]
 pub struct LeaseSignal {
-    valid_until: watch::Receiver<Instant>,
+    valid_until: watch::Receiver<Deadline>,
     lost: watch::Receiver<Option<LostReason>>,
 }
 
@@ -174,16 +175,17 @@ impl LeaseSignal {
     /// # fn demo(signal: &redquorum::LeaseSignal) { if signal.is_lost() { return; } }
     /// ```
     pub fn is_lost(&self) -> bool {
-        self.lost.borrow().is_some() || Instant::now() >= *self.valid_until.borrow()
+        self.lost.borrow().is_some() || self.valid_until.borrow().passed()
     }
 
-    /// The current local deadline (moves forward with every successful extension).
+    /// The current local deadline (moves forward with every successful extension, and
+    /// earlier by any suspend of the host, see [`Lock::valid_until`]).
     ///
     /// ```
     /// # fn demo(signal: &redquorum::LeaseSignal) { let _ = signal.valid_until(); }
     /// ```
     pub fn valid_until(&self) -> Instant {
-        *self.valid_until.borrow()
+        self.valid_until.borrow().instant()
     }
 }
 
@@ -233,7 +235,7 @@ impl Lock {
     /// # }
     /// ```
     pub fn into_lease(self, options: LeaseOptions) -> Lease {
-        let (valid_until, valid_rx) = watch::channel(self.valid_until());
+        let (valid_until, valid_rx) = watch::channel(self.deadline());
         let (lost, lost_rx) = watch::channel(None);
         let shared = Arc::new(Shared { valid_until, lost });
         let resource = self.resource_display();
@@ -376,7 +378,9 @@ async fn keep_alive(
             _ = &mut stop => return lock,
             _ = tokio::time::sleep_until(wake.into()) => {}
         }
-        if Instant::now() >= deadline {
+        // Checked anew rather than against `deadline`: a suspend of the host since brings
+        // the deadline forward, and the timers above did not run while it slept.
+        if lock.is_expired() {
             lose(if limit_reached {
                 LostReason::LimitReached
             } else {
@@ -392,7 +396,7 @@ async fn keep_alive(
         match extended {
             Ok(Ok(())) => {
                 extensions = extensions.saturating_add(1);
-                shared.valid_until.send_replace(lock.valid_until());
+                shared.valid_until.send_replace(lock.deadline());
                 next_renewal = after(interval).unwrap_or_else(|| lock.valid_until());
             }
             Ok(Err(e)) if e.is_expired() => {

@@ -35,6 +35,7 @@
 
 mod cleanup;
 mod config;
+mod deadline;
 mod election;
 mod error;
 mod inspect;

@@ -8,6 +8,7 @@ use tracing::Instrument;
 use crate::Result;
 use crate::cleanup::Cleanup;
 use crate::config::Timing;
+use crate::deadline::Deadline;
 use crate::error::{Error, Failure, NodeError, Operation};
 use crate::redlock::{RedLock, valid_until};
 use crate::report::{NodeOutcome, Report};
@@ -43,7 +44,7 @@ pub struct Lock {
     key: Vec<u8>,
     token: Token,
     timing: Timing,
-    valid_until: Instant,
+    deadline: Deadline,
     report: Report,
     attempts: u32,
     /// Acquire requests still running when the lock was granted; release waits for them.
@@ -52,6 +53,8 @@ pub struct Lock {
     /// Still counted in the `redquorum_locks_held` gauge.
     counted: bool,
     fencing_token: Option<u64>,
+    /// A key renewed with the lock's (see [`Lock::set_companion`]).
+    companion: Option<Vec<u8>>,
 }
 
 impl Lock {
@@ -62,7 +65,7 @@ impl Lock {
         key: Vec<u8>,
         token: Token,
         timing: Timing,
-        valid_until: Instant,
+        deadline: Deadline,
         round: Round,
         attempts: u32,
     ) -> Self {
@@ -73,13 +76,14 @@ impl Lock {
             key,
             token,
             timing,
-            valid_until,
+            deadline,
             report: round.report,
             attempts,
             stragglers: round.stragglers,
             released: false,
             counted: true,
             fencing_token: None,
+            companion: None,
         }
     }
 
@@ -102,8 +106,10 @@ impl Lock {
     }
 
     /// The local deadline: `start + ttl − drift` of the last successful acquire or extend, on
-    /// the monotonic clock. Before it, no other client can hold the lock (under the documented
-    /// assumptions); after it, act as if the lock were gone.
+    /// the monotonic clock, brought forward by any time the host spent suspended since (Linux:
+    /// `CLOCK_BOOTTIME` against `CLOCK_MONOTONIC`; the monotonic clock alone stops during a
+    /// suspend while the servers' keys expire). Before it, no other client can hold the lock
+    /// (under the documented assumptions); after it, act as if the lock were gone.
     ///
     /// ```
     /// # fn demo(lock: &redquorum::Lock) {
@@ -111,7 +117,12 @@ impl Lock {
     /// # }
     /// ```
     pub fn valid_until(&self) -> Instant {
-        self.valid_until
+        self.deadline.instant()
+    }
+
+    /// The deadline itself, for the lease (which re-reads it as the host sleeps and wakes).
+    pub(crate) fn deadline(&self) -> Deadline {
+        self.deadline
     }
 
     /// Validity left now (zero once [`valid_until`](Self::valid_until) has passed).
@@ -120,7 +131,7 @@ impl Lock {
     /// # fn demo(lock: &redquorum::Lock) { println!("{:?} left", lock.remaining()); }
     /// ```
     pub fn remaining(&self) -> Duration {
-        self.valid_until.saturating_duration_since(Instant::now())
+        self.deadline.remaining()
     }
 
     /// True once [`valid_until`](Self::valid_until) has passed.
@@ -129,7 +140,7 @@ impl Lock {
     /// # fn demo(lock: &redquorum::Lock) { if lock.is_expired() { return; } }
     /// ```
     pub fn is_expired(&self) -> bool {
-        Instant::now() >= self.valid_until
+        self.deadline.passed()
     }
 
     /// The ttl of the last successful acquire or extend, in whole milliseconds.
@@ -176,6 +187,12 @@ impl Lock {
 
     pub(crate) fn set_fencing_token(&mut self, token: Option<u64>) {
         self.fencing_token = token;
+    }
+
+    /// A key every extension renews together with the lock's (an election's leader info,
+    /// which expires with the lock).
+    pub(crate) fn set_companion(&mut self, key: Vec<u8>) {
+        self.companion = Some(key);
     }
 
     /// How many acquire rounds it took to get the lock.
@@ -239,7 +256,7 @@ impl Lock {
         let timing = self.redlock.config().timing(ttl)?;
         crate::redlock::ensure_runtime()?;
         let started = Instant::now();
-        if started >= self.valid_until {
+        if self.deadline.passed() {
             return Err(self.failure(
                 Error::Expired,
                 Operation::Extend,
@@ -264,7 +281,9 @@ impl Lock {
             command: Command::Script(&scripts::EXTEND),
             key: self.key.clone(),
             token: self.token.expose().to_owned(),
-            extra_keys: Vec::new(),
+            // A key that lives as long as the lock (an election's leader info) is renewed
+            // with it.
+            extra_keys: self.companion.iter().cloned().collect(),
             number: Some(timing.ttl_ms),
             payload: Vec::new(),
             done: NodeOutcome::Extended,
@@ -292,7 +311,7 @@ impl Lock {
             &round.report.votes(),
         );
         let Some(make) = verdict.error() else {
-            self.valid_until = valid_until(&round, &timing);
+            self.deadline = valid_until(&round, &timing);
             self.timing = timing;
             self.report = round.report;
             return Ok(());
@@ -341,7 +360,7 @@ impl Lock {
         crate::redlock::ensure_runtime()?;
         self.stop_counting();
         let started = Instant::now();
-        let expired_before = started >= self.valid_until;
+        let expired_before = self.deadline.passed();
         let round = self
             .redlock
             .release_everywhere(

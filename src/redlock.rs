@@ -7,6 +7,7 @@ use futures::future::join_all;
 
 use crate::cleanup::Cleanup;
 use crate::config::{Builder, Config, Timing};
+use crate::deadline::Deadline;
 use crate::error::{Error, Failure, NodeError, Operation};
 use crate::lock::Lock;
 use crate::node::{IntoNode, Node};
@@ -602,11 +603,23 @@ impl RedLock {
                 match confirmed {
                     Ok(fencing_token) => {
                         cleanup.disarm();
-                        if let Some(keys) = unseeded {
+                        // Re-seed in the background what answered "unseeded", before the
+                        // decision or (a restarted master is often the slow one) after it.
+                        let late = round.stragglers.clone().filter(|_| fencing);
+                        if let Some(keys) =
+                            seed_keys.filter(|_| unseeded.is_some() || late.is_some())
+                        {
                             let redlock = self.clone();
                             let timeout = timing.per_node_timeout;
+                            let known = unseeded.is_some();
                             tokio::spawn(async move {
-                                reseed::reseed(redlock.nodes(), &keys, timeout).await
+                                let late_unseeded = match late {
+                                    Some(stragglers) => stragglers.unseeded().await,
+                                    None => false,
+                                };
+                                if known || late_unseeded {
+                                    reseed::reseed(redlock.nodes(), &keys, timeout).await;
+                                }
                             });
                         }
                         let valid_until = valid_until(&round, timing);
@@ -818,11 +831,11 @@ fn holder_expires_in(report: &Report) -> Option<Duration> {
 }
 
 /// `start + ttl − drift`, saturating at the far future rather than overflowing.
-pub(crate) fn valid_until(round: &Round, timing: &Timing) -> Instant {
-    round
-        .start
-        .checked_add(timing.validity_span())
-        .unwrap_or(round.decided)
+/// The local deadline of a lock whose round was `round`: `ttl − drift` after the round's first
+/// send, brought forward by any suspend of the host since then (`crate::deadline`).
+pub(crate) fn valid_until(round: &Round, timing: &Timing) -> Deadline {
+    Deadline::after(round.awake, timing.validity_span())
+        .unwrap_or_else(|| Deadline::at(round.awake))
 }
 
 pub(crate) fn ensure_runtime() -> Result<()> {

@@ -9,6 +9,7 @@ use redis::aio::MultiplexedConnection;
 use redis::{Script, ServerErrorKind, Value};
 use tokio::sync::watch;
 
+use crate::deadline::Awake;
 use crate::error::{NodeError, Operation};
 use crate::node::{Node, breaks_connection};
 use crate::quorum::{Decision, Tally};
@@ -90,12 +91,23 @@ pub(crate) enum Wait {
 pub(crate) struct Stragglers {
     nodes: Arc<[bool]>,
     done: watch::Receiver<bool>,
+    /// A straggler answered that its fence counter was not re-seeded (fenced acquire): the
+    /// decision came before it, so the round's report does not show it.
+    unseeded: Arc<std::sync::atomic::AtomicBool>,
 }
 
 impl Stragglers {
     /// Whether the request to `index` was still running at the decision.
     fn includes(&self, index: usize) -> bool {
         self.nodes.get(index).copied().unwrap_or(false)
+    }
+
+    /// Waits until every straggler has finished, then says whether one answered that its
+    /// fence counter was not re-seeded since its server started.
+    pub(crate) async fn unseeded(&self) -> bool {
+        let mut done = self.done.clone();
+        let _ = done.wait_for(|finished| *finished).await;
+        self.unseeded.load(std::sync::atomic::Ordering::Acquire)
     }
 
     /// Waits until the request to `index` has finished, if it was a straggler.
@@ -113,6 +125,8 @@ impl Stragglers {
 pub(crate) struct Round {
     /// Taken before the first request was created: the start of the validity clock.
     pub(crate) start: Instant,
+    /// Both clocks at `start`, to tell later whether the host was suspended since.
+    pub(crate) awake: Awake,
     /// When the round was decided (or every node had answered).
     pub(crate) decided: Instant,
     pub(crate) tally: Tally,
@@ -160,7 +174,8 @@ pub(crate) async fn run_then(
     after: Option<&Stragglers>,
     sent: impl FnOnce(),
 ) -> Round {
-    let start = Instant::now();
+    let awake = Awake::now();
+    let start = awake.instant();
     let deadline = tokio::time::Instant::from_std(start) + per_node_timeout;
     let prepared = Arc::new(Prepared::new(&request));
     let count = redlock.nodes().len();
@@ -293,6 +308,8 @@ pub(crate) async fn run_then(
     let stragglers = (pending > 0).then(|| {
         let nodes: Arc<[bool]> = answers.iter().map(Option::is_none).collect();
         let (finished, done) = watch::channel(false);
+        let unseeded = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let late_unseeded = unseeded.clone();
         tokio::spawn(async move {
             let expiry = tokio::time::sleep_until(deadline);
             tokio::pin!(expiry);
@@ -307,10 +324,17 @@ pub(crate) async fn run_then(
                     else => break,
                 };
                 tracing::debug!(node = index, %outcome, ?latency, "answer after the round was decided");
+                if matches!(outcome, NodeOutcome::Failed(NodeError::Unseeded)) {
+                    late_unseeded.store(true, std::sync::atomic::Ordering::Release);
+                }
             }
             finished.send_replace(true);
         });
-        Stragglers { nodes, done }
+        Stragglers {
+            nodes,
+            done,
+            unseeded,
+        }
     });
     let report = redlock
         .nodes()
@@ -326,6 +350,7 @@ pub(crate) async fn run_then(
         .collect();
     Round {
         start,
+        awake,
         decided,
         tally,
         report: Report::new(report),

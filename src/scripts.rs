@@ -113,9 +113,11 @@ pub(crate) static RELEASE: Lua = Lua::new(compare_and!(
     "redis.call('DEL', KEYS[1]) if ARGV[2] ~= '' then redis.pcall('PUBLISH', ARGV[2], ARGV[3]) end"
 ));
 
-/// `KEYS[1]` lock key, `ARGV[1]` token, `ARGV[2]` new ttl in ms, `ARGV[3]` `1` to re-add a
-/// missing key. Renews the key's ttl only if it holds our token; with `ARGV[3]` = `1` and no
-/// key at all, sets ours again (`-5`). Never deletes a key, never touches another owner's.
+/// `KEYS[1]` lock key, optional `KEYS[2]` a key that lives as long as the lock (an election's
+/// leader info), `ARGV[1]` token, `ARGV[2]` new ttl in ms, `ARGV[3]` `1` to re-add a missing
+/// key. Renews the key's ttl (and the companion's) only if it holds our token; with `ARGV[3]`
+/// = `1` and no key at all, sets ours again (`-5`). Never deletes a key, never touches another
+/// owner's.
 ///
 /// The client asks for the re-add only on nodes that did not hold our key at the last acquire
 /// or extend, and only while the lock is valid on its clock: a lease on a bare majority then
@@ -127,6 +129,7 @@ pub(crate) static EXTEND: Lua = Lua::new(
 local value = redis.call('GET', KEYS[1])
 if value == ARGV[1] then
   redis.call('PEXPIRE', KEYS[1], ARGV[2])
+  if KEYS[2] then redis.call('PEXPIRE', KEYS[2], ARGV[2]) end
   return -1
 end
 if not value then
@@ -236,10 +239,15 @@ pub(crate) static CONFIRM_FENCE: Lua = Lua::new(compare_and!(
 ));
 
 /// `KEYS[1]` lock key, `KEYS[2]` leader-info key, `ARGV[1]` token, `ARGV[2]` info.
-/// Only while the lock key holds our token: stores the leader's info (no expiry: it is
-/// trusted only while it names the token in the lock key).
-pub(crate) static WRITE_LEADER_INFO: Lua =
-    Lua::new(compare_and!("redis.call('SET', KEYS[2], ARGV[2])"));
+/// Only while the lock key holds our token: stores the leader's info, expiring with the lock
+/// key (the leader's renewals extend both, see `EXTEND`), so a crashed leader's info does not
+/// stay for ever: one per election name at most, and only while someone leads. It is trusted
+/// only while it names the token in the lock key.
+pub(crate) static WRITE_LEADER_INFO: Lua = Lua::new(compare_and!(
+    "local ttl = redis.call('PTTL', KEYS[1]) \
+         if ttl > 0 then redis.call('SET', KEYS[2], ARGV[2], 'PX', ttl) \
+         else redis.call('SET', KEYS[2], ARGV[2]) end"
+));
 
 /// What our scripts do to one node, in Rust, for the model checker (`crate::model`): each
 /// function mirrors the Lua above it names, line for line, and answers what the script

@@ -48,6 +48,18 @@ fn assert_safe(f: &Figures) {
         f.name, f.fault_log
     );
     assert_eq!(f.keys_left, 0, "{}: keys left behind", f.name);
+    // Mutation: a release script that answers "done" without deleting fails this at once,
+    // before any ttl (the count above alone could not see it).
+    assert_eq!(
+        f.released_keys_left, 0,
+        "{}: keys of released locks left right after the run",
+        f.name
+    );
+    assert!(
+        f.holds_to_deadline > 0,
+        "{}: no hold lasted to its deadline",
+        f.name
+    );
     assert_eq!(
         f.optimistic_validity, 0,
         "{}: a lock claimed validity a majority no longer gave it",

@@ -329,6 +329,66 @@ fn losing_the_lock_stops_the_whole_command_and_exits_76() {
     );
 }
 
+/// The process group of `pid`, from `/proc/PID/stat`.
+fn process_group(pid: u32) -> Option<i32> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    stat.get(stat.rfind(')')? + 1..)?
+        .split_whitespace()
+        .nth(2)?
+        .parse()
+        .ok()
+}
+
+/// `--foreground` keeps the command in redquorum's process group (the terminal's, when run
+/// from a shell, so an interactive command can read it instead of being stopped by SIGTTIN);
+/// without it the command has a group of its own. Either way, losing the lock stops the
+/// command and its grandchild, both ignoring SIGTERM, and redquorum exits 76 and lives on to
+/// say so (a group SIGKILL in the foreground would have killed redquorum too).
+///
+/// Mutation: a guard that kills its group in the foreground (as in the background) kills
+/// redquorum with the command: no exit code 76.
+#[test]
+fn foreground_shares_redquorums_group_and_still_stops_the_command_on_loss() {
+    use std::os::unix::process::CommandExt;
+    for foreground in [false, true] {
+        let mut cluster = Cluster::start(5);
+        let dir = tempfile::tempdir().expect("tempdir");
+        let pids = dir.path().join("pids");
+        let script = stubborn_script(&pids);
+        let mut args = vec!["run", "--ttl", "1s", "--kill-grace", "300ms"];
+        if foreground {
+            args.push("--foreground");
+        }
+        args.extend(["r", "--", "sh", "-c", &script]);
+        let mut run = redquorum(&cluster, dir.path())
+            .args(&args)
+            .process_group(0)
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("spawn");
+        assert!(wait_until(Duration::from_secs(10), || read_pids(&pids).is_some()));
+        let (shell, grandchild) = read_pids(&pids).expect("pids");
+        let redquorum_group = i32::try_from(run.id()).expect("pid");
+        assert_eq!(
+            process_group(shell) == Some(redquorum_group),
+            foreground,
+            "foreground {foreground}: the command's group"
+        );
+        for node in 0..3 {
+            cluster.pause(node);
+        }
+        let code = wait_exit(&mut run, Duration::from_secs(20));
+        let err = stderr_of(&mut run);
+        assert_eq!(code, 76, "foreground {foreground}: {err}");
+        assert!(err.contains("SIGKILL"), "{err}");
+        assert!(
+            wait_until(Duration::from_secs(5), || !alive(shell)
+                && !alive(grandchild)),
+            "foreground {foreground}: the command or its grandchild survived"
+        );
+    }
+}
+
 /// A shell script that ignores SIGTERM and starts a grandchild that ignores it too, writing
 /// "SHELL_PID GRANDCHILD_PID" to `pids` once both run.
 fn stubborn_script(pids: &Path) -> String {
@@ -345,8 +405,9 @@ fn read_pids(path: &Path) -> Option<(u32, u32)> {
 }
 
 /// redquorum SIGKILLed (the OOM killer, `kill -9`) while its command runs: the command, which
-/// ignores SIGTERM, and its grandchild are gone at once, for `run` and for `elect`; before the
-/// guard they ran on with no lock for as long as they liked.
+/// ignores SIGTERM, and its grandchild are gone at once, for `run` and for `elect`, with and
+/// without `--foreground`; before the guard they ran on with no lock for as long as they
+/// liked.
 ///
 /// Mutation: spawning the command directly instead of behind the guard (or a guard without
 /// `set_pdeathsig`) makes this fail: both processes outlive redquorum.
@@ -354,14 +415,24 @@ fn read_pids(path: &Path) -> Option<(u32, u32)> {
 fn a_sigkilled_redquorum_takes_its_command_and_grandchildren_with_it() {
     let cluster = Cluster::start(3);
     let dir = tempfile::tempdir().expect("tempdir");
-    for mode in ["run", "elect"] {
-        let pids = dir.path().join(format!("{mode}.pids"));
+    for (mode, foreground) in [
+        ("run", false),
+        ("elect", false),
+        ("run", true),
+        ("elect", true),
+    ] {
+        let pids = dir.path().join(format!("{mode}-{foreground}.pids"));
         let script = stubborn_script(&pids);
+        // A resource of its own: the SIGKILLed supervisor's lock lives on until its ttl.
+        let resource = format!("{mode}-{foreground}");
         let mut args = vec![mode];
         if mode == "elect" {
             args.extend(["--id", "candidate"]);
         }
-        args.extend(["--ttl", "20s", mode, "--", "sh", "-c", &script]);
+        if foreground {
+            args.push("--foreground");
+        }
+        args.extend(["--ttl", "20s", &resource, "--", "sh", "-c", &script]);
         let mut supervisor = redquorum(&cluster, dir.path())
             .args(&args)
             .stderr(Stdio::null())

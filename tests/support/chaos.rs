@@ -103,6 +103,12 @@ pub struct Figures {
     /// held their key (probed right after the acquire): validity that was claimed but not there.
     pub optimistic_validity: u64,
     pub keys_left: usize,
+    /// Keys of locks whose release every master answered, found right after the run (before
+    /// any ttl could have removed them): a release that deleted nothing shows here.
+    pub released_keys_left: usize,
+    /// Holds kept until the lock's `valid_until` (one in twenty): with latency in the
+    /// rounds, a deadline computed too late shows as an overlap, not only in the probe.
+    pub holds_to_deadline: u64,
     pub acquire_p50: Duration,
     pub acquire_p99: Duration,
     pub acquire_max: Duration,
@@ -124,6 +130,7 @@ impl fmt::Display for Figures {
         write!(
             f,
             "{:<28} seed {:>5} | {:>5} acquisitions / {:>5} attempts | overlaps {} | keys left {} | \
+             released keys left {} | holds to the deadline {} | \
              optimistic validity {} | release refusals on another key {} | releases reported expired {} | \
              availability {:.2}% ({} of {}) | \
              conflict {} no-quorum {} other {} | acquire p50 {:.2?} p99 {:.2?} max {:.2?}",
@@ -133,6 +140,8 @@ impl fmt::Display for Figures {
             self.attempts,
             self.overlaps,
             self.keys_left,
+            self.released_keys_left,
+            self.holds_to_deadline,
             self.optimistic_validity,
             self.foreign_release_refusals,
             self.releases_after_expiry,
@@ -155,11 +164,17 @@ struct Record {
     holds: Vec<Hold>,
     latencies: Vec<Duration>,
     figures: Figures,
+    /// Tokens of locks whose release every master answered (deleted, or not there): none of
+    /// them may be left on any master right after the run, long before the ttl.
+    cleanly_released: std::collections::HashSet<String>,
 }
 
 /// Which nodes are healthy right now, as the nemesis left them.
 struct Health {
     healthy: Mutex<Vec<bool>>,
+    /// Counts the nemesis's actions on each node, so a delayed change knows whether another
+    /// came since.
+    changes: Mutex<Vec<u64>>,
     quorum: usize,
 }
 
@@ -169,6 +184,22 @@ impl Health {
             .lock()
             .map(|h| h.iter().filter(|x| **x).count() >= self.quorum)
             .unwrap_or(false)
+    }
+
+    /// Records an action on node `i`; returns how many there have been.
+    fn changed(&self, i: usize) -> u64 {
+        self.changes
+            .lock()
+            .map(|mut c| {
+                c[i] += 1;
+                c[i]
+            })
+            .unwrap_or(0)
+    }
+
+    /// How many actions node `i` has seen.
+    fn changes(&self, i: usize) -> u64 {
+        self.changes.lock().map(|c| c[i]).unwrap_or(0)
     }
 }
 
@@ -212,6 +243,7 @@ pub async fn run(scenario: Scenario, seed: u64) -> Figures {
     let proxies = Arc::new(proxies);
     let health = Arc::new(Health {
         healthy: Mutex::new(vec![true; 5]),
+        changes: Mutex::new(vec![0; 5]),
         quorum: 3,
     });
     let record = Arc::new(Mutex::new(Record::default()));
@@ -265,6 +297,19 @@ pub async fn run(scenario: Scenario, seed: u64) -> Figures {
             }
         }
     }
+    // Right after the run, long before any ttl: no key of a cleanly released lock.
+    let released_keys_left = {
+        let c = cluster.lock().expect("cluster");
+        let r = record.lock().expect("record");
+        let key = format!("redquorum:{{{RESOURCE}}}");
+        (0..5)
+            .filter_map(|i| c.get(i, key.as_bytes()))
+            .filter(|token| {
+                r.cleanly_released
+                    .contains(&*String::from_utf8_lossy(token))
+            })
+            .count()
+    };
     // Holders' keys from failed releases expire with the ttl.
     tokio::time::sleep(scenario.ttl + Duration::from_millis(200)).await;
     let keys_left = cluster
@@ -281,6 +326,7 @@ pub async fn run(scenario: Scenario, seed: u64) -> Figures {
     figures.seed = seed;
     figures.overlaps = overlaps(&r.holds);
     figures.keys_left = keys_left;
+    figures.released_keys_left = released_keys_left;
     figures.fault_log = fault_log;
     let mut lat = r.latencies.clone();
     lat.sort_unstable();
@@ -295,11 +341,17 @@ pub async fn run(scenario: Scenario, seed: u64) -> Figures {
     figures
 }
 
-async fn apply(action: Action, cluster: &Mutex<Cluster>, proxies: &[Vec<Proxy>], health: &Health) {
+async fn apply(
+    action: Action,
+    cluster: &Mutex<Cluster>,
+    proxies: &[Vec<Proxy>],
+    health: &Arc<Health>,
+) {
     let set_health = |i: usize, ok: bool| {
         if let Ok(mut h) = health.healthy.lock() {
             h[i] = ok;
         }
+        health.changed(i);
     };
     match action {
         Action::Kill(i) => {
@@ -308,7 +360,21 @@ async fn apply(action: Action, cluster: &Mutex<Cluster>, proxies: &[Vec<Proxy>],
         }
         Action::Restart(i) => {
             cluster.lock().expect("cluster").restart(i);
-            set_health(i, true);
+            let changes = health.changed(i);
+            // Counted as available to the clients once they can have reconnected: a client
+            // tries a down master again at most 250 ms apart (`node::RECONNECT_MAX_DELAY`),
+            // and fails fast until then. Attempts in that window are not held against
+            // availability; safety is checked throughout.
+            // (Unless the nemesis acted again meanwhile: then that action's state stands.)
+            let health = health.clone();
+            tokio::spawn(async move {
+                tokio::time::sleep(Duration::from_millis(300)).await;
+                if let Ok(mut h) = health.healthy.lock()
+                    && health.changes(i) == changes
+                {
+                    h[i] = true;
+                }
+            });
         }
         Action::Pause(i) => {
             cluster.lock().expect("cluster").pause(i);
@@ -378,13 +444,40 @@ async fn contend(
                         r.figures.attempts_with_majority_and_free += 1;
                     }
                 }
-                let hold = Duration::from_millis(rng.random_range(0..20)).min(lock.remaining());
+                // Most holds are short; one in twenty lasts until the deadline, so a deadline
+                // later than the servers' expiry lets another contender in while this one
+                // holds (rarely: each costs the others a ttl of waiting).
+                let to_deadline = rng.random_range(0..20) == 0;
+                let hold = if to_deadline {
+                    lock.remaining()
+                } else {
+                    Duration::from_millis(rng.random_range(0..20)).min(lock.remaining())
+                };
                 tokio::time::sleep(hold).await;
                 let valid_until = lock.valid_until();
                 let release_started = Instant::now();
                 holding.store(false, Ordering::Release);
+                let token = lock.token().expose().to_owned();
                 let released = lock.release().await;
                 let mut r = record.lock().expect("record");
+                r.figures.holds_to_deadline += u64::from(to_deadline);
+                let answered_everywhere = |report: &redquorum::Report| {
+                    report.iter().all(|n| {
+                        matches!(
+                            n.outcome(),
+                            NodeOutcome::Released
+                                | NodeOutcome::Missing
+                                | NodeOutcome::HeldByOther { .. }
+                        )
+                    })
+                };
+                let clean = match &released {
+                    Ok(report) => answered_everywhere(report),
+                    Err(e) => e.report().is_some_and(answered_everywhere),
+                };
+                if clean {
+                    r.cleanly_released.insert(token);
+                }
                 r.holds.push(Hold {
                     holder,
                     acquired,

@@ -62,6 +62,9 @@ pub(crate) enum Command {
         /// The pid of the redquorum that started this guard.
         #[arg(long)]
         parent: u32,
+        /// The command stays in redquorum's process group (see `run --foreground`).
+        #[arg(long)]
+        foreground: bool,
         /// The command and its arguments, after `--`.
         #[arg(last = true, required = true, num_args = 1..)]
         command: Vec<OsString>,
@@ -116,6 +119,13 @@ pub(crate) struct RunArgs {
     /// lock. At most half of --ttl; by default a third of it, at most 10s.
     #[arg(long, value_parser = duration)]
     pub(crate) kill_grace: Option<Duration>,
+    /// Keep the command in redquorum's process group, so an interactive command can read the
+    /// terminal and gets Ctrl-C and Ctrl-Z from it directly (as `timeout --foreground`).
+    /// redquorum then forwards only SIGTERM, and on loss kills the command and every process
+    /// it started one by one rather than as a group. Without it the command runs in a group
+    /// of its own, and one that reads the terminal is stopped by SIGTTIN.
+    #[arg(long)]
+    pub(crate) foreground: bool,
     /// The lock's name.
     pub(crate) resource: String,
     /// The command and its arguments, after `--`.
@@ -136,6 +146,13 @@ pub(crate) struct ElectArgs {
     /// outlives the leadership. At most half of --ttl; by default a third of it, at most 10s.
     #[arg(long, value_parser = duration)]
     pub(crate) kill_grace: Option<Duration>,
+    /// Keep the command in redquorum's process group, so an interactive command can read the
+    /// terminal and gets Ctrl-C and Ctrl-Z from it directly (as `timeout --foreground`).
+    /// redquorum then forwards only SIGTERM, and on loss kills the command and every process
+    /// it started one by one rather than as a group. Without it the command runs in a group
+    /// of its own, and one that reads the terminal is stopped by SIGTTIN.
+    #[arg(long)]
+    pub(crate) foreground: bool,
     /// The election's name.
     pub(crate) resource: String,
     /// The command and its arguments, after `--`.

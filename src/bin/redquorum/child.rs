@@ -15,20 +15,29 @@ use tokio::signal::unix::{SignalKind, signal};
 use crate::exit::{self, CliError};
 use crate::guard;
 
-/// A running command: the guard process, leader of the command's process group.
+/// A running command: the guard process, leader of the command's process group (or, with
+/// `--foreground`, a member of redquorum's).
 #[derive(Debug)]
 pub(crate) struct Child {
     process: tokio::process::Child,
-    group: Option<Pid>,
+    /// The guard's pid, which is also the command's process group unless `foreground`.
+    guard: Option<Pid>,
+    foreground: bool,
 }
 
 /// Starts `command` with `env` added, behind the guard, in a new process group (as `timeout(1)`
-/// does), so the whole group can be stopped on lock loss and dies with redquorum.
+/// does), so the whole group can be stopped on lock loss and dies with redquorum; with
+/// `foreground`, in redquorum's own group (as `timeout --foreground`), stopped through the
+/// guard process by process.
 ///
 /// # Cancel safety
 /// Not cancel safe: dropped after the spawn, the command runs on (until redquorum exits, when
 /// the guard stops it).
-pub(crate) async fn spawn(command: &[OsString], env: &[(&str, String)]) -> Result<Child, CliError> {
+pub(crate) async fn spawn(
+    command: &[OsString],
+    env: &[(&str, String)],
+    foreground: bool,
+) -> Result<Child, CliError> {
     if command.is_empty() {
         return Err(CliError::usage("no command given after --"));
     }
@@ -37,22 +46,28 @@ pub(crate) async fn spawn(command: &[OsString], env: &[(&str, String)]) -> Resul
     let mut cmd = tokio::process::Command::new(me);
     cmd.arg(guard::SUBCOMMAND)
         .arg("--parent")
-        .arg(std::process::id().to_string())
-        .arg("--")
-        .args(command)
-        .process_group(0)
-        .kill_on_drop(false);
+        .arg(std::process::id().to_string());
+    if foreground {
+        cmd.arg("--foreground");
+    } else {
+        cmd.process_group(0);
+    }
+    cmd.arg("--").args(command).kill_on_drop(false);
     for (name, value) in env {
         cmd.env(name, value);
     }
     let process = guard::spawn_from_lasting_thread(cmd)
         .await
         .map_err(|e| CliError::new(exit::NOT_EXECUTABLE, format!("cannot start the guard: {e}")))?;
-    let group = process
+    let guard = process
         .id()
         .and_then(|id| i32::try_from(id).ok())
         .map(Pid::from_raw);
-    Ok(Child { process, group })
+    Ok(Child {
+        process,
+        guard,
+        foreground,
+    })
 }
 
 impl Child {
@@ -65,11 +80,24 @@ impl Child {
         Ok(self.process.wait().await?)
     }
 
-    /// Sends `signal` to the command's process group.
+    /// Sends `signal` to the command's process group. In the foreground, where the group is
+    /// redquorum's, only SIGTERM (relayed by the guard to the command) and SIGKILL (the
+    /// guard kills every process the command started) are sent; the terminal's signals
+    /// reached the command directly.
     pub(crate) fn signal(&self, signal: Signal) {
-        if let Some(group) = self.group {
-            let _ = killpg(group, signal);
+        let Some(guard) = self.guard else {
+            return;
+        };
+        if !self.foreground {
+            let _ = killpg(guard, signal);
+            return;
         }
+        let relayed = match signal {
+            Signal::SIGTERM => Signal::SIGTERM,
+            Signal::SIGKILL => Signal::SIGUSR2,
+            _ => return,
+        };
+        let _ = nix::sys::signal::kill(guard, relayed);
     }
 
     /// SIGTERM to the group now, SIGKILL at `kill_at` if it has not exited by then, and waits
@@ -167,11 +195,12 @@ pub(crate) async fn run_guarded(
     on_stop: impl FnOnce(Stop),
     signals: &mut Signals,
     grace: Duration,
+    foreground: bool,
 ) -> Result<Ending, CliError> {
     // Ctrl-Z: without this, redquorum alone would stop and the command would run on with
     // nobody renewing its lock.
     let mut suspend = signal(SignalKind::from_raw(Signal::SIGTSTP as i32))?;
-    let mut child = spawn(command, env).await?;
+    let mut child = spawn(command, env, foreground).await?;
     let stop = stop_due(&lease, grace);
     tokio::pin!(stop);
     loop {
@@ -192,6 +221,10 @@ pub(crate) async fn run_guarded(
 /// a shell's job control expects. On SIGCONT the command continues only if the lock is still
 /// comfortably ours (more than `grace` before its deadline, not lost); otherwise it stays
 /// stopped and the stop that follows at once kills it without letting it run again.
+///
+/// In the foreground the terminal stopped the command already, and the shell's SIGCONT
+/// reaches it directly: a command whose lock lapsed while stopped runs again until the stop
+/// that follows kills it (a few milliseconds). `--foreground`'s price, documented.
 fn suspend_with(child: &Child, lease: &LeaseSignal, grace: Duration) {
     child.signal(Signal::SIGSTOP);
     eprintln!(

@@ -39,6 +39,7 @@ pub(crate) async fn elect(nodes: Vec<String>, args: ElectArgs) -> Result<u8, Cli
             },
             &mut signals,
             kill_grace,
+            args.foreground,
         )
         .await;
         match ending {

@@ -16,6 +16,13 @@
 //! included. SIGTERM, SIGINT, SIGHUP and SIGQUIT reach it only as part of its group, so the
 //! command got them too: the guard ignores them and waits.
 //!
+//! With `--foreground` the guard and the command stay in redquorum's process group (the
+//! terminal's foreground group when run from a shell), so the command can read the terminal.
+//! A group signal would then reach redquorum too, so the guard works process by process: it
+//! relays SIGTERM to the command, and on SIGUSR2 (redquorum's "kill now") or SIGUSR1 it
+//! SIGKILLs every process descended from it, found in `/proc` (as a subreaper it is the
+//! ancestor of every process the command started, orphans included).
+//!
 //! Why a re-executed process and not a `pre_exec` hook: `pre_exec` is `unsafe`, and the crate
 //! forbids unsafe code; nix's `prctl` wrappers are safe. Why redquorum starts it from a thread
 //! of its own ([`spawn_from_lasting_thread`]): the kernel sends the parent-death signal when
@@ -43,7 +50,7 @@ use crate::exit;
 pub(crate) const SUBCOMMAND: &str = "__guard";
 
 /// Runs the guard around `command`; returns the exit code for the guard's process.
-pub(crate) fn guard(parent: u32, command: &[OsString]) -> u8 {
+pub(crate) fn guard(parent: u32, foreground: bool, command: &[OsString]) -> u8 {
     let runtime = match tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
@@ -54,21 +61,78 @@ pub(crate) fn guard(parent: u32, command: &[OsString]) -> u8 {
             return exit::FAILURE;
         }
     };
-    match runtime.block_on(guarded(parent, command)) {
+    match runtime.block_on(guarded(parent, foreground, command)) {
         Ok(code) => code,
         Err(e) => {
             eprintln!("redquorum: guard: {e}");
             // Whatever was started must not run on unguarded.
-            let _ = killpg(getpgrp(), Signal::SIGKILL);
+            kill_everything(foreground);
             exit::FAILURE
         }
     }
 }
 
-async fn guarded(parent: u32, command: &[OsString]) -> io::Result<u8> {
+/// SIGKILLs everything the guard started: its whole group, or (foreground, where the group
+/// is redquorum's) every descendant, one by one.
+fn kill_everything(foreground: bool) {
+    if foreground {
+        kill_descendants(Pid::this());
+    } else {
+        let _ = killpg(getpgrp(), Signal::SIGKILL);
+    }
+}
+
+/// SIGKILLs every living process descended from `root`, again until none is left (one may
+/// fork while we look; its children then belong to us, the subreaper).
+fn kill_descendants(root: Pid) {
+    for _ in 0..100 {
+        let found = descendants(root);
+        if found.is_empty() {
+            return;
+        }
+        for pid in found {
+            let _ = nix::sys::signal::kill(pid, Signal::SIGKILL);
+        }
+    }
+}
+
+/// The living (not zombie) processes descended from `root`, read from `/proc/PID/stat`.
+fn descendants(root: Pid) -> Vec<Pid> {
+    let Ok(entries) = std::fs::read_dir("/proc") else {
+        return Vec::new();
+    };
+    // (pid, parent) of every living process.
+    let processes: Vec<(i32, i32)> = entries
+        .flatten()
+        .filter_map(|entry| entry.file_name().to_str()?.parse::<i32>().ok())
+        .filter_map(|pid| {
+            let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+            // "pid (comm) state ppid …": the name may hold spaces and parentheses.
+            let mut fields = stat.get(stat.rfind(')')? + 1..)?.split_whitespace();
+            let state = fields.next()?;
+            let parent = fields.next()?.parse().ok()?;
+            (state != "Z" && state != "X").then_some((pid, parent))
+        })
+        .collect();
+    let mut found = vec![root.as_raw()];
+    let mut next = 0;
+    while let Some(parent) = found.get(next).copied() {
+        found.extend(
+            processes
+                .iter()
+                .filter(|(_, p)| *p == parent)
+                .map(|(pid, _)| *pid),
+        );
+        next += 1;
+    }
+    found.into_iter().skip(1).map(Pid::from_raw).collect()
+}
+
+async fn guarded(parent: u32, foreground: bool, command: &[OsString]) -> io::Result<u8> {
     // Handlers first: a signal that comes before them would end the guard with nothing
     // started, which is fine; one that comes after is handled.
     let mut parent_died = signal(SignalKind::user_defined1())?;
+    let mut kill_now = signal(SignalKind::user_defined2())?;
     let mut terminate = signal(SignalKind::terminate())?;
     let mut interrupt = signal(SignalKind::interrupt())?;
     let mut hangup = signal(SignalKind::hangup())?;
@@ -105,11 +169,17 @@ async fn guarded(parent: u32, command: &[OsString]) -> io::Result<u8> {
     loop {
         tokio::select! {
             code = &mut reaper => return code.map_err(io::Error::other),
-            _ = parent_died.recv() => {
-                let _ = killpg(getpgrp(), Signal::SIGKILL);
+            _ = parent_died.recv() => kill_everything(foreground),
+            _ = kill_now.recv() => kill_everything(foreground),
+            // In its own group, the command got this as the guard did; in redquorum's group
+            // (foreground), redquorum sent it to the guard alone, for the command.
+            _ = terminate.recv() => {
+                if let (true, Some(pid)) = (foreground, command_pid) {
+                    let _ = nix::sys::signal::kill(pid, Signal::SIGTERM);
+                }
             }
-            // The whole group got these: the command decides what to do with them.
-            _ = terminate.recv() => {}
+            // The whole group got these (from the terminal, or as a group): the command
+            // decides what to do with them.
             _ = interrupt.recv() => {}
             _ = hangup.recv() => {}
             _ = quit.recv() => {}

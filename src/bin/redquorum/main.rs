@@ -35,8 +35,13 @@ fn main() -> ExitCode {
             });
         }
     };
-    if let Command::Guard { parent, command } = &cli.command {
-        return ExitCode::from(guard::guard(*parent, command));
+    if let Command::Guard {
+        parent,
+        foreground,
+        command,
+    } = &cli.command
+    {
+        return ExitCode::from(guard::guard(*parent, *foreground, command));
     }
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)

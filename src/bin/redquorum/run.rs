@@ -37,6 +37,7 @@ pub(crate) async fn run(nodes: Vec<String>, args: RunArgs) -> Result<u8, CliErro
         },
         &mut signals,
         kill_grace,
+        args.foreground,
     )
     .await;
     match ending {
