@@ -567,7 +567,7 @@ mod tests {
     /// A restart at any moment, from one starting point (F1's counters), of the third master
     /// (one that holds a high counter; the first is its mirror image). The re-seeding steps
     /// interleave with everything else, which multiplies the states: a restart of any master
-    /// is `restart_of_any_master_exhaustively` (44 M states, 156 s, 11 GiB; run by hand).
+    /// is `restart_of_any_master_exhaustively` (44.8 M states, 147 s, 11 GiB; run by hand).
     fn restart_model(restart: Restart) -> LockModel {
         let mut with_restart = model(ConfirmRule::GrantorsOnly, 0, 0, restart);
         with_restart.initial_fences = vec![F1_FENCES];
