@@ -28,6 +28,11 @@ fn bare(scratch: &Path) -> Command {
     let mut cmd = Command::new(BIN);
     cmd.env_remove("REDQUORUM_NODES")
         .env_remove("REDQUORUM_CONFIG")
+        .env_remove("REDQUORUM_NODE_TIMEOUT")
+        .env_remove("REDQUORUM_RESTART_GRACE")
+        .env_remove("REDQUORUM_KEY_PREFIX")
+        .env_remove("REDQUORUM_DRIFT_FACTOR")
+        .env_remove("RUST_LOG")
         .env("XDG_CONFIG_HOME", scratch.join("config"))
         .env("REDQUORUM_DEV_DIR", scratch.join("dev"))
         .current_dir(scratch)
@@ -1022,4 +1027,194 @@ fn ctrl_z_stops_the_command_too_and_a_lapsed_lock_never_lets_it_run_again() {
         stopped_at,
         "the command ran again after the lock lapsed"
     );
+}
+
+/// The waiting flags operators know from flock and consul lock: `-n` tries once, `-E N` makes a
+/// busy lock exit N instead of 75, `--wait forever` waits until the holder releases (woken by
+/// its release), and `-n` with `--wait` is a usage error.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn nonblock_conflict_exit_code_and_waiting_forever() {
+    let cluster = Cluster::start(3);
+    let dir = tempfile::tempdir().expect("tempdir");
+    let holder = library_client(&cluster)
+        .try_acquire("w", Duration::from_secs(60))
+        .await
+        .expect("the library holds w");
+    let (code, _, err) =
+        output(redquorum(&cluster, dir.path()).args(["run", "-n", "w", "--", "true"]));
+    assert_eq!(code, 75, "{err}");
+    let (code, _, err) =
+        output(redquorum(&cluster, dir.path()).args(["run", "-E", "3", "w", "--", "true"]));
+    assert_eq!(code, 3, "{err}");
+    let (code, _, err) = output(
+        redquorum(&cluster, dir.path()).args(["run", "-n", "--wait", "1s", "w", "--", "true"]),
+    );
+    assert_eq!(code, 64, "{err}");
+    let ran = dir.path().join("ran");
+    let mut waiter = redquorum(&cluster, dir.path())
+        .args(["run", "--wait", "forever", "w", "--", "touch"])
+        .arg(&ran)
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn");
+    tokio::time::sleep(Duration::from_millis(700)).await;
+    assert!(!ran.exists(), "it must wait while the lock is held");
+    assert_eq!(waiter.try_wait().expect("try_wait"), None, "still waiting");
+    holder.release().await.expect("release");
+    let code = wait_exit(&mut waiter, Duration::from_secs(10));
+    assert_eq!(code, 0, "{}", stderr_of(&mut waiter));
+    assert!(ran.exists());
+    assert!(lock_keys(&cluster).is_empty());
+}
+
+/// `--key-prefix`, `--node-timeout`, `--drift-factor` and `--restart-grace` reach the client
+/// (and come from the environment too); bad values exit 64 before anything is started.
+#[test]
+fn tuning_flags_reach_the_client_and_bad_values_exit_64() {
+    let cluster = Cluster::start(3);
+    let dir = tempfile::tempdir().expect("tempdir");
+    let (ready, go) = (dir.path().join("ready"), dir.path().join("go"));
+    // The command holds the lock until told to finish; meanwhile its key is under the prefix.
+    let script = format!(
+        "touch {}; while [ ! -e {} ]; do sleep 0.05; done",
+        ready.display(),
+        go.display()
+    );
+    let mut run = redquorum(&cluster, dir.path())
+        .args([
+            "--key-prefix",
+            "myapp:",
+            "--node-timeout",
+            "200ms",
+            "--drift-factor",
+            "0.02",
+        ])
+        .args(["run", "r", "--", "sh", "-c", &script])
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn");
+    assert!(wait_until(Duration::from_secs(10), || ready.exists()));
+    let keys: Vec<Vec<u8>> = cluster.keys().into_iter().map(|(_, k)| k).collect();
+    assert!(keys.iter().any(|k| k == b"myapp:{r}"), "{keys:?}");
+    assert!(
+        keys.iter().all(|k| !k.starts_with(b"redquorum:")),
+        "{keys:?}"
+    );
+    std::fs::write(&go, "").expect("go");
+    let code = wait_exit(&mut run, Duration::from_secs(10));
+    assert_eq!(code, 0, "{}", stderr_of(&mut run));
+    // From the environment, like the nodes.
+    let (code, _, err) = output(
+        redquorum(&cluster, dir.path())
+            .env("REDQUORUM_KEY_PREFIX", "envapp:")
+            .args(["status", "r", "--json"]),
+    );
+    assert_eq!(code, 0, "{err}");
+    // Every master here started seconds ago: with a one-hour restart grace none may vote.
+    let (code, _, err) = output(redquorum(&cluster, dir.path()).args([
+        "--restart-grace",
+        "1h",
+        "run",
+        "r",
+        "--",
+        "true",
+    ]));
+    assert_eq!(code, 69, "{err}");
+    assert!(err.contains("restart grace"), "{err}");
+    for bad in [
+        &["--drift-factor", "0.7"][..],
+        &["--drift-factor", "-1"],
+        &["--node-timeout", "0s"],
+        &["--node-timeout", "soon"],
+    ] {
+        let (code, _, err) = output(
+            redquorum(&cluster, dir.path())
+                .args(bad)
+                .args(["run", "r", "--", "true"]),
+        );
+        assert_eq!(code, 64, "{bad:?}: {err}");
+    }
+    let (code, _, err) = output(redquorum(&cluster, dir.path()).args([
+        "run",
+        "--kill-signal",
+        "KILL",
+        "r",
+        "--",
+        "true",
+    ]));
+    assert_eq!(code, 64, "{err}");
+    assert!(lock_keys(&cluster).is_empty());
+}
+
+/// `--kill-signal` is what the command gets first when the lock is lost, in its own group and
+/// in the foreground (where the guard relays it).
+#[test]
+fn the_kill_signal_is_what_the_command_gets_first() {
+    for foreground in [false, true] {
+        let mut cluster = Cluster::start(5);
+        let dir = tempfile::tempdir().expect("tempdir");
+        let got = dir.path().join("got");
+        let ready = dir.path().join("ready");
+        let script = format!(
+            "trap 'echo INT > {}; exit 0' INT; trap '' TERM; touch {}; while :; do sleep 0.05; done",
+            got.display(),
+            ready.display()
+        );
+        let mut args = vec![
+            "run",
+            "--ttl",
+            "1s",
+            "--kill-grace",
+            "300ms",
+            "--kill-signal",
+            "INT",
+        ];
+        if foreground {
+            args.push("--foreground");
+        }
+        args.extend(["r", "--", "sh", "-c", &script]);
+        let mut run = redquorum(&cluster, dir.path())
+            .args(&args)
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("spawn");
+        assert!(wait_until(Duration::from_secs(10), || ready.exists()));
+        for node in 0..3 {
+            cluster.pause(node);
+        }
+        let code = wait_exit(&mut run, Duration::from_secs(20));
+        let err = stderr_of(&mut run);
+        assert_eq!(code, 76, "foreground {foreground}: {err}");
+        assert_eq!(
+            std::fs::read_to_string(&got).ok().as_deref(),
+            Some("INT\n"),
+            "foreground {foreground}: {err}"
+        );
+        assert!(!err.contains("SIGKILL"), "it stopped on SIGINT: {err}");
+    }
+}
+
+/// The library's warnings reach stderr by default (here: an even number of masters), `-q`
+/// hides them, `-vv` adds debug lines, and `RUST_LOG` decides alone when set.
+#[test]
+fn warnings_show_by_default_and_verbosity_flags_change_them() {
+    let cluster = Cluster::start(4);
+    let dir = tempfile::tempdir().expect("tempdir");
+    let status = |extra: &[&str], rust_log: Option<&str>| {
+        let mut cmd = redquorum(&cluster, dir.path());
+        if let Some(spec) = rust_log {
+            cmd.env("RUST_LOG", spec);
+        }
+        output(cmd.args(extra).args(["status", "r"]))
+    };
+    let (code, _, err) = status(&[], None);
+    assert_eq!(code, 0, "{err}");
+    assert!(err.contains("even number of nodes"), "{err}");
+    assert!(!err.contains("DEBUG"), "{err}");
+    let (_, _, err) = status(&["-q"], None);
+    assert!(!err.contains("even number of nodes"), "{err}");
+    let (_, _, err) = status(&["-vv"], None);
+    assert!(err.contains("DEBUG"), "{err}");
+    let (_, _, err) = status(&[], Some("error"));
+    assert!(!err.contains("even number of nodes"), "{err}");
 }

@@ -104,6 +104,8 @@ async fn locks_over_tls_with_verified_certificates() {
         .per_node_timeout(NODE_TIMEOUT)
         .build()
         .expect("config");
+    // Connected first, as in the insecure case below.
+    rl.connect().await.expect("connects over TLS");
     let mut lock = rl
         .try_acquire("secure", TTL)
         .await
@@ -170,6 +172,9 @@ async fn certificates_are_verified_by_default_and_a_wrong_ca_is_a_clear_node_err
         .per_node_timeout(NODE_TIMEOUT)
         .build()
         .expect("config");
+    // Connected first: a TLS handshake, INFO and the script loads in a debug build on a
+    // loaded machine can take longer than one round's per-node timeout.
+    rl.connect().await.expect("insecure mode connects");
     rl.try_acquire("secure", TTL)
         .await
         .expect("insecure mode")

@@ -40,6 +40,36 @@ pub(crate) struct Global {
     /// Print machine-readable JSON on stdout (status, dev status, demo, bench).
     #[arg(long, global = true)]
     pub(crate) json: bool,
+    #[command(flatten)]
+    pub(crate) tuning: Tuning,
+    /// More log lines on stderr: -v info, -vv debug, -vvv trace (the default shows warnings:
+    /// lost connections, a lost lease, a risky node list). RUST_LOG, when set, decides alone.
+    #[arg(short, long, global = true, action = clap::ArgAction::Count)]
+    pub(crate) verbose: u8,
+    /// Only errors on stderr.
+    #[arg(short, long, global = true, conflicts_with = "verbose")]
+    pub(crate) quiet: bool,
+}
+
+/// How the client talks to the masters (`run`, `elect`, `status`); each also from the
+/// environment.
+#[derive(Debug, Args)]
+pub(crate) struct Tuning {
+    /// How long one request to one master may take before it counts as failed [default:
+    /// derived from the ttl, 1/100 of it within 10ms..=50ms]. Raise it for masters more than
+    /// a few milliseconds away.
+    #[arg(long, global = true, env = "REDQUORUM_NODE_TIMEOUT", value_parser = duration)]
+    pub(crate) node_timeout: Option<Duration>,
+    /// A master up for less than this may have restarted empty while a lock was held on it:
+    /// it does not vote on acquire until then (set it to your longest ttl) [default: none].
+    #[arg(long, global = true, env = "REDQUORUM_RESTART_GRACE", value_parser = duration)]
+    pub(crate) restart_grace: Option<Duration>,
+    /// The prefix of every key and channel redquorum uses [default: redquorum:].
+    #[arg(long, global = true, env = "REDQUORUM_KEY_PREFIX")]
+    pub(crate) key_prefix: Option<String>,
+    /// The clock drift allowed, as a fraction of the ttl (0 ≤ f < 0.5) [default: 0.01].
+    #[arg(long, global = true, env = "REDQUORUM_DRIFT_FACTOR")]
+    pub(crate) drift_factor: Option<f64>,
 }
 
 #[derive(Debug, Subcommand)]
@@ -65,6 +95,10 @@ pub(crate) enum Command {
         /// The command stays in redquorum's process group (see `run --foreground`).
         #[arg(long)]
         foreground: bool,
+        /// In the foreground: the signal to give the command when redquorum sends SIGTERM
+        /// (its --kill-signal), as a number.
+        #[arg(long, default_value_t = 15)]
+        stop_signal: i32,
         /// The command and its arguments, after `--`.
         #[arg(last = true, required = true, num_args = 1..)]
         command: Vec<OsString>,
@@ -111,9 +145,19 @@ pub(crate) struct RunArgs {
     /// How long each renewal keeps the lock (e.g. 30s, 500ms, 2m).
     #[arg(long, default_value = "30s", value_parser = duration)]
     pub(crate) ttl: Duration,
-    /// How long to wait for a busy lock before giving up with exit code 75 (0s: try once).
-    #[arg(long, default_value = "0s", value_parser = duration)]
-    pub(crate) wait: Duration,
+    /// How long to wait for a busy lock before giving up with exit code 75: a duration, or
+    /// `forever` (flock's and consul lock's default). The default, 0s, tries once: "run this
+    /// job on exactly one host" wants the other hosts to skip it.
+    #[arg(long, default_value = "0s", value_parser = wait_limit, conflicts_with = "nonblock")]
+    pub(crate) wait: WaitLimit,
+    /// Try once and exit 75 (or --conflict-exit-code) if the lock is busy (flock's -n); the
+    /// default unless --wait says otherwise.
+    #[arg(short = 'n', long)]
+    pub(crate) nonblock: bool,
+    /// The exit code for a busy lock instead of 75, so a script can tell it from its
+    /// command's own codes (flock's -E).
+    #[arg(short = 'E', long, value_parser = clap::value_parser!(u8).range(1..=255))]
+    pub(crate) conflict_exit_code: Option<u8>,
     /// How long before the lock's deadline an unrenewed command gets SIGTERM; SIGKILL follows
     /// at the latest a quarter of it before the deadline, so the command never outlives the
     /// lock. At most half of --ttl; by default a third of it, at most 10s.
@@ -126,6 +170,10 @@ pub(crate) struct RunArgs {
     /// of its own, and one that reads the terminal is stopped by SIGTTIN.
     #[arg(long)]
     pub(crate) foreground: bool,
+    /// The signal that asks the command to stop (on loss, or --kill-grace before an unrenewed
+    /// deadline); SIGKILL follows if it does not [default: TERM].
+    #[arg(long, default_value = "TERM", value_parser = stop_signal)]
+    pub(crate) kill_signal: nix::sys::signal::Signal,
     /// The lock's name.
     pub(crate) resource: String,
     /// The command and its arguments, after `--`.
@@ -153,6 +201,10 @@ pub(crate) struct ElectArgs {
     /// of its own, and one that reads the terminal is stopped by SIGTTIN.
     #[arg(long)]
     pub(crate) foreground: bool,
+    /// The signal that asks the command to stop (on loss, or --kill-grace before an unrenewed
+    /// deadline); SIGKILL follows if it does not [default: TERM].
+    #[arg(long, default_value = "TERM", value_parser = stop_signal)]
+    pub(crate) kill_signal: nix::sys::signal::Signal,
     /// The election's name.
     pub(crate) resource: String,
     /// The command and its arguments, after `--`.
@@ -185,4 +237,78 @@ pub(crate) enum DevAction {
 /// A humantime duration: `30s`, `500ms`, `2m`, `1h 30m`.
 fn duration(text: &str) -> Result<Duration, String> {
     humantime::parse_duration(text).map_err(|e| format!("{e} (try 30s, 500ms or 2m)"))
+}
+
+/// How long `run` waits for a busy lock.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum WaitLimit {
+    /// At most this long (zero: try once).
+    For(Duration),
+    /// Until the lock is free.
+    Forever,
+}
+
+fn wait_limit(text: &str) -> Result<WaitLimit, String> {
+    if text.eq_ignore_ascii_case("forever") {
+        return Ok(WaitLimit::Forever);
+    }
+    duration(text).map(WaitLimit::For)
+}
+
+/// A signal by name (`TERM`, `SIGINT`, `hup`) or number; one a process can catch, since the
+/// command is meant to stop cleanly on it (SIGKILL follows anyway).
+fn stop_signal(text: &str) -> Result<nix::sys::signal::Signal, String> {
+    use nix::sys::signal::Signal;
+    let upper = text.to_ascii_uppercase();
+    let name = if upper.starts_with("SIG") {
+        upper
+    } else {
+        format!("SIG{upper}")
+    };
+    let signal = match text.parse::<i32>() {
+        Ok(number) => Signal::try_from(number).map_err(|e| format!("{text}: {e}"))?,
+        Err(_) => name
+            .parse::<Signal>()
+            .map_err(|_| format!("{text}: not a signal name (try TERM, INT or HUP)"))?,
+    };
+    match signal {
+        Signal::SIGKILL | Signal::SIGSTOP => Err(format!(
+            "{text}: cannot be caught; the command must get a chance to stop (SIGKILL follows \
+             anyway)"
+        )),
+        other => Ok(other),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use nix::sys::signal::Signal;
+
+    #[test]
+    fn wait_takes_a_duration_or_forever() {
+        assert_eq!(wait_limit("forever"), Ok(WaitLimit::Forever));
+        assert_eq!(wait_limit("Forever"), Ok(WaitLimit::Forever));
+        assert_eq!(
+            wait_limit("1m"),
+            Ok(WaitLimit::For(Duration::from_secs(60)))
+        );
+        assert_eq!(wait_limit("0s"), Ok(WaitLimit::For(Duration::ZERO)));
+        assert!(wait_limit("always").is_err());
+    }
+
+    #[test]
+    fn stop_signals_by_name_or_number_but_never_uncatchable() {
+        for (text, signal) in [
+            ("TERM", Signal::SIGTERM),
+            ("sigint", Signal::SIGINT),
+            ("hup", Signal::SIGHUP),
+            ("10", Signal::SIGUSR1),
+        ] {
+            assert_eq!(stop_signal(text), Ok(signal), "{text}");
+        }
+        for text in ["KILL", "9", "STOP", "19", "NOPE", "0", "999"] {
+            assert!(stop_signal(text).is_err(), "{text}");
+        }
+    }
 }

@@ -23,6 +23,19 @@ pub(crate) struct Child {
     /// The guard's pid, which is also the command's process group unless `foreground`.
     guard: Option<Pid>,
     foreground: bool,
+    /// The signal that asks the command to stop (`--kill-signal`).
+    stop_signal: Signal,
+}
+
+/// How a command is run and stopped (`run` and `elect` flags).
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Supervision {
+    /// The stop starts this long before an unrenewed deadline (`--kill-grace`).
+    pub(crate) grace: Duration,
+    /// In redquorum's process group (`--foreground`).
+    pub(crate) foreground: bool,
+    /// The first signal of a stop (`--kill-signal`); SIGKILL follows.
+    pub(crate) stop_signal: Signal,
 }
 
 /// Starts `command` with `env` added, behind the guard, in a new process group (as `timeout(1)`
@@ -36,8 +49,9 @@ pub(crate) struct Child {
 pub(crate) async fn spawn(
     command: &[OsString],
     env: &[(&str, String)],
-    foreground: bool,
+    supervision: Supervision,
 ) -> Result<Child, CliError> {
+    let foreground = supervision.foreground;
     if command.is_empty() {
         return Err(CliError::usage("no command given after --"));
     }
@@ -48,7 +62,9 @@ pub(crate) async fn spawn(
         .arg("--parent")
         .arg(std::process::id().to_string());
     if foreground {
-        cmd.arg("--foreground");
+        cmd.arg("--foreground")
+            .arg("--stop-signal")
+            .arg((supervision.stop_signal as i32).to_string());
     } else {
         cmd.process_group(0);
     }
@@ -67,6 +83,7 @@ pub(crate) async fn spawn(
         process,
         guard,
         foreground,
+        stop_signal: supervision.stop_signal,
     })
 }
 
@@ -81,9 +98,9 @@ impl Child {
     }
 
     /// Sends `signal` to the command's process group. In the foreground, where the group is
-    /// redquorum's, only SIGTERM (relayed by the guard to the command) and SIGKILL (the
-    /// guard kills every process the command started) are sent; the terminal's signals
-    /// reached the command directly.
+    /// redquorum's, only SIGTERM (relayed by the guard to the command as its stop signal) and
+    /// SIGKILL (the guard kills every process the command started) are sent; the terminal's
+    /// signals reached the command directly.
     pub(crate) fn signal(&self, signal: Signal) {
         let Some(guard) = self.guard else {
             return;
@@ -100,18 +117,26 @@ impl Child {
         let _ = nix::sys::signal::kill(guard, relayed);
     }
 
-    /// SIGTERM to the group now, SIGKILL at `kill_at` if it has not exited by then, and waits
-    /// until it has.
+    /// The stop signal (`--kill-signal`, SIGTERM by default) to the group now, SIGKILL at
+    /// `kill_at` if it has not exited by then, and waits until it has.
     ///
     /// # Cancel safety
     /// Not cancel safe: dropped before the SIGKILL, the command may run on.
     pub(crate) async fn terminate(&mut self, kill_at: Instant) -> Result<ExitStatus, CliError> {
-        self.signal(Signal::SIGTERM);
+        // In the foreground the guard turns SIGTERM into the stop signal.
+        self.signal(if self.foreground {
+            Signal::SIGTERM
+        } else {
+            self.stop_signal
+        });
         let grace = kill_at.saturating_duration_since(Instant::now());
         if let Ok(status) = tokio::time::timeout(grace, self.process.wait()).await {
             return Ok(status?);
         }
-        eprintln!("redquorum: the command did not exit {grace:.1?} after SIGTERM; sending SIGKILL");
+        eprintln!(
+            "redquorum: the command did not exit {grace:.1?} after {}; sending SIGKILL",
+            self.stop_signal
+        );
         self.signal(Signal::SIGKILL);
         self.wait().await
     }
@@ -181,10 +206,11 @@ fn kill_time(deadline: Instant, grace: Duration) -> Instant {
 }
 
 /// Runs `command` (with `env`) until it exits (with every process it started) or it must stop
-/// for the lock, forwarding the signals redquorum receives to it. The stop starts `grace`
+/// for the lock, forwarding the signals redquorum receives to it. The stop starts the grace
 /// before the lease's deadline when no renewal came, or at once when the lease is lost:
-/// `on_stop` says why, the command gets SIGTERM and, if it ignores it, SIGKILL a quarter of
-/// the grace before the deadline. So the command never runs past the lock's deadline.
+/// `on_stop` says why, the command gets the stop signal and, if it ignores it, SIGKILL a
+/// quarter of the grace before the deadline. So the command never runs past the lock's
+/// deadline.
 ///
 /// # Cancel safety
 /// Not cancel safe: dropping it leaves the command running (until redquorum exits).
@@ -194,13 +220,13 @@ pub(crate) async fn run_guarded(
     lease: LeaseSignal,
     on_stop: impl FnOnce(Stop),
     signals: &mut Signals,
-    grace: Duration,
-    foreground: bool,
+    supervision: Supervision,
 ) -> Result<Ending, CliError> {
+    let grace = supervision.grace;
     // Ctrl-Z: without this, redquorum alone would stop and the command would run on with
     // nobody renewing its lock.
     let mut suspend = signal(SignalKind::from_raw(Signal::SIGTSTP as i32))?;
-    let mut child = spawn(command, env, foreground).await?;
+    let mut child = spawn(command, env, supervision).await?;
     let stop = stop_due(&lease, grace);
     tokio::pin!(stop);
     loop {

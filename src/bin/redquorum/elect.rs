@@ -1,14 +1,18 @@
 //! `redquorum elect`: run a command while this candidate leads; campaign again after a loss.
 
-use redquorum::RedLock;
-
-use crate::args::ElectArgs;
-use crate::child::{self, Ending, Signals};
+use crate::args::{ElectArgs, Tuning};
+use crate::child::{self, Ending, Signals, Supervision};
+use crate::client;
 use crate::exit::CliError;
 
-pub(crate) async fn elect(nodes: Vec<String>, args: ElectArgs) -> Result<u8, CliError> {
+pub(crate) async fn elect(
+    nodes: Vec<String>,
+    args: ElectArgs,
+    tuning: &Tuning,
+) -> Result<u8, CliError> {
     let kill_grace = child::kill_grace(args.ttl, args.kill_grace)?;
-    let rl = RedLock::new(nodes)?;
+    let rl = client::redlock(nodes, tuning, false)?;
+    client::connect_first(&rl).await;
     let election = rl.election(&args.resource, args.ttl)?;
     let mut signals = Signals::new()?;
     loop {
@@ -38,8 +42,11 @@ pub(crate) async fn elect(nodes: Vec<String>, args: ElectArgs) -> Result<u8, Cli
                 );
             },
             &mut signals,
-            kill_grace,
-            args.foreground,
+            Supervision {
+                grace: kill_grace,
+                foreground: args.foreground,
+                stop_signal: args.kill_signal,
+            },
         )
         .await;
         match ending {

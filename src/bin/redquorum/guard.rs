@@ -19,7 +19,7 @@
 //! With `--foreground` the guard and the command stay in redquorum's process group (the
 //! terminal's foreground group when run from a shell), so the command can read the terminal.
 //! A group signal would then reach redquorum too, so the guard works process by process: it
-//! relays SIGTERM to the command, and on SIGUSR2 (redquorum's "kill now") or SIGUSR1 it
+//! relays SIGTERM to the command (as its `--kill-signal`), and on SIGUSR2 (redquorum's "kill now") or SIGUSR1 it
 //! SIGKILLs every process descended from it, found in `/proc` (as a subreaper it is the
 //! ancestor of every process the command started, orphans included).
 //!
@@ -50,7 +50,8 @@ use crate::exit;
 pub(crate) const SUBCOMMAND: &str = "__guard";
 
 /// Runs the guard around `command`; returns the exit code for the guard's process.
-pub(crate) fn guard(parent: u32, foreground: bool, command: &[OsString]) -> u8 {
+pub(crate) fn guard(parent: u32, foreground: bool, stop_signal: i32, command: &[OsString]) -> u8 {
+    let stop_signal = Signal::try_from(stop_signal).unwrap_or(Signal::SIGTERM);
     let runtime = match tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
@@ -61,7 +62,7 @@ pub(crate) fn guard(parent: u32, foreground: bool, command: &[OsString]) -> u8 {
             return exit::FAILURE;
         }
     };
-    match runtime.block_on(guarded(parent, foreground, command)) {
+    match runtime.block_on(guarded(parent, foreground, stop_signal, command)) {
         Ok(code) => code,
         Err(e) => {
             eprintln!("redquorum: guard: {e}");
@@ -128,7 +129,12 @@ fn descendants(root: Pid) -> Vec<Pid> {
     found.into_iter().skip(1).map(Pid::from_raw).collect()
 }
 
-async fn guarded(parent: u32, foreground: bool, command: &[OsString]) -> io::Result<u8> {
+async fn guarded(
+    parent: u32,
+    foreground: bool,
+    stop_signal: Signal,
+    command: &[OsString],
+) -> io::Result<u8> {
     // Handlers first: a signal that comes before them would end the guard with nothing
     // started, which is fine; one that comes after is handled.
     let mut parent_died = signal(SignalKind::user_defined1())?;
@@ -175,7 +181,7 @@ async fn guarded(parent: u32, foreground: bool, command: &[OsString]) -> io::Res
             // (foreground), redquorum sent it to the guard alone, for the command.
             _ = terminate.recv() => {
                 if let (true, Some(pid)) = (foreground, command_pid) {
-                    let _ = nix::sys::signal::kill(pid, Signal::SIGTERM);
+                    let _ = nix::sys::signal::kill(pid, stop_signal);
                 }
             }
             // The whole group got these (from the terminal, or as a group): the command

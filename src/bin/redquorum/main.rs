@@ -4,6 +4,7 @@ mod args;
 mod baseline;
 mod bench;
 mod child;
+mod client;
 mod cpu;
 mod demo;
 mod dev;
@@ -11,6 +12,7 @@ mod dev_command;
 mod elect;
 mod exit;
 mod guard;
+mod logging;
 mod nodes;
 mod run;
 mod status;
@@ -38,11 +40,19 @@ fn main() -> ExitCode {
     if let Command::Guard {
         parent,
         foreground,
+        stop_signal,
         command,
     } = &cli.command
     {
-        return ExitCode::from(guard::guard(*parent, *foreground, command));
+        return ExitCode::from(guard::guard(*parent, *foreground, *stop_signal, command));
     }
+    // The demo and the bench break masters on purpose: their lost connections are the show,
+    // not news, so they log only errors unless asked for more.
+    let breaks_masters = matches!(
+        cli.command,
+        Command::Demo { .. } | Command::Bench { .. } | Command::Dev { .. }
+    );
+    logging::init(cli.global.verbose, cli.global.quiet || breaks_masters);
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()
@@ -65,10 +75,15 @@ fn main() -> ExitCode {
 
 async fn dispatch(cli: Cli) -> Result<u8, CliError> {
     match cli.command {
-        Command::Run(args) => run::run(nodes::resolve(&cli.global)?, args).await,
-        Command::Elect(args) => elect::elect(nodes::resolve(&cli.global)?, args).await,
+        Command::Run(args) => {
+            run::run(nodes::resolve(&cli.global)?, args, &cli.global.tuning).await
+        }
+        Command::Elect(args) => {
+            elect::elect(nodes::resolve(&cli.global)?, args, &cli.global.tuning).await
+        }
         Command::Status { resource } => {
-            status::status(nodes::resolve(&cli.global)?, &resource, cli.global.json).await
+            let nodes = nodes::resolve(&cli.global)?;
+            status::status(nodes, &resource, cli.global.json, &cli.global.tuning).await
         }
         Command::Dev { action } => {
             tokio::task::spawn_blocking(move || dev_command::dev(action, cli.global.json))

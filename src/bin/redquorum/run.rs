@@ -2,21 +2,42 @@
 
 use std::time::{Duration, Instant};
 
-use redquorum::{LeaseOptions, Lock, RedLock};
+use redquorum::{LeaseOptions, Lock, RedLock, RetryPolicy};
 
-use crate::args::RunArgs;
-use crate::child::{self, Ending, Signals};
+use crate::args::{RunArgs, Tuning, WaitLimit};
+use crate::child::{self, Ending, Signals, Supervision};
+use crate::client;
 use crate::exit::{self, CliError};
 
 /// How often a long wait says what it is waiting for.
 const PROGRESS_EVERY: Duration = Duration::from_secs(5);
 
-pub(crate) async fn run(nodes: Vec<String>, args: RunArgs) -> Result<u8, CliError> {
+pub(crate) async fn run(
+    nodes: Vec<String>,
+    args: RunArgs,
+    tuning: &Tuning,
+) -> Result<u8, CliError> {
     let kill_grace = child::kill_grace(args.ttl, args.kill_grace)?;
-    let rl = RedLock::builder(nodes).fencing(true).build()?;
+    let rl = client::redlock(nodes, tuning, true)?;
     let mut signals = Signals::new()?;
+    let wait = if args.nonblock {
+        WaitLimit::For(Duration::ZERO)
+    } else {
+        args.wait
+    };
+    let taken = async {
+        client::connect_first(&rl).await;
+        acquire(&rl, &args.resource, args.ttl, wait).await
+    };
     let lock = tokio::select! {
-        lock = acquire(&rl, &args.resource, args.ttl, args.wait) => lock?,
+        lock = taken => lock.map_err(|mut e| {
+            if e.code == exit::BUSY
+                && let Some(code) = args.conflict_exit_code
+            {
+                e.code = code;
+            }
+            e
+        })?,
         signal = signals.recv() => return Ok(child::signal_code(signal)),
     };
     let token = lock.fencing_token().unwrap_or_default();
@@ -36,8 +57,11 @@ pub(crate) async fn run(nodes: Vec<String>, args: RunArgs) -> Result<u8, CliErro
             );
         },
         &mut signals,
-        kill_grace,
-        args.foreground,
+        Supervision {
+            grace: kill_grace,
+            foreground: args.foreground,
+            stop_signal: args.kill_signal,
+        },
     )
     .await;
     match ending {
@@ -67,14 +91,17 @@ pub(crate) async fn acquire(
     rl: &RedLock,
     resource: &str,
     ttl: Duration,
-    wait: Duration,
+    wait: WaitLimit,
 ) -> Result<Lock, CliError> {
     let start = Instant::now();
     let attempt = async {
-        if wait.is_zero() {
-            rl.try_acquire(resource, ttl).await
-        } else {
-            rl.acquire_within(resource, ttl, wait).await
+        match wait {
+            WaitLimit::For(limit) if limit.is_zero() => rl.try_acquire(resource, ttl).await,
+            WaitLimit::For(limit) => rl.acquire_within(resource, ttl, limit).await,
+            WaitLimit::Forever => {
+                let forever = RetryPolicy::default().max_attempts(None).max_wait(None);
+                rl.acquire_with(resource, ttl, &forever).await
+            }
         }
     };
     let progress = {

@@ -1,16 +1,19 @@
 //! `redquorum status RESOURCE`: what every master holds, and the majority's view.
 
-use redquorum::{Inspection, Leader, RedLock};
+use redquorum::{Inspection, Leader};
 use serde_json::json;
 
+use crate::args::Tuning;
+use crate::client;
 use crate::exit::{self, CliError};
 
 pub(crate) async fn status(
     nodes: Vec<String>,
     resource: &str,
     as_json: bool,
+    tuning: &Tuning,
 ) -> Result<u8, CliError> {
-    let rl = RedLock::new(nodes)?;
+    let rl = client::redlock(nodes, tuning, false)?;
     let seen = rl.inspect(resource).await?;
     if as_json {
         println!("{}", to_json(resource, &seen));

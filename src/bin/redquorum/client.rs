@@ -1,0 +1,53 @@
+//! The client the command line asks for: the masters, and the tuning flags (`--node-timeout`,
+//! `--restart-grace`, `--key-prefix`, `--drift-factor`, each also from the environment).
+
+use redquorum::RedLock;
+
+use crate::args::Tuning;
+use crate::exit::CliError;
+
+/// A `RedLock` over `nodes` with `tuning` applied; a bad value is a usage error (exit 64)
+/// naming the flag, found before any connection is made.
+pub(crate) fn redlock(
+    nodes: Vec<String>,
+    tuning: &Tuning,
+    fencing: bool,
+) -> Result<RedLock, CliError> {
+    if let Some(factor) = tuning.drift_factor
+        && !(0.0..0.5).contains(&factor)
+    {
+        return Err(CliError::usage(format!(
+            "--drift-factor {factor}: must be at least 0 and below 0.5 (the fraction of the ttl \
+             the clocks may drift by)"
+        )));
+    }
+    if tuning.node_timeout.is_some_and(|t| t.is_zero()) {
+        return Err(CliError::usage("--node-timeout must be more than 0"));
+    }
+    let mut builder = RedLock::builder(nodes).fencing(fencing);
+    if let Some(timeout) = tuning.node_timeout {
+        builder = builder.per_node_timeout(timeout);
+    }
+    if let Some(grace) = tuning.restart_grace {
+        builder = builder.restart_grace(grace);
+    }
+    if let Some(prefix) = &tuning.key_prefix {
+        builder = builder.key_prefix(prefix);
+    }
+    if let Some(factor) = tuning.drift_factor {
+        builder = builder.drift_factor(factor);
+    }
+    Ok(builder.build()?)
+}
+
+/// Connects to every master before the first round, so a one-shot `run` does not spend its
+/// first round's per-node budget (milliseconds) on TCP, TLS, AUTH and loading scripts. A
+/// master that cannot be reached now is no error here: the round that follows reports it.
+///
+/// # Cancel safety
+/// Cancel safe: connections go on being made in the background.
+pub(crate) async fn connect_first(rl: &RedLock) {
+    if let Err(e) = rl.connect().await {
+        tracing::debug!(error = %e, "not every master connected before the first round");
+    }
+}
