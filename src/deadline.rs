@@ -150,6 +150,17 @@ mod tests {
         assert_eq!(deadline.instant_as_of(&nap), start + Duration::from_secs(6));
     }
 
+    /// On the real clocks, with no suspend: an hour ahead is not passed, now is.
+    #[test]
+    fn passed_and_remaining_on_the_real_clocks() {
+        let hour = Deadline::after(Awake::now(), Duration::from_secs(3600)).expect("deadline");
+        assert!(!hour.passed());
+        assert!(hour.remaining() > Duration::from_secs(3500));
+        let now = Deadline::at(Awake::now());
+        assert!(now.passed());
+        assert_eq!(now.remaining(), Duration::ZERO);
+    }
+
     #[test]
     fn without_a_boot_clock_nothing_is_detected() {
         let start = Instant::now();
