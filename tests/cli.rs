@@ -1218,3 +1218,40 @@ fn warnings_show_by_default_and_verbosity_flags_change_them() {
     let (_, _, err) = status(&[], Some("error"));
     assert!(!err.contains("even number of nodes"), "{err}");
 }
+
+/// `elect --once` leads at most once: on a lost leadership it stops the command and exits 76
+/// rather than campaigning again (systemd's `Restart=` decides what follows).
+///
+/// Mutation: ignoring `--once` (campaigning again) makes redquorum run on: no exit within the
+/// bound.
+#[test]
+fn elect_once_exits_76_when_leadership_is_lost() {
+    let mut cluster = Cluster::start(5);
+    let dir = tempfile::tempdir().expect("tempdir");
+    let ready = dir.path().join("ready");
+    let script = format!("touch {}; sleep 60", ready.display());
+    let mut elect = redquorum(&cluster, dir.path())
+        .args([
+            "elect",
+            "--once",
+            "--id",
+            "a",
+            "--ttl",
+            "1s",
+            "--kill-grace",
+            "300ms",
+        ])
+        .args(["once", "--", "sh", "-c", &script])
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn");
+    assert!(wait_until(Duration::from_secs(10), || ready.exists()));
+    for node in 0..3 {
+        cluster.pause(node);
+    }
+    let code = wait_exit(&mut elect, Duration::from_secs(20));
+    let err = stderr_of(&mut elect);
+    assert_eq!(code, 76, "{err}");
+    assert!(err.contains("lost leadership"), "{err}");
+    assert_eq!(err.matches("campaigning for").count(), 1, "{err}");
+}

@@ -205,6 +205,10 @@ pub(crate) struct ElectArgs {
     /// deadline); SIGKILL follows if it does not [default: TERM].
     #[arg(long, default_value = "TERM", value_parser = stop_signal)]
     pub(crate) kill_signal: nix::sys::signal::Signal,
+    /// Lead at most once: when leadership is lost, stop the command and exit 76 instead of
+    /// campaigning again, and let the service manager (systemd's `Restart=`) decide.
+    #[arg(long)]
+    pub(crate) once: bool,
     /// The election's name.
     pub(crate) resource: String,
     /// The command and its arguments, after `--`.

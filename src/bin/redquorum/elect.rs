@@ -3,7 +3,7 @@
 use crate::args::{ElectArgs, Tuning};
 use crate::child::{self, Ending, Signals, Supervision};
 use crate::client;
-use crate::exit::CliError;
+use crate::exit::{self, CliError};
 
 pub(crate) async fn elect(
     nodes: Vec<String>,
@@ -50,6 +50,11 @@ pub(crate) async fn elect(
         )
         .await;
         match ending {
+            // With --once, the service manager decides what comes next (exit 76).
+            Ok(Ending::Lost) if args.once => {
+                let _ = leadership.resign().await;
+                return Ok(exit::LOST);
+            }
             // Campaign again.
             Ok(Ending::Lost) => {}
             Ok(Ending::Exited(code)) => {
