@@ -13,7 +13,8 @@ use crate::lock::Lock;
 use crate::node::{IntoNode, Node};
 use crate::quorum;
 use crate::report::{NodeId, NodeOutcome, NodeReport, Report};
-use crate::reseed::{self, SeedKeys};
+use crate::reseed;
+use crate::resource::FenceKeys;
 use crate::retry::{Jitter, RetryPolicy};
 use crate::round::{self, Command, Request, Round, Stragglers, Wait};
 use crate::scripts;
@@ -534,11 +535,7 @@ impl RedLock {
             false,
         );
         let config = &self.inner.config;
-        let seed_keys = fencing.then(|| SeedKeys {
-            counter: resource::fence_key(&config.key_prefix, resource),
-            marker: resource::seed_marker_key(&config.key_prefix, resource),
-            legacy: resource::legacy_fence_key(&config.key_prefix, resource),
-        });
+        let seed_keys = fencing.then(|| resource::fence_keys(&config.key_prefix, resource));
         let (command, extra_keys) = match &seed_keys {
             Some(keys) => {
                 let mut extra = vec![keys.counter.clone(), keys.marker.clone()];
@@ -572,12 +569,10 @@ impl RedLock {
         cleanup.after(round.stragglers.clone());
         // Masters that started since their counter was seeded gave no vote: re-seed them, in
         // the background when the round is won anyway, before the next try when it is not.
-        let unseeded = seed_keys.as_ref().cloned().filter(|_| {
-            round
-                .report
-                .iter()
-                .any(|r| matches!(r.outcome(), NodeOutcome::Failed(NodeError::Unseeded)))
-        });
+        let unseeded = round
+            .report
+            .iter()
+            .any(|r| matches!(r.outcome(), NodeOutcome::Failed(NodeError::Unseeded)));
         let verdict = verdict::judge(
             RoundKind::Acquire,
             &round.tally,
@@ -606,18 +601,15 @@ impl RedLock {
                         // Re-seed in the background what answered "unseeded", before the
                         // decision or (a restarted master is often the slow one) after it.
                         let late = round.stragglers.clone().filter(|_| fencing);
-                        if let Some(keys) =
-                            seed_keys.filter(|_| unseeded.is_some() || late.is_some())
-                        {
+                        if let Some(keys) = seed_keys.filter(|_| unseeded || late.is_some()) {
                             let redlock = self.clone();
                             let timeout = timing.per_node_timeout;
-                            let known = unseeded.is_some();
                             tokio::spawn(async move {
                                 let late_unseeded = match late {
                                     Some(stragglers) => stragglers.unseeded().await,
                                     None => false,
                                 };
-                                if known || late_unseeded {
+                                if unseeded || late_unseeded {
                                     reseed::reseed(redlock.nodes(), &keys, timeout).await;
                                 }
                             });
@@ -651,7 +643,7 @@ impl RedLock {
                 NodeOutcome::Failed(NodeError::SeededSinceGrant)
             )
         });
-        let retry_now = match unseeded {
+        let retry_now = match seed_keys.filter(|_| unseeded) {
             Some(keys) => {
                 let reseeded = reseed::reseed(self.nodes(), &keys, timing.per_node_timeout).await;
                 reseeded.value.is_some() && reseeded.marked >= self.quorum()
@@ -676,7 +668,7 @@ impl RedLock {
     async fn confirm_fence(
         &self,
         key: &[u8],
-        keys: &SeedKeys,
+        keys: &FenceKeys,
         token: &Token,
         fence: u64,
         acquired: &Round,

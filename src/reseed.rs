@@ -35,6 +35,7 @@ use redis::aio::MultiplexedConnection;
 
 use crate::node::Node;
 use crate::quorum;
+use crate::resource::FenceKeys;
 use crate::scripts;
 
 /// What one master said about its counter.
@@ -61,15 +62,6 @@ pub(crate) fn seed_value(readings: &[Option<Reading>]) -> Option<u64> {
     trusted.then(|| answered.iter().map(|r| r.counter).max().unwrap_or(0))
 }
 
-/// The keys one fenced resource uses on every master.
-#[derive(Debug, Clone)]
-pub(crate) struct SeedKeys {
-    pub(crate) counter: Vec<u8>,
-    pub(crate) marker: Vec<u8>,
-    /// An older version's per-resource counter, when it differs from `counter`.
-    pub(crate) legacy: Option<Vec<u8>>,
-}
-
 /// What a re-seed did.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct Reseeded {
@@ -94,7 +86,7 @@ struct Read {
 /// # Cancel safety
 /// Cancel-safe: every write only raises a counter and sets a marker, so a re-seed stopped
 /// half-way leaves masters either seeded correctly or still unseeded.
-pub(crate) async fn reseed(nodes: &[Node], keys: &SeedKeys, timeout: Duration) -> Reseeded {
+pub(crate) async fn reseed(nodes: &[Node], keys: &FenceKeys, timeout: Duration) -> Reseeded {
     let reads: Vec<Option<Read>> = join_all(nodes.iter().map(|node| async move {
         let read = tokio::time::timeout(timeout, read(node, keys)).await;
         match read {
@@ -164,7 +156,7 @@ enum ReadError {
     NotANumber,
 }
 
-async fn read(node: &Node, keys: &SeedKeys) -> Result<Read, ReadError> {
+async fn read(node: &Node, keys: &FenceKeys) -> Result<Read, ReadError> {
     let ready = node.connection().await?;
     let run_id = ready.run_id.clone().ok_or(ReadError::Unidentified)?;
     let mut conn = ready.conn;

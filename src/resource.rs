@@ -109,30 +109,42 @@ pub(crate) fn fence_key(prefix: &[u8], resource: &[u8]) -> Vec<u8> {
     per_resource_fence_key(prefix, resource)
 }
 
-/// The per-resource counter older versions kept (`prefix{resource}:fence`), folded into the
-/// slot's counter by the fenced acquire so tokens never go back across the upgrade; `None`
-/// when it *is* the counter in use (see [`fence_key`]).
-pub(crate) fn legacy_fence_key(prefix: &[u8], resource: &[u8]) -> Option<Vec<u8>> {
-    let legacy = per_resource_fence_key(prefix, resource);
-    (legacy != fence_key(prefix, resource)).then_some(legacy)
-}
-
 fn per_resource_fence_key(prefix: &[u8], resource: &[u8]) -> Vec<u8> {
     let mut key = lock_key(prefix, resource);
     key.extend_from_slice(b":fence");
     key
 }
 
-/// The re-seed marker next to `resource`'s fence counter (`…:seeded` where the counter is
-/// `…:fence`, so both sit in one slot): it holds the `run_id` of the server process whose
-/// counter was last re-seeded from the other masters. A fenced acquire counts a master only
-/// while the marker names the server's current run: one that restarted, with or without its
-/// data, must be re-seeded first (`crate::reseed`). One per counter, so as bounded.
-pub(crate) fn seed_marker_key(prefix: &[u8], resource: &[u8]) -> Vec<u8> {
-    let mut key = fence_key(prefix, resource);
-    key.truncate(key.len() - b"fence".len());
-    key.extend_from_slice(b"seeded");
-    key
+/// Every key a fenced acquire of one resource touches besides its lock key, named together
+/// (the counter's name is computed once: the others follow from it).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct FenceKeys {
+    /// The fence counter ([`fence_key`]).
+    pub(crate) counter: Vec<u8>,
+    /// The re-seed marker next to the counter (`…:seeded` where the counter is `…:fence`, so
+    /// both sit in one slot): it holds the `run_id` of the server process whose counter was
+    /// last re-seeded from the other masters. A fenced acquire counts a master only while the
+    /// marker names the server's current run: one that restarted, with or without its data,
+    /// must be re-seeded first (`crate::reseed`). One per counter, so as bounded.
+    pub(crate) marker: Vec<u8>,
+    /// The per-resource counter older versions kept (`prefix{resource}:fence`), folded into
+    /// the slot's counter by the fenced acquire so tokens never go back across the upgrade;
+    /// `None` when it *is* the counter in use (see [`fence_key`]).
+    pub(crate) legacy: Option<Vec<u8>>,
+}
+
+/// The [`FenceKeys`] of `resource`.
+pub(crate) fn fence_keys(prefix: &[u8], resource: &[u8]) -> FenceKeys {
+    let counter = fence_key(prefix, resource);
+    let mut marker = counter.clone();
+    marker.truncate(marker.len() - b"fence".len());
+    marker.extend_from_slice(b"seeded");
+    let legacy = per_resource_fence_key(prefix, resource);
+    FenceKeys {
+        legacy: (legacy != counter).then_some(legacy),
+        marker,
+        counter,
+    }
 }
 
 /// The leader-info key of an election on `resource`: `prefix{resource}:leader`.
@@ -184,13 +196,13 @@ mod tests {
         for x in names {
             for y in names {
                 assert_ne!(fence_key(b"p:", x), lock_key(b"p:", y));
-                assert_ne!(seed_marker_key(b"p:", x), lock_key(b"p:", y));
-                assert_ne!(seed_marker_key(b"p:", x), fence_key(b"p:", y));
-                assert_ne!(Some(fence_key(b"p:", x)), legacy_fence_key(b"p:", y));
+                assert_ne!(fence_keys(b"p:", x).marker, lock_key(b"p:", y));
+                assert_ne!(fence_keys(b"p:", x).marker, fence_key(b"p:", y));
+                assert_ne!(Some(fence_key(b"p:", x)), fence_keys(b"p:", y).legacy);
             }
         }
         assert_eq!(
-            legacy_fence_key(b"p:", b"r").as_deref(),
+            fence_keys(b"p:", b"r").legacy.as_deref(),
             Some(&b"p:{r}:fence"[..])
         );
     }
@@ -235,7 +247,7 @@ mod tests {
                 hash_slot(&lock_key(b"redquorum:", resource.as_bytes()))
             );
             assert!(key.ends_with(b"}:slot:fence"));
-            let marker = seed_marker_key(b"redquorum:", resource.as_bytes());
+            let marker = fence_keys(b"redquorum:", resource.as_bytes()).marker;
             assert_eq!(hash_slot(&marker), hash_slot(&key));
             assert!(marker.ends_with(b"}:slot:seeded"));
             counters.insert(key);
@@ -243,8 +255,8 @@ mod tests {
         assert!(counters.len() <= SLOTS, "{}", counters.len());
         // A prefix whose braces would move the counter to another slot keeps per-resource ones.
         assert_eq!(fence_key(b"a{b", b"r"), b"a{b{r}:fence");
-        assert_eq!(legacy_fence_key(b"a{b", b"r"), None);
-        assert_eq!(seed_marker_key(b"a{b", b"r"), b"a{b{r}:seeded");
+        assert_eq!(fence_keys(b"a{b", b"r").legacy, None);
+        assert_eq!(fence_keys(b"a{b", b"r").marker, b"a{b{r}:seeded");
     }
 
     #[test]

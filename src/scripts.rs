@@ -146,7 +146,7 @@ return ttl
 );
 
 /// `KEYS[1]` lock key, `KEYS[2]` fence counter (one per hash slot, see
-/// `resource::fence_key`), `KEYS[3]` its re-seed marker (`resource::seed_marker_key`),
+/// `resource::fence_key`), `KEYS[3]` its re-seed marker (`resource::FenceKeys::marker`),
 /// optional `KEYS[4]` the per-resource counter older versions kept; `ARGV[1]` token, `ARGV[2]`
 /// ttl in ms, `ARGV[3]` the `run_id` of the server as the client's connection learned it.
 ///

@@ -135,6 +135,16 @@ fn short_run(cluster: &Cluster, scratch: &Path, script: &str) -> Child {
         .expect("spawn")
 }
 
+/// Pauses three of the five masters, so no renewal can succeed and the lock is lost at its
+/// deadline; returns how `supervisor` then exited (within 20 s) and what it wrote on stderr.
+fn lose_the_majority(cluster: &mut Cluster, supervisor: &mut Child) -> (i32, String) {
+    for node in 0..3 {
+        cluster.pause(node);
+    }
+    let code = wait_exit(supervisor, Duration::from_secs(20));
+    (code, stderr_of(supervisor))
+}
+
 /// Everything a finished child wrote on its piped stderr.
 fn stderr_of(child: &mut Child) -> String {
     let mut err = String::new();
@@ -319,12 +329,7 @@ fn losing_the_lock_stops_the_whole_command_and_exits_76() {
     assert!(wait_until(Duration::from_secs(10), || read_pid(&pids).is_some()));
     let sleep_pid = read_pid(&pids).expect("pid");
     assert!(alive(sleep_pid));
-    // Three of five masters hang: no renewal can succeed, the lease ends at its deadline.
-    for node in 0..3 {
-        cluster.pause(node);
-    }
-    let code = wait_exit(&mut run, Duration::from_secs(20));
-    let err = stderr_of(&mut run);
+    let (code, err) = lose_the_majority(&mut cluster, &mut run);
     assert_eq!(code, 76, "{err}");
     assert!(err.contains("lost the lock"), "{err}");
     assert!(err.contains("SIGKILL"), "{err}");
@@ -379,11 +384,7 @@ fn foreground_shares_redquorums_group_and_still_stops_the_command_on_loss() {
             foreground,
             "foreground {foreground}: the command's group"
         );
-        for node in 0..3 {
-            cluster.pause(node);
-        }
-        let code = wait_exit(&mut run, Duration::from_secs(20));
-        let err = stderr_of(&mut run);
+        let (code, err) = lose_the_majority(&mut cluster, &mut run);
         assert_eq!(code, 76, "foreground {foreground}: {err}");
         assert!(err.contains("SIGKILL"), "{err}");
         assert!(
@@ -1179,11 +1180,7 @@ fn the_kill_signal_is_what_the_command_gets_first() {
             .spawn()
             .expect("spawn");
         assert!(wait_until(Duration::from_secs(10), || ready.exists()));
-        for node in 0..3 {
-            cluster.pause(node);
-        }
-        let code = wait_exit(&mut run, Duration::from_secs(20));
-        let err = stderr_of(&mut run);
+        let (code, err) = lose_the_majority(&mut cluster, &mut run);
         assert_eq!(code, 76, "foreground {foreground}: {err}");
         assert_eq!(
             std::fs::read_to_string(&got).ok().as_deref(),
@@ -1246,11 +1243,7 @@ fn elect_once_exits_76_when_leadership_is_lost() {
         .spawn()
         .expect("spawn");
     assert!(wait_until(Duration::from_secs(10), || ready.exists()));
-    for node in 0..3 {
-        cluster.pause(node);
-    }
-    let code = wait_exit(&mut elect, Duration::from_secs(20));
-    let err = stderr_of(&mut elect);
+    let (code, err) = lose_the_majority(&mut cluster, &mut elect);
     assert_eq!(code, 76, "{err}");
     assert!(err.contains("lost leadership"), "{err}");
     assert_eq!(err.matches("campaigning for").count(), 1, "{err}");

@@ -79,18 +79,26 @@ pub(crate) fn assert_no_lock_keys(cluster: &Cluster) {
     assert!(left.is_empty(), "lock keys left: {left:?}");
 }
 
+/// The one key on server `node` ending with `suffix`, if any: fenced tests lock one
+/// resource, so each server has at most one counter and one marker (one per hash slot).
+fn only_key_ending(cluster: &Cluster, node: usize, suffix: &[u8]) -> Option<Vec<u8>> {
+    let mut found: Vec<Vec<u8>> = cluster
+        .keys()
+        .into_iter()
+        .filter(|(i, k)| *i == node && k.ends_with(suffix))
+        .map(|(_, k)| k)
+        .collect();
+    assert!(
+        found.len() <= 1,
+        "one fenced resource, one such key: {found:?}"
+    );
+    found.pop()
+}
+
 /// The `run` the re-seed marker of the (one) fenced slot names on server `node`, and the
 /// server's own `run_id`: equal once the server's counter was seeded for its current run.
 pub(crate) fn seed_marker(cluster: &Cluster, node: usize) -> (Option<String>, String) {
-    let markers: Vec<Vec<u8>> = cluster
-        .keys()
-        .into_iter()
-        .filter(|(i, k)| *i == node && k.ends_with(b"}:slot:seeded"))
-        .map(|(_, k)| k)
-        .collect();
-    assert!(markers.len() <= 1, "one fenced resource: {markers:?}");
-    let run = markers
-        .first()
+    let run = only_key_ending(cluster, node, b"}:slot:seeded")
         .and_then(|key| cluster.run(node, redis::cmd("HGET").arg(key).arg("run")));
     let info: String = cluster.run(node, redis::cmd("INFO").arg("server"));
     let run_id = info
@@ -105,17 +113,7 @@ pub(crate) fn seed_marker(cluster: &Cluster, node: usize) -> (Option<String>, St
 /// The value of the (one) slot fence counter on server `node`: fenced tests lock one resource,
 /// so each server has at most one counter (`prefix{TAG}:slot:fence`, one per hash slot).
 pub(crate) fn fence_counter(cluster: &Cluster, node: usize) -> Option<u64> {
-    let counters: Vec<Vec<u8>> = cluster
-        .keys()
-        .into_iter()
-        .filter(|(i, k)| *i == node && k.ends_with(b"}:slot:fence"))
-        .map(|(_, k)| k)
-        .collect();
-    assert!(
-        counters.len() <= 1,
-        "one fenced resource, one counter: {counters:?}"
-    );
-    let key = counters.first()?;
-    let value = cluster.get(node, key)?;
+    let key = only_key_ending(cluster, node, b"}:slot:fence")?;
+    let value = cluster.get(node, &key)?;
     Some(String::from_utf8_lossy(&value).parse().expect("a counter"))
 }
