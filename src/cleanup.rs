@@ -93,7 +93,8 @@ impl Drop for Cleanup {
         let timeout = self.per_node_timeout;
         let after = self.after.take();
         let wake_waiters = self.wake_waiters;
-        runtime.spawn(async move {
+        let tracked = redlock.clone();
+        tracked.spawn_cleanup(&runtime, async move {
             redlock
                 .release_everywhere(&key, &token, timeout, after.as_ref(), wake_waiters)
                 .await;

@@ -187,6 +187,27 @@ impl LeaseSignal {
     pub fn valid_until(&self) -> Instant {
         self.valid_until.borrow().instant()
     }
+
+    /// Waits for the next successful extension and returns the deadline it set; `None` once
+    /// the lease has ended (released or dropped) and no extension can come. A lost lease is
+    /// never renewed: wait on [`lost`](Self::lost) beside this. For event streams and
+    /// metrics ("renewed, valid for another 9.8 s").
+    ///
+    /// # Cancel safety
+    /// Cancel safe: an extension that happened while nobody waited is returned by the next
+    /// call (only the latest one, if there were several).
+    ///
+    /// ```
+    /// # async fn demo(mut signal: redquorum::LeaseSignal) {
+    /// while let Some(deadline) = signal.renewed().await {
+    ///     println!("renewed for {:?}", deadline - std::time::Instant::now());
+    /// }
+    /// # }
+    /// ```
+    pub async fn renewed(&mut self) -> Option<Instant> {
+        self.valid_until.changed().await.ok()?;
+        Some(self.valid_until.borrow_and_update().instant())
+    }
 }
 
 /// A lock that renews itself until it is released, dropped, or lost.

@@ -4,6 +4,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use futures::future::join_all;
+use tokio_util::task::TaskTracker;
 
 use crate::cleanup::Cleanup;
 use crate::config::{Builder, Config, Timing};
@@ -57,6 +58,9 @@ pub(crate) struct Inner {
     config: Config,
     jitter: Jitter,
     releases: ReleaseWatch,
+    /// Clean-ups running in the background (a cancelled acquire's compare-and-delete, a
+    /// dropped lock's release), for [`RedLock::settle`].
+    background: TaskTracker,
 }
 
 impl Inner {
@@ -71,6 +75,7 @@ impl Inner {
             config,
             jitter,
             releases,
+            background: TaskTracker::new(),
         }
     }
 }
@@ -136,6 +141,42 @@ impl RedLock {
     /// ```
     pub fn quorum(&self) -> usize {
         quorum::quorum(self.node_count())
+    }
+
+    /// Waits (at most `within`) for the clean-ups this client left to the runtime: the
+    /// compare-and-delete of an acquire cancelled mid-round, the release of a lock dropped
+    /// without [`Lock::release`]. Call it before a process exits after cancelling an acquire
+    /// (on a signal, say), or those keys stay until their ttl. True when none is left.
+    ///
+    /// # Cancel safety
+    /// Cancel safe: the clean-ups go on without it.
+    ///
+    /// ```no_run
+    /// # async fn demo(rl: redquorum::RedLock, shutdown: impl std::future::Future<Output = ()>) {
+    /// use std::time::Duration;
+    /// tokio::select! {
+    ///     lock = rl.acquire("job", Duration::from_secs(30)) => { /* … */ }
+    ///     () = shutdown => {
+    ///         // The cancelled acquire's clean-up runs in the background: let it finish.
+    ///         rl.settle(Duration::from_secs(1)).await;
+    ///     }
+    /// }
+    /// # }
+    /// ```
+    pub async fn settle(&self, within: Duration) -> bool {
+        let tracker = &self.inner.background;
+        tracker.close();
+        let settled = tokio::time::timeout(within, tracker.wait()).await.is_ok();
+        tracker.reopen();
+        settled
+    }
+
+    /// Runs a clean-up on `runtime`, tracked for [`settle`](Self::settle).
+    pub(crate) fn spawn_cleanup<F>(&self, runtime: &tokio::runtime::Handle, cleanup: F)
+    where
+        F: std::future::Future<Output = ()> + Send + 'static,
+    {
+        self.inner.background.spawn_on(cleanup, runtime);
     }
 
     /// Connects to every node now instead of on first use, waiting at most the connect

@@ -278,11 +278,16 @@ fn usage_and_configuration_errors_exit_64() {
     let (code, _, err) = output(bare(dir.path()).args(["status", "r"]));
     assert_eq!(code, 64, "{err}");
     assert!(err.contains("redquorum dev up"), "{err}");
+    assert!(err.contains("--dev"), "{err}");
+    // --dev without a dev cluster.
+    let (code, _, err) = output(bare(dir.path()).args(["--dev", "status", "r"]));
+    assert_eq!(code, 64, "{err}");
+    assert!(err.contains("no local dev cluster"), "{err}");
     assert!(cluster.keys().is_empty());
 }
 
 #[test]
-fn nodes_come_from_the_environment_or_a_nodes_file() {
+fn nodes_come_from_the_environment_or_a_legacy_nodes_file_with_a_migration_message() {
     let cluster = Cluster::start(3);
     let dir = tempfile::tempdir().expect("tempdir");
     let (code, _, err) = output(
@@ -300,6 +305,18 @@ fn nodes_come_from_the_environment_or_a_nodes_file() {
             .args(["run", "r", "--", "true"]),
     );
     assert_eq!(code, 0, "{err}");
+    assert!(err.contains("write it as TOML"), "{err}");
+    assert!(
+        err.contains("nodes = ["),
+        "the warning shows the TOML: {err}"
+    );
+    // At its old default place too.
+    let config = dir.path().join("config/redquorum");
+    std::fs::create_dir_all(&config).expect("mkdir");
+    std::fs::rename(&file, config.join("nodes")).expect("move");
+    let (code, _, err) = output(bare(dir.path()).args(["run", "r", "--", "true"]));
+    assert_eq!(code, 0, "{err}");
+    assert!(err.contains("write it as TOML"), "{err}");
     assert!(lock_keys(&cluster).is_empty());
 }
 
@@ -800,10 +817,14 @@ fn the_dev_cluster_starts_breaks_heals_serves_locks_and_stops() {
     let (code, _, err) = output(bare(dir.path()).args(["dev", "kill", "7"]));
     assert_eq!(code, 64, "{err}");
 
-    // With no nodes given, commands use the dev cluster, and say so.
+    // The dev cluster serves commands only when asked (--dev); without nodes and without
+    // --dev, the error says it is there. Mutation: resolve nodes from the dev cluster when
+    // none are given (the old implicit fallback) and the first assertion fails.
     let (code, _, err) = output(bare(dir.path()).args(["run", "r", "--", "true"]));
+    assert_eq!(code, 64, "{err}");
+    assert!(err.contains("add --dev"), "{err}");
+    let (code, _, err) = output(bare(dir.path()).args(["--dev", "run", "r", "--", "true"]));
     assert_eq!(code, 0, "{err}");
-    assert!(err.contains("dev cluster"), "{err}");
 
     let restarted: Vec<u32> = dev_status(dir.path())["nodes"]
         .as_array()
@@ -1030,6 +1051,88 @@ fn ctrl_z_stops_the_command_too_and_a_lapsed_lock_never_lets_it_run_again() {
     );
 }
 
+/// The pids of `pid`'s children.
+fn children(pid: u32) -> Vec<u32> {
+    std::fs::read_to_string(format!("/proc/{pid}/task/{pid}/children"))
+        .unwrap_or_default()
+        .split_whitespace()
+        .filter_map(|p| p.parse().ok())
+        .collect()
+}
+
+/// Ctrl-Z, then redquorum SIGKILLed while stopped: the guard, kept awake while the command is
+/// stopped, kills the stopped command at once. redquorum runs under a subreaper here (as under
+/// `systemd --user`), so the command's group is not orphaned when redquorum dies and the
+/// kernel does not continue it. Mutation: drop the guard's SIGCONT in `Child::suspend` and
+/// the command is left behind, stopped for ever.
+#[test]
+fn a_redquorum_killed_while_stopped_leaves_no_stopped_command_behind() {
+    let cluster = Cluster::start(3);
+    let dir = tempfile::tempdir().expect("tempdir");
+    let pids = dir.path().join("pid");
+    let script = format!(
+        "echo $$ > {0}.tmp; mv {0}.tmp {0}; trap '' HUP TERM; while true; do sleep 0.02; done",
+        pids.display()
+    );
+    // redquorum's own guard, used here as a subreaper above redquorum.
+    let reaper = Reaped(
+        bare(dir.path())
+            .args([
+                "__guard",
+                "--parent",
+                &std::process::id().to_string(),
+                "--",
+                BIN,
+            ])
+            .arg("--nodes")
+            .arg(cluster.urls().join(","))
+            .args([
+                "run",
+                "--ttl",
+                "1s",
+                "--kill-grace",
+                "300ms",
+                "r",
+                "--",
+                "sh",
+                "-c",
+                &script,
+            ])
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("spawn"),
+    );
+    assert!(wait_until(Duration::from_secs(10), || read_pid(&pids).is_some()));
+    let shell = read_pid(&pids).expect("pid");
+    let supervisor = children(reaper.id())[0];
+    let send = |pid: u32, sig| {
+        let pid = nix::unistd::Pid::from_raw(i32::try_from(pid).expect("pid"));
+        nix::sys::signal::kill(pid, sig).expect("signal");
+    };
+    send(supervisor, nix::sys::signal::Signal::SIGTSTP);
+    assert!(
+        wait_until(Duration::from_secs(5), || state(supervisor) == Some('T')
+            && state(shell) == Some('T')),
+        "redquorum and its command are both stopped"
+    );
+    send(supervisor, nix::sys::signal::Signal::SIGKILL);
+    let killed_at = Instant::now();
+    let gone = wait_until(Duration::from_secs(5), || !alive(shell));
+    if !gone {
+        // Clean up what the failure left: the stopped group.
+        let _ = nix::sys::signal::kill(
+            nix::unistd::Pid::from_raw(i32::try_from(shell).expect("pid")),
+            nix::sys::signal::Signal::SIGKILL,
+        );
+    }
+    drop(reaper);
+    assert!(gone, "the stopped command outlived redquorum");
+    eprintln!(
+        "stopped command gone {:?} after redquorum's SIGKILL",
+        killed_at.elapsed()
+    );
+}
+
 /// The waiting flags operators know from flock and consul lock: `-n` tries once, `-E N` makes a
 /// busy lock exit N instead of 75, `--wait forever` waits until the holder releases (woken by
 /// its release), and `-n` with `--wait` is a usage error.
@@ -1247,4 +1350,763 @@ fn elect_once_exits_76_when_leadership_is_lost() {
     assert_eq!(code, 76, "{err}");
     assert!(err.contains("lost leadership"), "{err}");
     assert_eq!(err.matches("campaigning for").count(), 1, "{err}");
+}
+
+/// A child process killed and reaped when dropped, so a failing test leaves nothing running
+/// (a redquorum that campaigns for ever would also hold the test's stdout open).
+struct Reaped(Child);
+
+impl std::ops::Deref for Reaped {
+    type Target = Child;
+    fn deref(&self) -> &Child {
+        &self.0
+    }
+}
+
+impl std::ops::DerefMut for Reaped {
+    fn deref_mut(&mut self) -> &mut Child {
+        &mut self.0
+    }
+}
+
+impl Drop for Reaped {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// The lines a child writes on one pipe, read by a thread as they come.
+struct Lines(std::sync::mpsc::Receiver<String>);
+
+impl Lines {
+    fn of(pipe: impl std::io::Read + Send + 'static) -> Self {
+        let (tx, rx) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            for line in std::io::BufRead::lines(std::io::BufReader::new(pipe)) {
+                let Ok(line) = line else { return };
+                if tx.send(line).is_err() {
+                    return;
+                }
+            }
+        });
+        Self(rx)
+    }
+
+    /// The first line (from now) that `wanted` accepts, within `within`; every line read
+    /// meanwhile is in `seen`.
+    fn until(
+        &self,
+        within: Duration,
+        seen: &mut Vec<String>,
+        mut wanted: impl FnMut(&str) -> bool,
+    ) -> Option<String> {
+        let deadline = Instant::now() + within;
+        loop {
+            let left = deadline.checked_duration_since(Instant::now())?;
+            let line = self.0.recv_timeout(left).ok()?;
+            seen.push(line.clone());
+            if wanted(&line) {
+                return Some(line);
+            }
+        }
+    }
+}
+
+/// One JSON event line.
+fn event(line: &str) -> serde_json::Value {
+    serde_json::from_str(line).unwrap_or_else(|e| panic!("not a JSON line ({e}): {line}"))
+}
+
+fn events_named<'a>(lines: &'a [serde_json::Value], name: &str) -> Vec<&'a serde_json::Value> {
+    lines.iter().filter(|e| e["event"] == name).collect()
+}
+
+/// Every stderr line of `run --json` is a JSON event: acquired (with the fencing token),
+/// renewed, exited, released; on a lost lock, lost; a usage error is an `error` event with
+/// its exit code. Mutation: emit `renewed` nowhere (drop the select arm in `run_guarded`) and
+/// the renewal assertion fails; print the old sentences instead of JSON and every line fails
+/// to parse.
+#[test]
+fn run_writes_one_json_event_per_line_on_stderr() {
+    let mut cluster = Cluster::start(5);
+    let dir = tempfile::tempdir().expect("tempdir");
+    let (code, out, err) = output(
+        redquorum(&cluster, dir.path())
+            .args(["--json", "run", "--ttl", "900ms", "j", "--", "sleep", "1"]),
+    );
+    assert_eq!(code, 0, "{err}");
+    assert!(out.is_empty(), "the events stay off stdout: {out}");
+    let lines: Vec<_> = err.lines().map(event).collect();
+    let names: Vec<&str> = lines.iter().filter_map(|e| e["event"].as_str()).collect();
+    assert_eq!(names.first(), Some(&"acquired"), "{err}");
+    assert_eq!(names.last(), Some(&"released"), "{err}");
+    assert!(names.contains(&"exited"), "{err}");
+    assert!(
+        !events_named(&lines, "renewed").is_empty(),
+        "a 1 s command under a 900 ms ttl is renewed: {err}"
+    );
+    let acquired = events_named(&lines, "acquired")[0];
+    assert!(acquired["fencing_token"].as_u64().is_some(), "{acquired}");
+    assert_eq!(acquired["resource"], "j");
+    assert!(
+        acquired["ts"].as_str().is_some_and(|t| t.ends_with('Z')),
+        "{acquired}"
+    );
+    assert_eq!(events_named(&lines, "exited")[0]["code"], 0);
+
+    // A usage error: one `error` event with the exit code.
+    let (code, _, err) = output(
+        redquorum(&cluster, dir.path()).args(["--json", "run", "--ttl", "0s", "j", "--", "true"]),
+    );
+    assert_eq!(code, 64);
+    let last = event(err.lines().last().expect("a line"));
+    assert_eq!(last["event"], "error", "{err}");
+    assert_eq!(last["code"], 64, "{err}");
+
+    // A lost lock.
+    let mut run = redquorum(&cluster, dir.path())
+        .args([
+            "--json",
+            "run",
+            "--ttl",
+            "1s",
+            "--kill-grace",
+            "300ms",
+            "j",
+            "--",
+        ])
+        .args(["sleep", "30"])
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn");
+    std::thread::sleep(Duration::from_millis(300));
+    let (code, err) = lose_the_majority(&mut cluster, &mut run);
+    assert_eq!(code, 76, "{err}");
+    let lines: Vec<_> = err
+        .lines()
+        .filter(|l| l.starts_with('{'))
+        .map(event)
+        .collect();
+    let lost = events_named(&lines, "lost");
+    assert_eq!(lost.len(), 1, "{err}");
+    assert!(
+        lost[0]["why"].as_str().is_some_and(|w| !w.is_empty()),
+        "{err}"
+    );
+    assert!(lost[0]["term"].is_null(), "a lock has no term: {err}");
+}
+
+/// `elect --json`: a campaigning candidate reports who leads (a `leader` event naming the
+/// other candidate and its term), then `elected` once the leader steps down, and `resigned`
+/// when its command exits. Mutation: drop the observer from `campaign` and no `leader` event
+/// names the other candidate.
+#[test]
+fn elect_reports_the_leader_while_campaigning_and_its_own_terms_as_json() {
+    let cluster = Cluster::start(3);
+    let dir = tempfile::tempdir().expect("tempdir");
+    let (a, a_record) = candidate(&cluster, dir.path(), "a");
+    let mut a = Reaped(a);
+    assert!(wait_until(Duration::from_secs(10), || recorded(&a_record).is_some()));
+    let (a_term, _) = recorded(&a_record).expect("a leads");
+    let mut b = redquorum(&cluster, dir.path())
+        .args([
+            "--json",
+            "elect",
+            "--id",
+            "b",
+            "--ttl",
+            "1s",
+            "--kill-grace",
+            "300ms",
+        ])
+        .args(["leader", "--", "sleep", "1"])
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn");
+    let lines = Lines::of(b.stderr.take().expect("stderr"));
+    let mut seen = Vec::new();
+    let leader = lines
+        .until(Duration::from_secs(10), &mut seen, |l| {
+            event(l)["event"] == "leader"
+        })
+        .unwrap_or_else(|| panic!("no leader event: {seen:?}"));
+    let leader = event(&leader);
+    assert_eq!(leader["leader"], "a", "{leader}");
+    assert_eq!(leader["term"], a_term, "{leader}");
+    signal(&a, nix::sys::signal::Signal::SIGTERM);
+    wait_exit(&mut a, Duration::from_secs(10));
+    let elected = lines
+        .until(Duration::from_secs(10), &mut seen, |l| {
+            event(l)["event"] == "elected"
+        })
+        .unwrap_or_else(|| panic!("b never elected: {seen:?}"));
+    let elected = event(&elected);
+    assert_eq!(elected["id"], "b");
+    assert!(elected["term"].as_u64() > Some(a_term), "{elected}");
+    assert!(
+        lines
+            .until(Duration::from_secs(10), &mut seen, |l| event(l)["event"]
+                == "resigned")
+            .is_some(),
+        "{seen:?}"
+    );
+    assert_eq!(wait_exit(&mut b, Duration::from_secs(10)), 0);
+    assert!(lock_keys(&cluster).is_empty());
+}
+
+/// `observe` prints the leader now and at every change, on stdout; `--once` exits 0 when a
+/// majority tells and 69 when too few masters answer. Mutation: print only when someone leads
+/// and the "nobody leads" line after the hand-back never comes.
+#[test]
+fn observe_follows_the_leader_and_once_tells_no_quorum_apart() {
+    let mut cluster = Cluster::start(3);
+    let dir = tempfile::tempdir().expect("tempdir");
+    let mut observer = Reaped(
+        redquorum(&cluster, dir.path())
+            .args(["--json", "observe", "--every", "100ms", "leader"])
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("spawn"),
+    );
+    let lines = Lines::of(observer.stdout.take().expect("stdout"));
+    let mut seen = Vec::new();
+    let first = lines
+        .until(Duration::from_secs(10), &mut seen, |_| true)
+        .expect("a first line at once");
+    assert!(
+        event(&first)["leader"].is_null(),
+        "nobody leads yet: {first}"
+    );
+    let (a, a_record) = candidate(&cluster, dir.path(), "a");
+    let mut a = Reaped(a);
+    assert!(wait_until(Duration::from_secs(10), || recorded(&a_record).is_some()));
+    let (a_term, _) = recorded(&a_record).expect("a leads");
+    let leads = lines
+        .until(Duration::from_secs(10), &mut seen, |l| {
+            event(l)["leader"] == "a"
+        })
+        .unwrap_or_else(|| panic!("observe never saw a: {seen:?}"));
+    assert_eq!(event(&leads)["term"], a_term);
+    let (code, out, err) =
+        output(redquorum(&cluster, dir.path()).args(["observe", "--once", "leader"]));
+    assert_eq!(code, 0, "{err}");
+    assert_eq!(out.trim(), format!("leader: a leads in term {a_term}"));
+    signal(&a, nix::sys::signal::Signal::SIGTERM);
+    wait_exit(&mut a, Duration::from_secs(10));
+    assert!(
+        lines
+            .until(Duration::from_secs(10), &mut seen, |l| event(l)["leader"]
+                .is_null())
+            .is_some(),
+        "the resignation is seen: {seen:?}"
+    );
+    signal(&observer, nix::sys::signal::Signal::SIGTERM);
+    assert_eq!(wait_exit(&mut observer, Duration::from_secs(10)), 128 + 15);
+    cluster.kill(0);
+    cluster.kill(1);
+    let (code, out, err) =
+        output(redquorum(&cluster, dir.path()).args(["--json", "observe", "--once", "leader"]));
+    assert_eq!(code, 69, "{out} {err}");
+    let line = event(out.trim());
+    assert!(
+        line["unknown"].as_str().is_some_and(|u| u.contains("node")),
+        "{line}"
+    );
+    let (code, _, err) =
+        output(redquorum(&cluster, dir.path()).args(["observe", "--every", "0s", "leader"]));
+    assert_eq!(code, 64, "{err}");
+}
+
+/// Completion scripts and manual pages come from the clap definitions: the bash script is
+/// valid bash, the pages are roff with a page per subcommand (none for the hidden guard).
+#[test]
+fn completions_and_manual_pages_are_generated_from_the_command_line() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let (code, script, err) = output(bare(dir.path()).args(["completions", "bash"]));
+    assert_eq!(code, 0, "{err}");
+    assert!(script.contains("observe") && script.contains("--kill-grace"));
+    let file = dir.path().join("redquorum.bash");
+    std::fs::write(&file, &script).expect("write");
+    let check = Command::new("bash")
+        .arg("-n")
+        .arg(&file)
+        .output()
+        .expect("bash -n");
+    assert!(
+        check.status.success(),
+        "{}",
+        String::from_utf8_lossy(&check.stderr)
+    );
+    for shell in ["zsh", "fish", "elvish", "powershell"] {
+        let (code, script, err) = output(bare(dir.path()).args(["completions", shell]));
+        assert_eq!(code, 0, "{shell}: {err}");
+        assert!(script.contains("redquorum"), "{shell}");
+    }
+    let (code, _, _) = output(bare(dir.path()).args(["completions", "tcsh"]));
+    assert_eq!(code, 64);
+    let (code, page, err) = output(bare(dir.path()).args(["man"]));
+    assert_eq!(code, 0, "{err}");
+    assert!(
+        page.starts_with(".ie") || page.contains(".TH redquorum"),
+        "{page}"
+    );
+    assert!(page.contains("observe"));
+    let pages = dir.path().join("man");
+    std::fs::create_dir_all(&pages).expect("mkdir");
+    let (code, _, err) = output(bare(dir.path()).arg("man").arg("--dir").arg(&pages));
+    assert_eq!(code, 0, "{err}");
+    for page in [
+        "redquorum.1",
+        "redquorum-run.1",
+        "redquorum-elect.1",
+        "redquorum-observe.1",
+    ] {
+        assert!(pages.join(page).exists(), "{page}");
+    }
+    assert!(!pages.join("redquorum-__guard.1").exists());
+    let (code, _, _) = output(bare(dir.path()).args(["man", "--dir", "/nonexistent/dir"]));
+    assert_eq!(code, 1);
+}
+
+/// A free port on 127.0.0.1 (free when asked; the exporter binds it right after).
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .map(|a| a.port())
+        .expect("a free port")
+}
+
+/// `GET /metrics` on 127.0.0.1:`port`; the body, or `None` while nothing answers.
+fn scrape(port: u16) -> Option<String> {
+    use std::io::{Read, Write};
+    let mut stream = std::net::TcpStream::connect(("127.0.0.1", port)).ok()?;
+    stream.set_read_timeout(Some(Duration::from_secs(5))).ok()?;
+    stream
+        .write_all(b"GET /metrics HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n")
+        .ok()?;
+    let mut response = String::new();
+    stream.read_to_string(&mut response).ok()?;
+    Some(response)
+}
+
+/// `elect --metrics` serves the leadership gauge (1 while leading, 0 after a loss), the terms
+/// won and the leaderships lost, beside the library's metrics; an address that cannot be
+/// bound exits 64 before campaigning. Mutation: never call `gauges.lost()` and the gauge
+/// stays 1 after the loss.
+#[test]
+fn elect_serves_leadership_metrics_for_prometheus() {
+    let mut cluster = Cluster::start(5);
+    let dir = tempfile::tempdir().expect("tempdir");
+    let port = free_port();
+    let mut leader = Reaped(
+        redquorum(&cluster, dir.path())
+            .args(["elect", "--id", "a", "--ttl", "1s", "--kill-grace", "300ms"])
+            .arg("--metrics")
+            .arg(format!("127.0.0.1:{port}"))
+            .args(["m", "--", "sleep", "60"])
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("spawn"),
+    );
+    let leading = "redquorum_cli_leader{resource=\"m\"} 1";
+    assert!(
+        wait_until(Duration::from_secs(10), || scrape(port)
+            .is_some_and(|body| body.contains(leading))),
+        "{:?}",
+        scrape(port)
+    );
+    let body = scrape(port).expect("served");
+    assert!(
+        body.contains("redquorum_cli_terms_won_total{resource=\"m\"} 1"),
+        "{body}"
+    );
+    assert!(
+        body.contains("redquorum_operations_total"),
+        "the library's too: {body}"
+    );
+    for node in 0..3 {
+        cluster.pause(node);
+    }
+    let lost = "redquorum_cli_leadership_lost_total{resource=\"m\"} 1";
+    assert!(
+        wait_until(Duration::from_secs(10), || scrape(port)
+            .is_some_and(|body| body.contains(lost)
+                && body.contains("redquorum_cli_leader{resource=\"m\"} 0"))),
+        "{:?}",
+        scrape(port)
+    );
+    for node in 0..3 {
+        cluster.resume(node);
+    }
+    signal(&leader, nix::sys::signal::Signal::SIGTERM);
+    wait_exit(&mut leader, Duration::from_secs(10));
+
+    // An address in use: a usage error, and no campaign.
+    let taken = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+    let address = taken.local_addr().expect("addr").to_string();
+    let ran = dir.path().join("ran");
+    let (code, _, err) = output(
+        redquorum(&cluster, dir.path())
+            .args([
+                "elect",
+                "--id",
+                "b",
+                "--metrics",
+                &address,
+                "m2",
+                "--",
+                "touch",
+            ])
+            .arg(&ran),
+    );
+    assert_eq!(code, 64, "{err}");
+    assert!(err.contains("--metrics"), "{err}");
+    assert!(!ran.exists());
+    assert!(lock_keys(&cluster).is_empty(), "{:?}", lock_keys(&cluster));
+    let (code, _, err) = output(redquorum(&cluster, dir.path()).args([
+        "elect",
+        "--id",
+        "b",
+        "--metrics",
+        "localhost",
+        "m2",
+        "--",
+        "true",
+    ]));
+    assert_eq!(code, 64, "{err}");
+}
+
+/// The config file (`$XDG_CONFIG_HOME/redquorum/config.toml` here, or `--config`) supplies the
+/// nodes and the settings; the environment and flags override it setting by setting; an
+/// unknown key or a bad value exits 64 naming the file, before anything is started.
+/// Mutation: drop `deny_unknown_fields` and the misspelt key is silently ignored (exit 0).
+#[test]
+fn a_config_file_supplies_nodes_and_settings_and_flags_override_it() {
+    let cluster = Cluster::start(3);
+    let dir = tempfile::tempdir().expect("tempdir");
+    let config = dir.path().join("config/redquorum");
+    std::fs::create_dir_all(&config).expect("mkdir");
+    let nodes: Vec<String> = cluster.urls().iter().map(|u| format!("{u:?}")).collect();
+    let write = |extra: &str| {
+        std::fs::write(
+            config.join("config.toml"),
+            format!(
+                "nodes = [{}]\nkey-prefix = \"file:\"\n{extra}",
+                nodes.join(", ")
+            ),
+        )
+        .expect("write config")
+    };
+    write("node-timeout = \"200ms\"\n");
+    // The command lists the keys of one master while the lock is held.
+    let port = cluster.server(0).port().to_string();
+    let keys = ["redis-cli", "-p", &port, "--raw", "keys", "*"];
+    let held = |cmd: &mut Command| {
+        let (code, out, err) = output(cmd.args(["run", "r", "--"]).args(keys));
+        assert_eq!(code, 0, "{err}");
+        out
+    };
+    assert!(held(&mut bare(dir.path())).contains("file:{r}"));
+    assert!(
+        held(bare(dir.path()).env("REDQUORUM_KEY_PREFIX", "env:")).contains("env:{r}"),
+        "the environment overrides the file"
+    );
+    assert!(
+        held(
+            bare(dir.path())
+                .env("REDQUORUM_KEY_PREFIX", "env:")
+                .args(["--key-prefix", "flag:"])
+        )
+        .contains("flag:{r}"),
+        "a flag overrides the environment"
+    );
+    // --nodes overrides the file's nodes: here, a list with a dead master fails a majority.
+    let (code, _, err) = output(
+        bare(dir.path())
+            .arg("--nodes")
+            .arg(format!(
+                "{},redis://127.0.0.1:1,redis://127.0.0.1:2",
+                cluster.urls()[0]
+            ))
+            .args(["run", "r", "--", "true"]),
+    );
+    assert_eq!(code, 69, "{err}");
+    // An explicit --config elsewhere.
+    let elsewhere = dir.path().join("other.toml");
+    std::fs::write(&elsewhere, format!("nodes = [{}]\n", nodes.join(", "))).expect("write");
+    let (code, _, err) = output(
+        bare(dir.path())
+            .arg("--config")
+            .arg(&elsewhere)
+            .args(["status", "r"]),
+    );
+    assert_eq!(code, 0, "{err}");
+
+    let ran = dir.path().join("ran");
+    for (extra, names) in [
+        ("node_timeout = \"5ms\"\n", "node_timeout"), // a misspelt key
+        ("node-timeout = \"soon\"\n", "soon"),        // a bad duration
+        ("drift-factor = 0.7\n", "0.7"),              // out of range
+        ("[run]\nttl = \"5s\"\n", "run"),             // a table it does not know
+    ] {
+        write(extra);
+        let (code, _, err) = output(bare(dir.path()).args(["run", "r", "--", "touch"]).arg(&ran));
+        assert_eq!(code, 64, "{extra}: {err}");
+        assert!(err.contains(names), "{extra}: {err}");
+        assert!(!ran.exists(), "{extra}: nothing may start");
+    }
+    write("node-timeout = \"5ms\"\n");
+    std::fs::write(config.join("config.toml"), "nodes = []\n").expect("write");
+    let (code, _, err) = output(bare(dir.path()).args(["status", "r"]));
+    assert_eq!(code, 64, "{err}");
+    assert!(err.contains("lists no nodes"), "{err}");
+    let (code, _, err) = output(
+        bare(dir.path())
+            .args(["--config", "/nonexistent/redquorum.toml"])
+            .args(["status", "r"]),
+    );
+    assert_eq!(code, 64, "{err}");
+    assert!(err.contains("/nonexistent/redquorum.toml"), "{err}");
+    assert!(lock_keys(&cluster).is_empty());
+}
+
+/// `Key=Value` settings of a systemd unit, by key (the last one wins, as in systemd).
+fn unit_settings(text: &str) -> std::collections::HashMap<String, String> {
+    text.lines()
+        .map(str::trim)
+        .filter(|l| !l.starts_with('#') && !l.starts_with('['))
+        .filter_map(|l| l.split_once('='))
+        .map(|(k, v)| (k.trim().to_owned(), v.trim().to_owned()))
+        .collect()
+}
+
+/// The value after `flag` in a command line.
+fn flag_value<'a>(words: &'a [String], flag: &str) -> &'a str {
+    let at = words
+        .iter()
+        .position(|w| w == flag)
+        .unwrap_or_else(|| panic!("{flag} missing from {words:?}"));
+    &words[at + 1]
+}
+
+/// Runs a deploy example's redquorum command line as written, against `cluster` (through a
+/// config file, as deployed), with the real command replaced by `true` and `swap`'s words
+/// replaced (a fixed port, a ten-minute hold) so it fits a test.
+fn run_as_written(
+    cluster: &Cluster,
+    dir: &Path,
+    words: &[String],
+    swap: &[(&str, &str)],
+) -> Command {
+    assert!(words[0].ends_with("redquorum"), "{words:?}");
+    let cut = words
+        .iter()
+        .position(|w| w == "--")
+        .expect("a command after --");
+    let mut args: Vec<String> = words[1..cut]
+        .iter()
+        .map(|w| {
+            swap.iter()
+                .find(|(from, _)| w == from)
+                .map_or_else(|| w.clone(), |(_, to)| (*to).to_owned())
+        })
+        .collect();
+    args.extend(["--".to_owned(), "true".to_owned()]);
+    let config = dir.join("deployed.toml");
+    let nodes: Vec<String> = cluster.urls().iter().map(|u| format!("{u:?}")).collect();
+    std::fs::write(&config, format!("nodes = [{}]\n", nodes.join(", "))).expect("config");
+    let mut cmd = bare(dir);
+    cmd.arg("--config").arg(&config).args(args);
+    cmd
+}
+
+/// The deploy examples for redquorum itself (systemd units, Kubernetes CronJob and
+/// Deployment, the config file) run as written against real masters, and give the command
+/// time to stop: every stop timeout and termination grace exceeds the kill grace, systemd
+/// signals redquorum alone first, and the job's losers count as a success. The `--min-hold`
+/// they use makes a second host skip a run the first one already finished. Mutation: set the
+/// CronJob's terminationGracePeriodSeconds to 30 (not above its 30 s kill grace) and the
+/// grace assertion fails.
+#[test]
+fn the_deploy_examples_for_redquorum_run_as_written() {
+    let deploy = Path::new(env!("CARGO_MANIFEST_DIR")).join("deploy");
+    let read = |p: &str| std::fs::read_to_string(deploy.join(p)).expect(p);
+    let secs = |text: &str| humantime::parse_duration(text).expect("a duration");
+    let cluster = Cluster::start(3);
+    let dir = tempfile::tempdir().expect("tempdir");
+
+    // The example config file is valid as shipped (its nodes replaced by the test's).
+    let (code, _, err) = output(
+        redquorum(&cluster, dir.path())
+            .arg("--config")
+            .arg(deploy.join("redquorum/config.toml"))
+            .args(["status", "r"]),
+    );
+    assert_eq!(code, 0, "{err}");
+
+    // The job: exactly one host per run.
+    let job = unit_settings(&read("systemd/redquorum-job.service"));
+    let words: Vec<String> = job["ExecStart"]
+        .split_whitespace()
+        .map(str::to_owned)
+        .collect();
+    assert!(secs(&job["TimeoutStopSec"]) > secs(flag_value(&words, "--kill-grace")));
+    assert_eq!(job["KillMode"], "mixed");
+    assert!(
+        job["SuccessExitStatus"]
+            .split_whitespace()
+            .any(|c| c == "75")
+    );
+    let hold = [("10m", "1500ms")];
+    let mut first = Reaped(
+        run_as_written(&cluster, dir.path(), &words, &hold)
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("spawn"),
+    );
+    std::thread::sleep(Duration::from_millis(700));
+    // The command (`true`) is done; the hold keeps the late host out.
+    let (late, _, err) = output(&mut run_as_written(&cluster, dir.path(), &words, &hold));
+    assert_eq!(late, 75, "{err}");
+    assert_eq!(wait_exit(&mut first, Duration::from_secs(10)), 0);
+    assert!(stderr_of(&mut first).contains("--min-hold"));
+    assert!(lock_keys(&cluster).is_empty(), "released after the hold");
+    let timer = unit_settings(&read("systemd/redquorum-job.timer"));
+    assert!(timer.contains_key("OnCalendar"));
+    assert!(
+        !timer.contains_key("RandomizedDelaySec"),
+        "hosts must try together"
+    );
+
+    // The leader service.
+    let leader = unit_settings(&read("systemd/redquorum-leader.service"));
+    let words: Vec<String> = leader["ExecStart"]
+        .split_whitespace()
+        .map(str::to_owned)
+        .collect();
+    assert!(secs(&leader["TimeoutStopSec"]) > secs(flag_value(&words, "--kill-grace")));
+    assert_eq!(leader["KillMode"], "mixed");
+    assert_eq!(leader["Restart"], "always");
+    assert!(words.contains(&"--once".to_owned()));
+    let port = free_port().to_string();
+    let address = format!("127.0.0.1:{port}");
+    let (code, _, err) = output(&mut run_as_written(
+        &cluster,
+        dir.path(),
+        &words,
+        &[("%H", "host-a"), ("127.0.0.1:9464", &address)],
+    ));
+    assert_eq!(code, 0, "{err}");
+
+    // Kubernetes.
+    let docs = yaml_rust2::YamlLoader::load_from_str(&read("kubernetes/redquorum.yaml"))
+        .expect("kubernetes/redquorum.yaml parses");
+    let kind = |k: &str| {
+        docs.iter()
+            .find(|d| d["kind"].as_str() == Some(k))
+            .unwrap_or_else(|| panic!("no {k}"))
+    };
+    let secret = kind("Secret");
+    let shipped = dir.path().join("secret.toml");
+    std::fs::write(
+        &shipped,
+        secret["stringData"]["config.toml"]
+            .as_str()
+            .expect("config.toml"),
+    )
+    .expect("write");
+    let (code, _, err) = output(
+        redquorum(&cluster, dir.path())
+            .arg("--config")
+            .arg(&shipped)
+            .args(["status", "r"]),
+    );
+    assert_eq!(code, 0, "the Secret's config is valid: {err}");
+    let secret_name = secret["metadata"]["name"].as_str().expect("name");
+    for (pod, swap) in [
+        (
+            &kind("CronJob")["spec"]["jobTemplate"]["spec"]["template"]["spec"],
+            vec![("10m", "100ms")],
+        ),
+        (
+            &kind("Deployment")["spec"]["template"]["spec"],
+            vec![("$(POD_NAME)", "pod-a"), ("0.0.0.0:9464", address.as_str())],
+        ),
+    ] {
+        let container = &pod["containers"][0];
+        let words: Vec<String> = container["command"]
+            .as_vec()
+            .expect("command")
+            .iter()
+            .map(|w| w.as_str().expect("a word").to_owned())
+            .collect();
+        let grace = pod["terminationGracePeriodSeconds"]
+            .as_i64()
+            .expect("grace");
+        let kill_grace = secs(flag_value(&words, "--kill-grace"));
+        assert!(
+            Duration::from_secs(u64::try_from(grace).expect("positive")) > kill_grace,
+            "{grace} s must exceed the kill grace {kill_grace:?}"
+        );
+        let mount = &container["volumeMounts"][0];
+        assert_eq!(mount["mountPath"].as_str(), Some("/etc/redquorum"));
+        let volume = &pod["volumes"][0];
+        assert_eq!(volume["name"], mount["name"]);
+        assert_eq!(volume["secret"]["secretName"].as_str(), Some(secret_name));
+        let (code, _, err) = output(&mut run_as_written(&cluster, dir.path(), &words, &swap));
+        assert_eq!(code, 0, "{words:?}: {err}");
+        assert!(
+            err.lines().all(|l| l.starts_with('{')),
+            "--json: one event per line: {err}"
+        );
+    }
+    assert!(lock_keys(&cluster).is_empty());
+}
+
+/// A signal that cancels `run`'s acquire mid-round leaves no key behind: redquorum waits for
+/// the cancelled round's compare-and-delete before it exits, instead of leaving the key to its
+/// ttl. Master 0 is held by another client, master 1 hangs (paused) and master 2 grants: the
+/// SIGTERM comes while the round waits for master 1, and master 2 is behind a proxy that
+/// delays every chunk 400 ms, so its delete is still on the way when an unsettled redquorum
+/// would have exited. Mutation: skip `client::settle` and the key is still on master 2 when
+/// redquorum has exited (run: fails).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_signal_during_an_acquire_leaves_no_key_behind() {
+    use proxy::{Fault, Proxy};
+    let mut cluster = Cluster::start(3);
+    let dir = tempfile::tempdir().expect("tempdir");
+    let slow = Proxy::start(cluster.server(2).port()).await;
+    let urls = [cluster.server(0).url(), cluster.server(1).url(), slow.url()].join(",");
+    let key = b"redquorum:{busy}";
+    // A first run while every master is up seeds the fence counter's slot everywhere.
+    let (code, _, err) =
+        output(bare(dir.path()).args(["--nodes", &urls, "run", "busy", "--", "true"]));
+    assert_eq!(code, 0, "{err}");
+    cluster.set(0, key, b"someone-else", Duration::from_secs(60));
+    cluster.pause(1);
+    let mut run = Reaped(
+        bare(dir.path())
+            .args(["--nodes", &urls, "--node-timeout", "1500ms"])
+            .args(["run", "--wait", "forever", "busy", "--", "true"])
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("spawn"),
+    );
+    // The round's SET reached master 2 and waits for master 1.
+    assert!(
+        wait_until(Duration::from_secs(10), || cluster.get(2, key).is_some()),
+        "the round never reached master 2"
+    );
+    slow.set(Fault::Delay(Duration::from_millis(400)));
+    signal(&run, nix::sys::signal::Signal::SIGTERM);
+    let code = wait_exit(&mut run, Duration::from_secs(10));
+    assert_eq!(code, 128 + 15, "{}", stderr_of(&mut run));
+    assert_eq!(
+        cluster.get(2, key),
+        None,
+        "the cancelled round's key is still on master 2"
+    );
+    cluster.resume(1);
 }

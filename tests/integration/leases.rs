@@ -29,6 +29,38 @@ async fn a_lease_outlives_its_ttl_by_renewing() {
     cluster.assert_no_keys_under(PREFIX);
 }
 
+/// `LeaseSignal::renewed` reports each extension's new deadline, and `None` once the lease
+/// has ended. Mutation: return the old deadline (`borrow` before `changed`) and the second
+/// deadline is not later than the first.
+#[tokio::test]
+async fn renewed_reports_each_extension_and_ends_with_the_lease() {
+    let cluster = Cluster::start(3);
+    let rl = client(&cluster, NODE_TIMEOUT);
+    let ttl = Duration::from_millis(600);
+    let lock = rl.try_acquire("renewals", ttl).await.expect("acquire");
+    let acquired = lock.valid_until();
+    let lease = lock.into_lease(LeaseOptions::default());
+    let mut signal = lease.signal();
+    let first = tokio::time::timeout(ttl, signal.renewed())
+        .await
+        .expect("renewed within a ttl")
+        .expect("a deadline");
+    assert!(first > acquired);
+    let second = tokio::time::timeout(ttl, signal.renewed())
+        .await
+        .expect("renewed again")
+        .expect("a deadline");
+    assert!(second > first);
+    lease.release().await.expect("release");
+    assert_eq!(
+        tokio::time::timeout(ttl, signal.renewed())
+            .await
+            .expect("ends with the lease"),
+        None
+    );
+    cluster.assert_no_keys_under(PREFIX);
+}
+
 #[tokio::test]
 async fn losing_the_majority_fires_lost_by_the_deadline_even_while_extend_hangs() {
     let mut cluster = Cluster::start(5);

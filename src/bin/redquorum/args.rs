@@ -23,8 +23,8 @@ pub(crate) struct Cli {
 #[derive(Debug, Args)]
 pub(crate) struct Global {
     /// The masters, comma-separated (`redis://host:port`, `rediss://…` with TLS, `redis://:password@…`).
-    /// Prefer the environment variable or a nodes file for passwords: arguments are visible in `ps`.
-    /// Without it, REDQUORUM_NODES, then the nodes file, then the local dev cluster.
+    /// Prefer the environment variable or the config file for passwords: arguments are visible
+    /// in `ps`. Without it, REDQUORUM_NODES, then the config file's `nodes`.
     #[arg(
         long,
         global = true,
@@ -33,11 +33,17 @@ pub(crate) struct Global {
         value_delimiter = ','
     )]
     pub(crate) nodes: Vec<String>,
-    /// A nodes file: one URL per line, `#` starts a comment
-    /// [default: $XDG_CONFIG_HOME/redquorum/nodes when it exists].
+    /// The config file (TOML: `nodes = [...]`, `node-timeout`, `restart-grace`, `key-prefix`,
+    /// `drift-factor`; flags and the environment override it) [default: the first of
+    /// $XDG_CONFIG_HOME/redquorum/config.toml and /etc/redquorum/config.toml that exists].
     #[arg(long, global = true, env = "REDQUORUM_CONFIG", hide_env_values = true)]
     pub(crate) config: Option<PathBuf>,
-    /// Print machine-readable JSON on stdout (status, dev status, demo, bench).
+    /// Use the local dev cluster (`redquorum dev up`) instead of any configured nodes.
+    #[arg(long, global = true)]
+    pub(crate) dev: bool,
+    /// Machine-readable output: JSON on stdout (status, observe, dev status, demo, bench), and
+    /// for run and elect one JSON event per line on stderr (acquired, renewed, lost, released,
+    /// elected, leader, …), log lines included.
     #[arg(long, global = true)]
     pub(crate) json: bool,
     #[command(flatten)]
@@ -51,9 +57,9 @@ pub(crate) struct Global {
     pub(crate) quiet: bool,
 }
 
-/// How the client talks to the masters (`run`, `elect`, `status`); each also from the
-/// environment.
-#[derive(Debug, Args)]
+/// How the client talks to the masters (`run`, `elect`, `status`, `observe`); each also from
+/// the environment and the config file.
+#[derive(Debug, Clone, Args)]
 pub(crate) struct Tuning {
     /// How long one request to one master may take before it counts as failed [default:
     /// derived from the ttl, 1/100 of it within 10ms..=50ms]. Raise it for masters more than
@@ -113,6 +119,20 @@ pub(crate) enum Command {
     Status {
         /// The lock's name.
         resource: String,
+    },
+    /// Follow an election's leader, as a majority of masters sees it: one line (or JSON
+    /// object) now and one at every change, until interrupted (like `etcdctl elect -l`).
+    Observe(ObserveArgs),
+    /// Print a shell completion script: `redquorum completions bash > /etc/bash_completion.d/redquorum`.
+    Completions {
+        /// The shell.
+        shell: clap_complete::Shell,
+    },
+    /// Print the manual page (roff) on stdout, or write one page per subcommand into --dir.
+    Man {
+        /// Write redquorum.1, redquorum-run.1, … into this directory instead.
+        #[arg(long)]
+        dir: Option<PathBuf>,
     },
     /// A local cluster of independent redis-server masters on 127.0.0.1, for trying things out.
     ///
@@ -174,6 +194,11 @@ pub(crate) struct RunArgs {
     /// deadline); SIGKILL follows if it does not [default: TERM].
     #[arg(long, default_value = "TERM", value_parser = stop_signal)]
     pub(crate) kill_signal: nix::sys::signal::Signal,
+    /// Keep the lock at least this long after taking it, even when the command finishes
+    /// sooner, so that hosts whose timers fire a little later find it taken and skip: "one at
+    /// a time" becomes "one per run" (SIGINT or SIGTERM end the hold early).
+    #[arg(long, value_parser = duration)]
+    pub(crate) min_hold: Option<Duration>,
     /// The lock's name.
     pub(crate) resource: String,
     /// The command and its arguments, after `--`.
@@ -209,11 +234,29 @@ pub(crate) struct ElectArgs {
     /// campaigning again, and let the service manager (systemd's `Restart=`) decide.
     #[arg(long)]
     pub(crate) once: bool,
+    /// Serve Prometheus metrics on this address (e.g. 127.0.0.1:9464, any path):
+    /// redquorum_cli_leader (1 while leading), redquorum_cli_terms_won_total,
+    /// redquorum_cli_leadership_lost_total, and the library's redquorum_* metrics.
+    #[arg(long, value_name = "ADDR")]
+    pub(crate) metrics: Option<std::net::SocketAddr>,
     /// The election's name.
     pub(crate) resource: String,
     /// The command and its arguments, after `--`.
     #[arg(last = true, required = true, num_args = 1..)]
     pub(crate) command: Vec<OsString>,
+}
+
+#[derive(Debug, Args)]
+pub(crate) struct ObserveArgs {
+    /// How often to ask the masters.
+    #[arg(long, default_value = "1s", value_parser = duration)]
+    pub(crate) every: Duration,
+    /// Print the leader once and exit: 0 when a majority tells (someone or nobody leads), 69
+    /// when too few masters answer.
+    #[arg(long)]
+    pub(crate) once: bool,
+    /// The election's name.
+    pub(crate) resource: String,
 }
 
 #[derive(Debug, Subcommand)]

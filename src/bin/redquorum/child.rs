@@ -12,6 +12,7 @@ use nix::unistd::Pid;
 use redquorum::{LeaseSignal, LostReason};
 use tokio::signal::unix::{SignalKind, signal};
 
+use crate::events::{self, Event};
 use crate::exit::{self, CliError};
 use crate::guard;
 
@@ -117,12 +118,27 @@ impl Child {
         let _ = nix::sys::signal::kill(guard, relayed);
     }
 
+    /// Stops the command's group (Ctrl-Z) but keeps the guard awake: should redquorum be
+    /// killed while everything is stopped, the guard must still be able to SIGKILL the group
+    /// (a stopped guard would leave the command stopped for ever, or continued by the kernel
+    /// with no lock once the group is orphaned). In the foreground the terminal stops them.
+    pub(crate) fn suspend(&self) {
+        self.signal(Signal::SIGSTOP);
+        if let (false, Some(guard)) = (self.foreground, self.guard) {
+            let _ = nix::sys::signal::kill(guard, Signal::SIGCONT);
+        }
+    }
+
     /// The stop signal (`--kill-signal`, SIGTERM by default) to the group now, SIGKILL at
     /// `kill_at` if it has not exited by then, and waits until it has.
     ///
     /// # Cancel safety
     /// Not cancel safe: dropped before the SIGKILL, the command may run on.
-    pub(crate) async fn terminate(&mut self, kill_at: Instant) -> Result<ExitStatus, CliError> {
+    pub(crate) async fn terminate(
+        &mut self,
+        resource: &str,
+        kill_at: Instant,
+    ) -> Result<ExitStatus, CliError> {
         // In the foreground the guard turns SIGTERM into the stop signal.
         self.signal(if self.foreground {
             Signal::SIGTERM
@@ -133,10 +149,11 @@ impl Child {
         if let Ok(status) = tokio::time::timeout(grace, self.process.wait()).await {
             return Ok(status?);
         }
-        eprintln!(
-            "redquorum: the command did not exit {grace:.1?} after {}; sending SIGKILL",
-            self.stop_signal
-        );
+        events::emit(Event::Killing {
+            resource,
+            after: grace,
+            signal: self.stop_signal.to_string(),
+        });
         self.signal(Signal::SIGKILL);
         self.wait().await
     }
@@ -205,12 +222,20 @@ fn kill_time(deadline: Instant, grace: Duration) -> Instant {
     latest.min(now + grace)
 }
 
+/// What a supervised command runs under: a lock, or one term of a leadership.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Holding<'a> {
+    pub(crate) resource: &'a str,
+    /// The term, for a leadership.
+    pub(crate) term: Option<u64>,
+}
+
 /// Runs `command` (with `env`) until it exits (with every process it started) or it must stop
 /// for the lock, forwarding the signals redquorum receives to it. The stop starts the grace
-/// before the lease's deadline when no renewal came, or at once when the lease is lost:
-/// `on_stop` says why, the command gets the stop signal and, if it ignores it, SIGKILL a
+/// before the lease's deadline when no renewal came, or at once when the lease is lost: a
+/// `lost` event says why, the command gets the stop signal and, if it ignores it, SIGKILL a
 /// quarter of the grace before the deadline. So the command never runs past the lock's
-/// deadline.
+/// deadline. Each renewal is a `renewed` event.
 ///
 /// # Cancel safety
 /// Not cancel safe: dropping it leaves the command running (until redquorum exits).
@@ -218,27 +243,38 @@ pub(crate) async fn run_guarded(
     command: &[OsString],
     env: &[(&str, String)],
     lease: LeaseSignal,
-    on_stop: impl FnOnce(Stop),
+    holding: Holding<'_>,
     signals: &mut Signals,
     supervision: Supervision,
 ) -> Result<Ending, CliError> {
     let grace = supervision.grace;
+    let resource = holding.resource;
     // Ctrl-Z: without this, redquorum alone would stop and the command would run on with
     // nobody renewing its lock.
     let mut suspend = signal(SignalKind::from_raw(Signal::SIGTSTP as i32))?;
     let mut child = spawn(command, env, supervision).await?;
     let stop = stop_due(&lease, grace);
     tokio::pin!(stop);
+    let mut renewals = lease.clone();
+    let mut renewing = true;
     loop {
         tokio::select! {
-            status = child.wait() => return Ok(Ending::Exited(exit_code(status?))),
+            status = child.wait() => {
+                let code = exit_code(status?);
+                events::emit(Event::Exited { resource, code });
+                return Ok(Ending::Exited(code));
+            }
             why = &mut stop => {
-                on_stop(why);
-                child.terminate(kill_time(lease.valid_until(), grace)).await?;
+                events::emit(Event::Lost { resource, term: holding.term, why: why.to_string() });
+                child.terminate(resource, kill_time(lease.valid_until(), grace)).await?;
                 return Ok(Ending::Lost);
             }
+            renewed = renewals.renewed(), if renewing => match renewed {
+                Some(valid_until) => events::emit(Event::Renewed { resource, valid_until }),
+                None => renewing = false,
+            },
             signal = signals.recv() => child.signal(signal),
-            _ = suspend.recv() => suspend_with(&child, &lease, grace),
+            _ = suspend.recv() => suspend_with(&child, &lease, resource, grace),
         }
     }
 }
@@ -251,11 +287,9 @@ pub(crate) async fn run_guarded(
 /// In the foreground the terminal stopped the command already, and the shell's SIGCONT
 /// reaches it directly: a command whose lock lapsed while stopped runs again until the stop
 /// that follows kills it (a few milliseconds). `--foreground`'s price, documented.
-fn suspend_with(child: &Child, lease: &LeaseSignal, grace: Duration) {
-    child.signal(Signal::SIGSTOP);
-    eprintln!(
-        "redquorum: stopped with the command; the lock lapses unless resumed within its deadline"
-    );
+fn suspend_with(child: &Child, lease: &LeaseSignal, resource: &str, grace: Duration) {
+    child.suspend();
+    events::emit(Event::Suspended { resource });
     let _ = nix::sys::signal::raise(Signal::SIGSTOP);
     // Continued (fg, bg or SIGCONT).
     let renewable = Instant::now()
@@ -264,7 +298,7 @@ fn suspend_with(child: &Child, lease: &LeaseSignal, grace: Duration) {
     if renewable && !lease.is_lost() {
         child.signal(Signal::SIGCONT);
     } else {
-        eprintln!("redquorum: the lock lapsed while stopped; the command will not run again");
+        events::emit(Event::LapsedWhileSuspended { resource });
     }
 }
 

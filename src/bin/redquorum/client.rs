@@ -17,12 +17,15 @@ pub(crate) fn redlock(
         && !(0.0..0.5).contains(&factor)
     {
         return Err(CliError::usage(format!(
-            "--drift-factor {factor}: must be at least 0 and below 0.5 (the fraction of the ttl \
+            "drift factor {factor} (--drift-factor, REDQUORUM_DRIFT_FACTOR or the config \
+             file's drift-factor): must be at least 0 and below 0.5 (the fraction of the ttl \
              the clocks may drift by)"
         )));
     }
     if tuning.node_timeout.is_some_and(|t| t.is_zero()) {
-        return Err(CliError::usage("--node-timeout must be more than 0"));
+        return Err(CliError::usage(
+            "the node timeout (--node-timeout, REDQUORUM_NODE_TIMEOUT or node-timeout) must be more than 0",
+        ));
     }
     let mut builder = RedLock::builder(nodes).fencing(fencing);
     if let Some(timeout) = tuning.node_timeout {
@@ -49,5 +52,22 @@ pub(crate) fn redlock(
 pub(crate) async fn connect_first(rl: &RedLock) {
     if let Err(e) = rl.connect().await {
         tracing::debug!(error = %e, "not every master connected before the first round");
+    }
+}
+
+/// How long an interrupted redquorum waits for the clean-up of the acquire it cancelled (each
+/// request in it is bounded by the per-node timeout; this bounds the whole).
+const SETTLE_WITHIN: std::time::Duration = std::time::Duration::from_secs(2);
+
+/// Before exiting on a signal that cancelled an acquire or a campaign: lets the cancelled
+/// round's compare-and-delete finish, so no key is left behind until its ttl.
+///
+/// # Cancel safety
+/// Cancel safe: the clean-up goes on without it (until the process exits).
+pub(crate) async fn settle(rl: &RedLock) {
+    if !rl.settle(SETTLE_WITHIN).await {
+        tracing::warn!(
+            "a cancelled acquire's clean-up did not finish; its keys expire with their ttl"
+        );
     }
 }

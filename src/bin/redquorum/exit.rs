@@ -25,7 +25,7 @@ Exit codes:
   0        success (run, elect: the command exited 0)
   1..=63   run, elect: the command's own exit code
   1        other failures (I/O, dev cluster operations)
-  64       usage or configuration error (bad flag, bad node URL, no nodes)
+  64       usage or configuration error (bad flag, node URL or config file, no nodes)
   69       no quorum: too few masters reachable
   75       lock busy: still held by someone else when --wait ran out
   76       lock or leadership lost while the command ran (it was stopped)

@@ -4,9 +4,10 @@
 
 use tracing_subscriber::EnvFilter;
 
-/// Installs the subscriber for this process: `verbose` (a count of `-v`) wins over `quiet`.
-/// Call once, before the runtime starts.
-pub(crate) fn init(verbose: u8, quiet: bool) {
+/// Installs the subscriber for this process: `verbose` (a count of `-v`) wins over `quiet`;
+/// with `json`, each log line is a JSON object (beside the JSON events of `--json`). Call
+/// once, before the runtime starts.
+pub(crate) fn init(verbose: u8, quiet: bool, json: bool) {
     let level = match (quiet, verbose) {
         (_, 1) => "info",
         (_, 2) => "debug",
@@ -18,9 +19,13 @@ pub(crate) fn init(verbose: u8, quiet: bool) {
         Ok(spec) if !spec.trim().is_empty() => EnvFilter::new(spec),
         _ => EnvFilter::new(level),
     };
-    let _ = tracing_subscriber::fmt()
+    let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_writer(std::io::stderr)
-        .with_target(false)
-        .try_init();
+        .with_target(false);
+    let _ = if json {
+        builder.json().flatten_event(true).try_init()
+    } else {
+        builder.try_init()
+    };
 }

@@ -5,15 +5,19 @@ mod baseline;
 mod bench;
 mod child;
 mod client;
+mod config;
 mod cpu;
 mod demo;
 mod dev;
 mod dev_command;
 mod elect;
+mod events;
 mod exit;
+mod exporter;
 mod guard;
 mod logging;
 mod nodes;
+mod observe;
 mod run;
 mod status;
 mod xdg;
@@ -52,7 +56,18 @@ fn main() -> ExitCode {
         cli.command,
         Command::Demo { .. } | Command::Bench { .. } | Command::Dev { .. }
     );
-    logging::init(cli.global.verbose, cli.global.quiet || breaks_masters);
+    // With --json, run, elect and observe write JSON events; their log lines follow suit.
+    let events_as_json = cli.global.json
+        && matches!(
+            cli.command,
+            Command::Run(_) | Command::Elect(_) | Command::Observe(_)
+        );
+    events::init(events_as_json);
+    logging::init(
+        cli.global.verbose,
+        cli.global.quiet || breaks_masters,
+        events_as_json,
+    );
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()
@@ -67,7 +82,14 @@ fn main() -> ExitCode {
     match runtime.block_on(dispatch(cli)) {
         Ok(code) => ExitCode::from(code),
         Err(e) => {
-            eprintln!("redquorum: {e}");
+            if events::json() {
+                events::emit(events::Event::Error {
+                    code: e.code,
+                    message: e.message.clone(),
+                });
+            } else {
+                eprintln!("redquorum: {e}");
+            }
             ExitCode::from(e.code)
         }
     }
@@ -76,15 +98,27 @@ fn main() -> ExitCode {
 async fn dispatch(cli: Cli) -> Result<u8, CliError> {
     match cli.command {
         Command::Run(args) => {
-            run::run(nodes::resolve(&cli.global)?, args, &cli.global.tuning).await
+            let (nodes, tuning) = nodes::resolve(&cli.global)?;
+            run::run(nodes, args, &tuning).await
         }
         Command::Elect(args) => {
-            elect::elect(nodes::resolve(&cli.global)?, args, &cli.global.tuning).await
+            let (nodes, tuning) = nodes::resolve(&cli.global)?;
+            elect::elect(nodes, args, &tuning).await
         }
         Command::Status { resource } => {
-            let nodes = nodes::resolve(&cli.global)?;
-            status::status(nodes, &resource, cli.global.json, &cli.global.tuning).await
+            let (nodes, tuning) = nodes::resolve(&cli.global)?;
+            status::status(nodes, &resource, cli.global.json, &tuning).await
         }
+        Command::Observe(args) => {
+            let (nodes, tuning) = nodes::resolve(&cli.global)?;
+            observe::observe(nodes, args, &tuning).await
+        }
+        Command::Completions { shell } => {
+            let mut cli = <Cli as clap::CommandFactory>::command();
+            clap_complete::generate(shell, &mut cli, "redquorum", &mut std::io::stdout());
+            Ok(exit::OK)
+        }
+        Command::Man { dir } => manual(dir.as_deref()),
         Command::Dev { action } => {
             tokio::task::spawn_blocking(move || dev_command::dev(action, cli.global.json))
                 .await
@@ -94,4 +128,19 @@ async fn dispatch(cli: Cli) -> Result<u8, CliError> {
         Command::Bench { quick } => bench::bench(quick, cli.global.json).await,
         Command::Guard { .. } => Err(CliError::usage("the guard runs before the runtime")),
     }
+}
+
+/// `redquorum man`: the page on stdout, or one page per subcommand written into `dir`.
+fn manual(dir: Option<&std::path::Path>) -> Result<u8, CliError> {
+    let cli = <Cli as clap::CommandFactory>::command();
+    match dir {
+        Some(dir) => clap_mangen::generate_to(cli, dir).map_err(|e| {
+            CliError::failure(format!(
+                "cannot write manual pages into {}: {e}",
+                dir.display()
+            ))
+        })?,
+        None => clap_mangen::Man::new(cli).render(&mut std::io::stdout())?,
+    }
+    Ok(exit::OK)
 }

@@ -2,11 +2,12 @@
 
 use std::time::{Duration, Instant};
 
-use redquorum::{LeaseOptions, Lock, RedLock, RetryPolicy};
+use redquorum::{Lease, LeaseOptions, Lock, RedLock, RetryPolicy};
 
 use crate::args::{RunArgs, Tuning, WaitLimit};
-use crate::child::{self, Ending, Signals, Supervision};
+use crate::child::{self, Ending, Holding, Signals, Supervision};
 use crate::client;
+use crate::events::{self, Event};
 use crate::exit::{self, CliError};
 
 /// How often a long wait says what it is waiting for.
@@ -29,8 +30,13 @@ pub(crate) async fn run(
         client::connect_first(&rl).await;
         acquire(&rl, &args.resource, args.ttl, wait).await
     };
-    let lock = tokio::select! {
-        lock = taken => lock.map_err(|mut e| {
+    let taken = tokio::select! {
+        lock = taken => Ok(lock),
+        signal = signals.recv() => Err(signal),
+    };
+    // The acquire is dropped by now: if a signal cancelled it, its clean-up was spawned.
+    let lock = match taken {
+        Ok(lock) => lock.map_err(|mut e| {
             if e.code == exit::BUSY
                 && let Some(code) = args.conflict_exit_code
             {
@@ -38,9 +44,18 @@ pub(crate) async fn run(
             }
             e
         })?,
-        signal = signals.recv() => return Ok(child::signal_code(signal)),
+        Err(signal) => {
+            client::settle(&rl).await;
+            return Ok(child::signal_code(signal));
+        }
     };
+    let acquired_at = Instant::now();
     let token = lock.fencing_token().unwrap_or_default();
+    events::emit(Event::Acquired {
+        resource: &args.resource,
+        fencing_token: lock.fencing_token(),
+        valid_until: lock.valid_until(),
+    });
     let lease = lock.into_lease(LeaseOptions::default());
     let env = [
         ("REDQUORUM_RESOURCE", args.resource.clone()),
@@ -50,11 +65,9 @@ pub(crate) async fn run(
         &args.command,
         &env,
         lease.signal(),
-        |why| {
-            eprintln!(
-                "redquorum: lost the lock on {} ({why}); stopping the command",
-                args.resource
-            );
+        Holding {
+            resource: &args.resource,
+            term: None,
         },
         &mut signals,
         Supervision {
@@ -64,15 +77,27 @@ pub(crate) async fn run(
         },
     )
     .await;
+    let resource = args.resource.as_str();
     match ending {
         Ok(Ending::Lost) => {
             // Stopped before an unrenewed deadline, the lock may still be ours: free it now.
-            let _ = lease.release().await;
+            if lease.release().await.is_ok() {
+                events::emit(Event::Released { resource });
+            }
             Ok(exit::LOST)
         }
         Ok(Ending::Exited(code)) => {
-            if let Err(e) = lease.release().await {
-                eprintln!("redquorum: the command finished, but releasing the lock failed: {e}");
+            if let Some(hold) = args.min_hold {
+                // Beyond what an Instant can hold: until a signal or the loss.
+                let until = acquired_at.checked_add(hold);
+                hold_until(&lease, resource, until, &mut signals).await;
+            }
+            match lease.release().await {
+                Ok(_) => events::emit(Event::Released { resource }),
+                Err(e) => events::emit(Event::ReleaseFailed {
+                    resource,
+                    error: e.to_string(),
+                }),
             }
             Ok(code)
         }
@@ -80,6 +105,30 @@ pub(crate) async fn run(
             let _ = lease.release().await;
             Err(e)
         }
+    }
+}
+
+/// Keeps the lease (renewing) until `until` (`None`: no end), the lock is lost, or a signal
+/// comes (`--min-hold`).
+///
+/// # Cancel safety
+/// Cancel safe: it only waits.
+async fn hold_until(lease: &Lease, resource: &str, until: Option<Instant>, signals: &mut Signals) {
+    if until.is_some_and(|until| until <= Instant::now()) {
+        return;
+    }
+    events::emit(Event::Holding { resource, until });
+    let signal = lease.signal();
+    let end = async {
+        match until {
+            Some(until) => tokio::time::sleep_until(until.into()).await,
+            None => std::future::pending().await,
+        }
+    };
+    tokio::select! {
+        () = end => {}
+        _ = signal.lost() => {}
+        _ = signals.recv() => {}
     }
 }
 
@@ -109,7 +158,12 @@ pub(crate) async fn acquire(
         AbortOnDrop(tokio::spawn(async move {
             loop {
                 tokio::time::sleep(PROGRESS_EVERY).await;
-                eprintln!("{}", waiting_line(&rl, &resource, start).await);
+                let holder = holder(&rl, &resource).await;
+                events::emit(Event::Waiting {
+                    resource: &resource,
+                    waited: start.elapsed(),
+                    holder,
+                });
             }
         }))
     };
@@ -137,10 +191,9 @@ impl Drop for AbortOnDrop {
     }
 }
 
-/// "waiting for R (12s so far): held by 1a2b3c4d for another 4.2s".
-async fn waiting_line(rl: &RedLock, resource: &str, start: Instant) -> String {
-    let waited = start.elapsed().as_secs();
-    let holder = match rl.inspect(resource).await {
+/// Who holds a lock one waits for: "held by 1a2b3c4d for another 4.2s".
+async fn holder(rl: &RedLock, resource: &str) -> String {
+    match rl.inspect(resource).await {
         Ok(seen) => {
             let ttl = seen
                 .nodes()
@@ -159,6 +212,5 @@ async fn waiting_line(rl: &RedLock, resource: &str, start: Instant) -> String {
             }
         }
         Err(e) => e.to_string(),
-    };
-    format!("redquorum: waiting for {resource} ({waited}s so far): {holder}")
+    }
 }
