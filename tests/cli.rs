@@ -32,6 +32,7 @@ fn bare(scratch: &Path) -> Command {
         .env_remove("REDQUORUM_RESTART_GRACE")
         .env_remove("REDQUORUM_KEY_PREFIX")
         .env_remove("REDQUORUM_DRIFT_FACTOR")
+        .env_remove("REDQUORUM_KILL_SIGNAL")
         .env_remove("RUST_LOG")
         .env("XDG_CONFIG_HOME", scratch.join("config"))
         .env("REDQUORUM_DEV_DIR", scratch.join("dev"))
@@ -1251,10 +1252,17 @@ fn tuning_flags_reach_the_client_and_bad_values_exit_64() {
 }
 
 /// `--kill-signal` is what the command gets first when the lock is lost, in its own group and
-/// in the foreground (where the guard relays it).
+/// in the foreground (where the guard relays it); it also comes from REDQUORUM_KILL_SIGNAL and
+/// the config file's `kill-signal`. Mutation: ignore the file's value (`tuning.kill_signal`
+/// never set) and the config case gets SIGTERM, which the command ignores, then SIGKILL.
 #[test]
 fn the_kill_signal_is_what_the_command_gets_first() {
-    for foreground in [false, true] {
+    for (foreground, from) in [
+        (false, "flag"),
+        (true, "flag"),
+        (false, "env"),
+        (false, "config"),
+    ] {
         let mut cluster = Cluster::start(5);
         let dir = tempfile::tempdir().expect("tempdir");
         let got = dir.path().join("got");
@@ -1264,31 +1272,36 @@ fn the_kill_signal_is_what_the_command_gets_first() {
             got.display(),
             ready.display()
         );
-        let mut args = vec![
-            "run",
-            "--ttl",
-            "1s",
-            "--kill-grace",
-            "300ms",
-            "--kill-signal",
-            "INT",
-        ];
+        let mut args = vec!["run", "--ttl", "1s", "--kill-grace", "300ms"];
+        let mut cmd = redquorum(&cluster, dir.path());
+        match from {
+            "flag" => args.extend(["--kill-signal", "INT"]),
+            "env" => {
+                cmd.env("REDQUORUM_KILL_SIGNAL", "INT");
+            }
+            _ => {
+                let config = dir.path().join("config/redquorum");
+                std::fs::create_dir_all(&config).expect("mkdir");
+                std::fs::write(config.join("config.toml"), "kill-signal = \"SIGINT\"\n")
+                    .expect("write config");
+            }
+        }
         if foreground {
             args.push("--foreground");
         }
         args.extend(["r", "--", "sh", "-c", &script]);
-        let mut run = redquorum(&cluster, dir.path())
+        let mut run = cmd
             .args(&args)
             .stderr(Stdio::piped())
             .spawn()
             .expect("spawn");
         assert!(wait_until(Duration::from_secs(10), || ready.exists()));
         let (code, err) = lose_the_majority(&mut cluster, &mut run);
-        assert_eq!(code, 76, "foreground {foreground}: {err}");
+        assert_eq!(code, 76, "foreground {foreground}, {from}: {err}");
         assert_eq!(
             std::fs::read_to_string(&got).ok().as_deref(),
             Some("INT\n"),
-            "foreground {foreground}: {err}"
+            "foreground {foreground}, {from}: {err}"
         );
         assert!(!err.contains("SIGKILL"), "it stopped on SIGINT: {err}");
     }

@@ -76,6 +76,22 @@ pub(crate) struct Tuning {
     /// The clock drift allowed, as a fraction of the ttl (0 ≤ f < 0.5) [default: 0.01].
     #[arg(long, global = true, env = "REDQUORUM_DRIFT_FACTOR")]
     pub(crate) drift_factor: Option<f64>,
+    /// The config file's `kill-signal` (`run` and `elect` take `--kill-signal` first).
+    #[arg(skip)]
+    pub(crate) kill_signal: Option<nix::sys::signal::Signal>,
+}
+
+impl Tuning {
+    /// The signal that starts a command's stop: `asked` (the flag or its variable), else the
+    /// config file's, else SIGTERM.
+    pub(crate) fn kill_signal(
+        &self,
+        asked: Option<nix::sys::signal::Signal>,
+    ) -> nix::sys::signal::Signal {
+        asked
+            .or(self.kill_signal)
+            .unwrap_or(nix::sys::signal::Signal::SIGTERM)
+    }
 }
 
 #[derive(Debug, Subcommand)]
@@ -191,9 +207,10 @@ pub(crate) struct RunArgs {
     #[arg(long)]
     pub(crate) foreground: bool,
     /// The signal that asks the command to stop (on loss, or --kill-grace before an unrenewed
-    /// deadline); SIGKILL follows if it does not [default: TERM].
-    #[arg(long, default_value = "TERM", value_parser = stop_signal)]
-    pub(crate) kill_signal: nix::sys::signal::Signal,
+    /// deadline); SIGKILL follows if it does not. Also `kill-signal` in the config file
+    /// [default: TERM].
+    #[arg(long, env = "REDQUORUM_KILL_SIGNAL", value_parser = stop_signal)]
+    pub(crate) kill_signal: Option<nix::sys::signal::Signal>,
     /// Keep the lock at least this long after taking it, even when the command finishes
     /// sooner, so that hosts whose timers fire a little later find it taken and skip: "one at
     /// a time" becomes "one per run" (SIGINT or SIGTERM end the hold early).
@@ -227,9 +244,10 @@ pub(crate) struct ElectArgs {
     #[arg(long)]
     pub(crate) foreground: bool,
     /// The signal that asks the command to stop (on loss, or --kill-grace before an unrenewed
-    /// deadline); SIGKILL follows if it does not [default: TERM].
-    #[arg(long, default_value = "TERM", value_parser = stop_signal)]
-    pub(crate) kill_signal: nix::sys::signal::Signal,
+    /// deadline); SIGKILL follows if it does not. Also `kill-signal` in the config file
+    /// [default: TERM].
+    #[arg(long, env = "REDQUORUM_KILL_SIGNAL", value_parser = stop_signal)]
+    pub(crate) kill_signal: Option<nix::sys::signal::Signal>,
     /// Lead at most once: when leadership is lost, stop the command and exit 76 instead of
     /// campaigning again, and let the service manager (systemd's `Restart=`) decide.
     #[arg(long)]
@@ -304,7 +322,7 @@ fn wait_limit(text: &str) -> Result<WaitLimit, String> {
 
 /// A signal by name (`TERM`, `SIGINT`, `hup`) or number; one a process can catch, since the
 /// command is meant to stop cleanly on it (SIGKILL follows anyway).
-fn stop_signal(text: &str) -> Result<nix::sys::signal::Signal, String> {
+pub(crate) fn stop_signal(text: &str) -> Result<nix::sys::signal::Signal, String> {
     use nix::sys::signal::Signal;
     let upper = text.to_ascii_uppercase();
     let name = if upper.starts_with("SIG") {

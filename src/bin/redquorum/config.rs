@@ -10,6 +10,7 @@
 //! restart-grace = "1m"
 //! key-prefix = "redquorum:"
 //! drift-factor = 0.01
+//! kill-signal = "INT"     # run and elect
 //! ```
 //!
 //! The one-URL-per-line nodes file of earlier versions (`$XDG_CONFIG_HOME/redquorum/nodes`,
@@ -42,6 +43,9 @@ pub(crate) struct ConfigFile {
     /// `--drift-factor`.
     #[serde(default)]
     pub(crate) drift_factor: Option<f64>,
+    /// `--kill-signal` of `run` and `elect`.
+    #[serde(default, deserialize_with = "signal")]
+    pub(crate) kill_signal: Option<nix::sys::signal::Signal>,
 }
 
 /// A configuration file that was found and read.
@@ -203,6 +207,23 @@ fn duration<'de, D: Deserializer<'de>>(d: D) -> Result<Option<Duration>, D::Erro
     }
 }
 
+/// A signal a command can catch, by name or number (`"INT"`, `"SIGHUP"`, `15`).
+fn signal<'de, D: Deserializer<'de>>(d: D) -> Result<Option<nix::sys::signal::Signal>, D::Error> {
+    #[derive(Deserialize)]
+    #[serde(untagged)]
+    enum NameOrNumber {
+        Name(String),
+        Number(i64),
+    }
+    let text = match NameOrNumber::deserialize(d)? {
+        NameOrNumber::Name(name) => name,
+        NameOrNumber::Number(number) => number.to_string(),
+    };
+    crate::args::stop_signal(&text)
+        .map(Some)
+        .map_err(serde::de::Error::custom)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -215,7 +236,8 @@ mod tests {
     fn a_toml_file_holds_nodes_and_settings() {
         let file = parsed(
             "nodes = [\"redis://a:1\", \"redis://b:1\"]\nnode-timeout = \"80ms\"\n\
-             restart-grace = \"1m\"\nkey-prefix = \"app:\"\ndrift-factor = 0.02\n",
+             restart-grace = \"1m\"\nkey-prefix = \"app:\"\ndrift-factor = 0.02\n\
+             kill-signal = \"INT\"\n",
         )
         .expect("valid");
         assert_eq!(
@@ -226,6 +248,9 @@ mod tests {
         assert_eq!(file.restart_grace, Some(Duration::from_secs(60)));
         assert_eq!(file.key_prefix.as_deref(), Some("app:"));
         assert_eq!(file.drift_factor, Some(0.02));
+        assert_eq!(file.kill_signal, Some(nix::sys::signal::Signal::SIGINT));
+        let numbered = parsed("kill-signal = 1\n").expect("a number");
+        assert_eq!(numbered.kill_signal, Some(nix::sys::signal::Signal::SIGHUP));
     }
 
     #[test]
@@ -239,6 +264,8 @@ mod tests {
         assert!(typo.contains("/etc/redquorum/config.toml"), "{typo}");
         let bad = parsed("node-timeout = \"soon\"\n").expect_err("an error");
         assert!(bad.contains("soon"), "{bad}");
+        let uncatchable = parsed("kill-signal = \"KILL\"\n").expect_err("an error");
+        assert!(uncatchable.contains("cannot be caught"), "{uncatchable}");
         let wrong_type = parsed("nodes = \"redis://a:1\"\n").expect_err("an error");
         assert!(wrong_type.contains("nodes"), "{wrong_type}");
     }

@@ -63,7 +63,7 @@ pub(crate) async fn elect(
             Supervision {
                 grace: kill_grace,
                 foreground: args.foreground,
-                stop_signal: args.kill_signal,
+                stop_signal: tuning.kill_signal(args.kill_signal),
             },
         )
         .await;

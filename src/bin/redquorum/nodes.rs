@@ -25,6 +25,7 @@ pub(crate) fn resolve(global: &Global) -> Result<(Vec<String>, Tuning), CliError
         tuning.restart_grace = tuning.restart_grace.or(file.restart_grace);
         tuning.key_prefix = tuning.key_prefix.or(file.key_prefix);
         tuning.drift_factor = tuning.drift_factor.or(file.drift_factor);
+        tuning.kill_signal = file.kill_signal;
         from_file = file.nodes;
         tracing::debug!(path = %loaded.path.display(), "read the config file");
     }

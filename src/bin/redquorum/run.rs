@@ -73,7 +73,7 @@ pub(crate) async fn run(
         Supervision {
             grace: kill_grace,
             foreground: args.foreground,
-            stop_signal: args.kill_signal,
+            stop_signal: tuning.kill_signal(args.kill_signal),
         },
     )
     .await;
