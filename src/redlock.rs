@@ -75,7 +75,13 @@ impl Inner {
             config,
             jitter,
             releases,
-            background: TaskTracker::new(),
+            background: {
+                // Closed from the start: spawning still works, and `wait` then means "until
+                // nothing is running", with no close/reopen race between `settle` callers.
+                let tracker = TaskTracker::new();
+                tracker.close();
+                tracker
+            },
         }
     }
 }
@@ -148,6 +154,12 @@ impl RedLock {
     /// without [`Lock::release`]. Call it before a process exits after cancelling an acquire
     /// (on a signal, say), or those keys stay until their ttl. True when none is left.
     ///
+    /// Limits: each clean-up gives up on a node after the per-node timeout; a delete still
+    /// queued for a hung master is delivered in the background only while the process lives
+    /// (the key there expires with its ttl otherwise). A dropped [`Lease`](crate::Lease)
+    /// releases from its keep-alive task, which notices the drop a moment later: call
+    /// [`Lease::release`](crate::Lease::release) instead when the process is about to exit.
+    ///
     /// # Cancel safety
     /// Cancel safe: the clean-ups go on without it.
     ///
@@ -164,11 +176,9 @@ impl RedLock {
     /// # }
     /// ```
     pub async fn settle(&self, within: Duration) -> bool {
-        let tracker = &self.inner.background;
-        tracker.close();
-        let settled = tokio::time::timeout(within, tracker.wait()).await.is_ok();
-        tracker.reopen();
-        settled
+        tokio::time::timeout(within, self.inner.background.wait())
+            .await
+            .is_ok()
     }
 
     /// Runs a clean-up on `runtime`, tracked for [`settle`](Self::settle).

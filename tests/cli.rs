@@ -1105,6 +1105,10 @@ fn a_redquorum_killed_while_stopped_leaves_no_stopped_command_behind() {
     );
     assert!(wait_until(Duration::from_secs(10), || read_pid(&pids).is_some()));
     let shell = read_pid(&pids).expect("pid");
+    assert!(wait_until(Duration::from_secs(5), || !children(
+        reaper.id()
+    )
+    .is_empty()));
     let supervisor = children(reaper.id())[0];
     let send = |pid: u32, sig| {
         let pid = nix::unistd::Pid::from_raw(i32::try_from(pid).expect("pid"));
@@ -1478,22 +1482,26 @@ fn run_writes_one_json_event_per_line_on_stderr() {
     assert_eq!(last["code"], 64, "{err}");
 
     // A lost lock.
-    let mut run = redquorum(&cluster, dir.path())
-        .args([
-            "--json",
-            "run",
-            "--ttl",
-            "1s",
-            "--kill-grace",
-            "300ms",
-            "j",
-            "--",
-        ])
-        .args(["sleep", "30"])
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("spawn");
-    std::thread::sleep(Duration::from_millis(300));
+    let ready = dir.path().join("ready");
+    let script = format!("touch {}; exec sleep 30", ready.display());
+    let mut run = Reaped(
+        redquorum(&cluster, dir.path())
+            .args([
+                "--json",
+                "run",
+                "--ttl",
+                "1s",
+                "--kill-grace",
+                "300ms",
+                "j",
+                "--",
+            ])
+            .args(["sh", "-c", &script])
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("spawn"),
+    );
+    assert!(wait_until(Duration::from_secs(10), || ready.exists()));
     let (code, err) = lose_the_majority(&mut cluster, &mut run);
     assert_eq!(code, 76, "{err}");
     let lines: Vec<_> = err
@@ -1522,21 +1530,23 @@ fn elect_reports_the_leader_while_campaigning_and_its_own_terms_as_json() {
     let mut a = Reaped(a);
     assert!(wait_until(Duration::from_secs(10), || recorded(&a_record).is_some()));
     let (a_term, _) = recorded(&a_record).expect("a leads");
-    let mut b = redquorum(&cluster, dir.path())
-        .args([
-            "--json",
-            "elect",
-            "--id",
-            "b",
-            "--ttl",
-            "1s",
-            "--kill-grace",
-            "300ms",
-        ])
-        .args(["leader", "--", "sleep", "1"])
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("spawn");
+    let mut b = Reaped(
+        redquorum(&cluster, dir.path())
+            .args([
+                "--json",
+                "elect",
+                "--id",
+                "b",
+                "--ttl",
+                "1s",
+                "--kill-grace",
+                "300ms",
+            ])
+            .args(["leader", "--", "sleep", "1"])
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("spawn"),
+    );
     let lines = Lines::of(b.stderr.take().expect("stderr"));
     let mut seen = Vec::new();
     let leader = lines
@@ -1905,8 +1915,9 @@ fn flag_value<'a>(words: &'a [String], flag: &str) -> &'a str {
 }
 
 /// Runs a deploy example's redquorum command line as written, against `cluster` (through a
-/// config file, as deployed), with the real command replaced by `true` and `swap`'s words
-/// replaced (a fixed port, a ten-minute hold) so it fits a test.
+/// config file, as deployed), with the real command replaced by `true` and `swap`'s entries
+/// applied so it fits a test: `("--flag", value)` replaces the flag's value (a ten-minute
+/// hold), `(word, other)` a word (a host name, a fixed port).
 fn run_as_written(
     cluster: &Cluster,
     dir: &Path,
@@ -1918,14 +1929,15 @@ fn run_as_written(
         .iter()
         .position(|w| w == "--")
         .expect("a command after --");
-    let mut args: Vec<String> = words[1..cut]
-        .iter()
-        .map(|w| {
-            swap.iter()
-                .find(|(from, _)| w == from)
-                .map_or_else(|| w.clone(), |(_, to)| (*to).to_owned())
-        })
-        .collect();
+    let mut args: Vec<String> = words[1..cut].to_vec();
+    for (from, to) in swap {
+        let at = args
+            .iter()
+            .position(|w| w == from)
+            .unwrap_or_else(|| panic!("{from} is not in {words:?}"));
+        let at = if from.starts_with("--") { at + 1 } else { at };
+        args[at] = (*to).to_owned();
+    }
     args.extend(["--".to_owned(), "true".to_owned()]);
     let config = dir.join("deployed.toml");
     let nodes: Vec<String> = cluster.urls().iter().map(|u| format!("{u:?}")).collect();
@@ -1972,20 +1984,56 @@ fn the_deploy_examples_for_redquorum_run_as_written() {
             .split_whitespace()
             .any(|c| c == "75")
     );
-    let hold = [("10m", "1500ms")];
+    // The hold stays longer than the wait, as in the unit, both shortened.
+    let hold = [("--min-hold", "4s"), ("--wait", "300ms")];
     let mut first = Reaped(
         run_as_written(&cluster, dir.path(), &words, &hold)
             .stderr(Stdio::piped())
             .spawn()
             .expect("spawn"),
     );
-    std::thread::sleep(Duration::from_millis(700));
+    let lines = Lines::of(first.stderr.take().expect("stderr"));
+    let mut seen = Vec::new();
+    assert!(
+        lines
+            .until(Duration::from_secs(10), &mut seen, |l| l
+                .contains("--min-hold"))
+            .is_some(),
+        "{seen:?}"
+    );
     // The command (`true`) is done; the hold keeps the late host out.
     let (late, _, err) = output(&mut run_as_written(&cluster, dir.path(), &words, &hold));
     assert_eq!(late, 75, "{err}");
     assert_eq!(wait_exit(&mut first, Duration::from_secs(10)), 0);
-    assert!(stderr_of(&mut first).contains("--min-hold"));
     assert!(lock_keys(&cluster).is_empty(), "released after the hold");
+    assert!(
+        job["SuccessExitStatus"]
+            .split_whitespace()
+            .any(|c| c == "143")
+    );
+    // A stop (SIGTERM, forwarded to the job) ends the hold: systemctl stop does not hang.
+    let ready = dir.path().join("job-ready");
+    let script = format!("touch {}; exec sleep 30", ready.display());
+    let mut stopped = Reaped(
+        redquorum(&cluster, dir.path())
+            .args([
+                "run",
+                "--min-hold",
+                "1h",
+                "stopped",
+                "--",
+                "sh",
+                "-c",
+                &script,
+            ])
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("spawn"),
+    );
+    assert!(wait_until(Duration::from_secs(10), || ready.exists()));
+    signal(&stopped, nix::sys::signal::Signal::SIGTERM);
+    assert_eq!(wait_exit(&mut stopped, Duration::from_secs(10)), 128 + 15);
+    assert!(lock_keys(&cluster).is_empty(), "released at once");
     let timer = unit_settings(&read("systemd/redquorum-job.timer"));
     assert!(timer.contains_key("OnCalendar"));
     assert!(
@@ -2041,7 +2089,7 @@ fn the_deploy_examples_for_redquorum_run_as_written() {
     for (pod, swap) in [
         (
             &kind("CronJob")["spec"]["jobTemplate"]["spec"]["template"]["spec"],
-            vec![("10m", "100ms")],
+            vec![("--min-hold", "100ms"), ("--wait", "50ms")],
         ),
         (
             &kind("Deployment")["spec"]["template"]["spec"],
@@ -2074,6 +2122,9 @@ fn the_deploy_examples_for_redquorum_run_as_written() {
             err.lines().all(|l| l.starts_with('{')),
             "--json: one event per line: {err}"
         );
+        if words.contains(&"-E".to_owned()) {
+            assert_eq!(flag_value(&words, "-E"), "0", "losers must not be retried");
+        }
     }
     assert!(lock_keys(&cluster).is_empty());
 }

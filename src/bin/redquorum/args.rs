@@ -34,16 +34,18 @@ pub(crate) struct Global {
     )]
     pub(crate) nodes: Vec<String>,
     /// The config file (TOML: `nodes = [...]`, `node-timeout`, `restart-grace`, `key-prefix`,
-    /// `drift-factor`; flags and the environment override it) [default: the first of
+    /// `drift-factor`, `kill-signal`; flags and the environment override it) [default: the first of
     /// $XDG_CONFIG_HOME/redquorum/config.toml and /etc/redquorum/config.toml that exists].
     #[arg(long, global = true, env = "REDQUORUM_CONFIG", hide_env_values = true)]
     pub(crate) config: Option<PathBuf>,
-    /// Use the local dev cluster (`redquorum dev up`) instead of any configured nodes.
+    /// Use the local dev cluster (`redquorum dev up`); --nodes, REDQUORUM_NODES and the config
+    /// file are then ignored.
     #[arg(long, global = true)]
     pub(crate) dev: bool,
     /// Machine-readable output: JSON on stdout (status, observe, dev status, demo, bench), and
     /// for run and elect one JSON event per line on stderr (acquired, renewed, lost, released,
-    /// elected, leader, …), log lines included.
+    /// elected, leader, …), redquorum's log lines included (the command's own stderr, and
+    /// clap's usage errors, stay as they are).
     #[arg(long, global = true)]
     pub(crate) json: bool,
     #[command(flatten)]
@@ -191,8 +193,9 @@ pub(crate) struct RunArgs {
     #[arg(short = 'n', long)]
     pub(crate) nonblock: bool,
     /// The exit code for a busy lock instead of 75, so a script can tell it from its
-    /// command's own codes (flock's -E).
-    #[arg(short = 'E', long, value_parser = clap::value_parser!(u8).range(1..=255))]
+    /// command's own codes (flock's -E); 0 makes "another host has it" a success, for
+    /// schedulers that retry failures (a Kubernetes Job).
+    #[arg(short = 'E', long)]
     pub(crate) conflict_exit_code: Option<u8>,
     /// How long before the lock's deadline an unrenewed command gets SIGTERM; SIGKILL follows
     /// at the latest a quarter of it before the deadline, so the command never outlives the

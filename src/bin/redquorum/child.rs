@@ -337,6 +337,8 @@ pub(crate) struct Signals {
     terminate: tokio::signal::unix::Signal,
     hangup: tokio::signal::unix::Signal,
     quit: tokio::signal::unix::Signal,
+    /// Whether any was received yet (all four ask to stop).
+    received: bool,
 }
 
 impl Signals {
@@ -346,7 +348,14 @@ impl Signals {
             terminate: signal(SignalKind::terminate())?,
             hangup: signal(SignalKind::hangup())?,
             quit: signal(SignalKind::quit())?,
+            received: false,
         })
+    }
+
+    /// True once a signal was received (and forwarded to the command, or acted on): redquorum
+    /// was asked to stop, and should not linger (`--min-hold`).
+    pub(crate) fn asked_to_stop(&self) -> bool {
+        self.received
     }
 
     /// The next signal received.
@@ -354,12 +363,14 @@ impl Signals {
     /// # Cancel safety
     /// Cancel safe: a signal not yet taken stays queued.
     pub(crate) async fn recv(&mut self) -> Signal {
-        tokio::select! {
+        let signal = tokio::select! {
             _ = self.interrupt.recv() => Signal::SIGINT,
             _ = self.terminate.recv() => Signal::SIGTERM,
             _ = self.hangup.recv() => Signal::SIGHUP,
             _ = self.quit.recv() => Signal::SIGQUIT,
-        }
+        };
+        self.received = true;
+        signal
     }
 }
 

@@ -104,12 +104,21 @@ pub(crate) fn load(
             None => return Ok(None),
         },
     };
-    let text = std::fs::read_to_string(&path).map_err(|e| {
-        CliError::usage(format!(
-            "cannot read the config file {}: {e}",
-            path.display()
-        ))
-    })?;
+    let text = match std::fs::read_to_string(&path) {
+        Ok(text) => text,
+        // A system file this user may not read (0640, group redquorum) must not lock out
+        // users who give their nodes otherwise; one asked for by name must be readable.
+        Err(e) if explicit.is_none() && e.kind() == std::io::ErrorKind::PermissionDenied => {
+            tracing::warn!("skipping the config file {}: {e}", path.display());
+            return Ok(None);
+        }
+        Err(e) => {
+            return Err(CliError::usage(format!(
+                "cannot read the config file {}: {e}",
+                path.display()
+            )));
+        }
+    };
     let file = parse(&text, &path)?;
     if let Some(nodes) = &file.nodes {
         if nodes.iter().all(|n| n.trim().is_empty()) {

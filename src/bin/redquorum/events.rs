@@ -2,8 +2,8 @@
 //! sentence by default, a JSON object with `--json` for log pipelines (the command's own
 //! stdout stays untouched; `observe`, whose events are its output, writes them on stdout).
 //!
-//! Every JSON event has `ts` (RFC 3339, UTC, milliseconds), `event` and `resource`; the rest
-//! depends on the event (see [`Event`]). The sentences are the lines redquorum always printed.
+//! Every JSON event has `ts` (RFC 3339, UTC, milliseconds) and `event`, and all but `error`
+//! a `resource`; the rest depends on the event (see [`Event`]). The sentences are the lines redquorum always printed.
 
 use std::sync::OnceLock;
 use std::time::{Duration, Instant, SystemTime};
@@ -85,7 +85,8 @@ pub(crate) enum Event<'a> {
     Resigned { resource: &'a str, term: u64 },
     /// Resigning failed; the term ends at its ttl.
     ResignFailed { resource: &'a str, error: String },
-    /// The leader as a majority sees it changed (`elect` while campaigning, `observe`).
+    /// The leader as a majority sees it changed (`elect` while campaigning, `observe`). While
+    /// campaigning, "nobody leads" also stands for "too few masters answered to tell".
     Leader {
         resource: &'a str,
         /// The leader's value and term, or `None` while nobody leads.
@@ -275,7 +276,7 @@ impl Event<'_> {
 /// Prints `event` on stderr in the process's format.
 pub(crate) fn emit(event: Event<'_>) {
     if let Some(line) = event.line(json()) {
-        eprintln!("{line}");
+        write_line(&mut std::io::stderr().lock(), line);
     }
 }
 
@@ -288,8 +289,17 @@ pub(crate) fn print(event: Event<'_>) {
         event.sentence()
     };
     if let Some(line) = line {
-        println!("{line}");
+        write_line(&mut std::io::stdout().lock(), line);
     }
+}
+
+/// Writes `line` and its newline with one write, so that the command, which shares stderr,
+/// cannot split a JSON line; a closed pipe (`observe | head -1`, a dead log collector) is no
+/// reason to panic and leave a lock behind, so write errors are ignored.
+fn write_line(out: &mut impl std::io::Write, mut line: String) {
+    line.push('\n');
+    let _ = out.write_all(line.as_bytes());
+    let _ = out.flush();
 }
 
 fn timestamp() -> String {

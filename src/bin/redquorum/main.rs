@@ -115,7 +115,10 @@ async fn dispatch(cli: Cli) -> Result<u8, CliError> {
         }
         Command::Completions { shell } => {
             let mut cli = <Cli as clap::CommandFactory>::command();
-            clap_complete::generate(shell, &mut cli, "redquorum", &mut std::io::stdout());
+            let mut script = Vec::new();
+            clap_complete::generate(shell, &mut cli, "redquorum", &mut script);
+            // Not `generate` to stdout: it panics on a closed pipe.
+            std::io::Write::write_all(&mut std::io::stdout().lock(), &script)?;
             Ok(exit::OK)
         }
         Command::Man { dir } => manual(dir.as_deref()),

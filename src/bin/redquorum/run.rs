@@ -87,7 +87,9 @@ pub(crate) async fn run(
             Ok(exit::LOST)
         }
         Ok(Ending::Exited(code)) => {
-            if let Some(hold) = args.min_hold {
+            // A signal forwarded to the command (systemctl stop, a pod deletion) ends the
+            // hold before it starts: redquorum was asked to stop, not to linger.
+            if let Some(hold) = args.min_hold.filter(|_| !signals.asked_to_stop()) {
                 // Beyond what an Instant can hold: until a signal or the loss.
                 let until = acquired_at.checked_add(hold);
                 hold_until(&lease, resource, until, &mut signals).await;
