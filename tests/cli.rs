@@ -116,21 +116,26 @@ fn read_pid(path: &Path) -> Option<u32> {
     std::fs::read_to_string(path).ok()?.trim().parse().ok()
 }
 
+/// The arguments `run --ttl 1s --kill-grace 300ms r -- sh -c SCRIPT`.
+fn short_run_args(script: &str) -> [&str; 10] {
+    [
+        "run",
+        "--ttl",
+        "1s",
+        "--kill-grace",
+        "300ms",
+        "r",
+        "--",
+        "sh",
+        "-c",
+        script,
+    ]
+}
+
 /// `redquorum run --ttl 1s --kill-grace 300ms r -- sh -c SCRIPT`, its stderr piped.
 fn short_run(cluster: &Cluster, scratch: &Path, script: &str) -> Child {
     redquorum(cluster, scratch)
-        .args([
-            "run",
-            "--ttl",
-            "1s",
-            "--kill-grace",
-            "300ms",
-            "r",
-            "--",
-            "sh",
-            "-c",
-            script,
-        ])
+        .args(short_run_args(script))
         .stderr(Stdio::piped())
         .spawn()
         .expect("spawn")
@@ -1087,18 +1092,7 @@ fn a_redquorum_killed_while_stopped_leaves_no_stopped_command_behind() {
             ])
             .arg("--nodes")
             .arg(cluster.urls().join(","))
-            .args([
-                "run",
-                "--ttl",
-                "1s",
-                "--kill-grace",
-                "300ms",
-                "r",
-                "--",
-                "sh",
-                "-c",
-                &script,
-            ])
+            .args(short_run_args(&script))
             .stderr(Stdio::null())
             .spawn()
             .expect("spawn"),
