@@ -1,10 +1,12 @@
 //! Undoing a round that did not produce a lock, even when its caller goes away.
 
+use std::sync::Arc;
 use std::time::Duration;
 
-use crate::redlock::RedLock;
+use crate::release::release_everywhere;
 use crate::report::Report;
 use crate::round::Stragglers;
+use crate::shared::Shared;
 use crate::token::Token;
 
 /// While armed, owns the duty to delete one round's key from every node.
@@ -15,7 +17,7 @@ use crate::token::Token;
 /// twice, or after the key expired, is harmless.
 #[derive(Debug)]
 pub(crate) struct Cleanup {
-    armed: Option<RedLock>,
+    armed: Option<Arc<Shared>>,
     key: Vec<u8>,
     token: Token,
     per_node_timeout: Duration,
@@ -25,14 +27,14 @@ pub(crate) struct Cleanup {
 
 impl Cleanup {
     pub(crate) fn arm(
-        redlock: RedLock,
+        shared: Arc<Shared>,
         key: Vec<u8>,
         token: Token,
         per_node_timeout: Duration,
         wake_waiters: bool,
     ) -> Self {
         Self {
-            armed: Some(redlock),
+            armed: Some(shared),
             key,
             token,
             per_node_timeout,
@@ -57,29 +59,27 @@ impl Cleanup {
     /// key, it says for how much longer. If this future is dropped part-way, `Drop` spawns the
     /// cleanup again.
     pub(crate) async fn run(mut self) -> Report {
-        let Some(redlock) = &self.armed else {
+        let Some(shared) = &self.armed else {
             return Report::default();
         };
-        {
-            let round = redlock
-                .release_everywhere(
-                    &self.key,
-                    &self.token,
-                    self.per_node_timeout,
-                    self.after.as_ref(),
-                    self.wake_waiters,
-                )
-                .await;
-            tracing::debug!(report = %round.report, "cleaned up after a failed round");
-            self.armed = None;
-            round.report
-        }
+        let round = release_everywhere(
+            shared,
+            &self.key,
+            &self.token,
+            self.per_node_timeout,
+            self.after.as_ref(),
+            self.wake_waiters,
+        )
+        .await;
+        tracing::debug!(report = %round.report, "cleaned up after a failed round");
+        self.armed = None;
+        round.report
     }
 }
 
 impl Drop for Cleanup {
     fn drop(&mut self) {
-        let Some(redlock) = self.armed.take() else {
+        let Some(shared) = self.armed.take() else {
             return;
         };
         let Ok(runtime) = tokio::runtime::Handle::try_current() else {
@@ -93,11 +93,9 @@ impl Drop for Cleanup {
         let timeout = self.per_node_timeout;
         let after = self.after.take();
         let wake_waiters = self.wake_waiters;
-        let tracked = redlock.clone();
-        tracked.spawn_cleanup(&runtime, async move {
-            redlock
-                .release_everywhere(&key, &token, timeout, after.as_ref(), wake_waiters)
-                .await;
+        let tracker = shared.clone();
+        tracker.spawn_cleanup(&runtime, async move {
+            release_everywhere(&shared, &key, &token, timeout, after.as_ref(), wake_waiters).await;
         });
     }
 }

@@ -4,57 +4,18 @@ use std::time::{Duration, Instant};
 
 use tokio::sync::watch;
 
-use crate::config::Timing;
-use crate::error::{Error, Failure, Operation};
-use crate::lease::{Lease, LeaseOptions, LeaseSignal, LostReason};
+use crate::error::{Error, Failure, LostReason, Operation};
+use crate::leader_info::{self, Leader, Reading};
+use crate::lease::{Lease, LeaseOptions, LeaseSignal};
 use crate::redlock::RedLock;
-use crate::report::{NodeOutcome, NodeReport, Report};
 use crate::retry::RetryPolicy;
-use crate::round::{self, Command, Request, Wait};
+use crate::settings::Timing;
+use crate::shared::ensure_runtime;
 use crate::token::Token;
-use crate::verdict::{self, RoundKind};
-use crate::{Result, resource, scripts};
+use crate::{Result, resource};
 
 /// How long one acquire attempt of a campaign waits before it starts over.
 const CAMPAIGN_WAIT: Duration = Duration::from_secs(5);
-
-/// The current leader of an election: its advertised value and its term.
-///
-/// The term is the leader's fencing token: it strictly increases from one leader to the next,
-/// so a resource that remembers the highest term it has seen can refuse a deposed leader.
-///
-/// ```no_run
-/// # async fn demo(election: redquorum::Election) -> Result<(), redquorum::Error> {
-/// let leader = election.leader().await?;
-/// println!("term {}: {}", leader.term(), String::from_utf8_lossy(leader.value()));
-/// # Ok(()) }
-/// ```
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Leader {
-    value: Vec<u8>,
-    term: u64,
-}
-
-impl Leader {
-    /// The value the leader advertises (its address, its name…), as given to
-    /// [`Election::campaign`] or [`Leadership::proclaim`].
-    ///
-    /// ```no_run
-    /// # fn demo(l: &redquorum::Leader) { let _ = l.value(); }
-    /// ```
-    pub fn value(&self) -> &[u8] {
-        &self.value
-    }
-
-    /// The leader's term (its fencing token).
-    ///
-    /// ```no_run
-    /// # fn demo(l: &redquorum::Leader) { assert!(l.term() > 0); }
-    /// ```
-    pub fn term(&self) -> u64 {
-        self.term
-    }
-}
 
 /// An election on one resource. Create it with [`RedLock::election`].
 ///
@@ -103,8 +64,8 @@ impl RedLock {
     pub fn election(&self, resource: impl AsRef<[u8]>, ttl: Duration) -> Result<Election> {
         let resource = resource.as_ref();
         resource::validate(resource)?;
-        let timing = self.config().timing(ttl)?;
-        let prefix = &self.config().key_prefix;
+        let timing = self.shared().config.timing(ttl)?;
+        let prefix = &self.shared().config.key_prefix;
         Ok(Election {
             redlock: self.clone(),
             resource: resource.to_vec(),
@@ -198,59 +159,28 @@ impl Election {
     /// # }
     /// ```
     pub async fn leader(&self) -> Result<Leader> {
-        crate::redlock::ensure_runtime()?;
+        ensure_runtime()?;
         let start = Instant::now();
-        let mut mget = redis::pipe();
-        mget.cmd("MGET").arg(&self.lock_key).arg(&self.info_key);
-        let answers = self
-            .redlock
-            .query_everywhere::<((Option<Vec<u8>>, Option<Vec<u8>>),)>(
-                &mget,
-                self.timing.per_node_timeout,
-            )
-            .await;
-        let mut votes: Vec<(Leader, Vec<u8>, usize)> = Vec::new();
-        let mut answered = 0;
-        let mut report = Vec::new();
-        for (id, answer, latency) in answers {
-            match answer {
-                Ok(((lock, info),)) => {
-                    answered += 1;
-                    report.push(NodeReport::new(id, NodeOutcome::Connected, latency));
-                    let (Some(lock), Some(info)) = (lock, info) else {
-                        continue;
-                    };
-                    let Some((token, leader)) = decode_info(&info) else {
-                        continue;
-                    };
-                    if token != lock.as_slice() {
-                        continue;
-                    }
-                    match votes.iter_mut().find(|(_, t, _)| t.as_slice() == token) {
-                        Some((_, _, count)) => *count += 1,
-                        None => votes.push((leader, token.to_vec(), 1)),
-                    }
-                }
-                Err(e) => report.push(NodeReport::new(id, NodeOutcome::Failed(e), latency)),
-            }
-        }
-        let quorum = self.redlock.quorum();
-        if let Some((leader, _, _)) = votes.into_iter().find(|(_, _, count)| *count >= quorum) {
-            return Ok(leader);
-        }
-        if answered < quorum {
-            let failure = Failure::new(
+        match leader_info::read(
+            self.redlock.shared(),
+            &self.lock_key,
+            &self.info_key,
+            self.timing.per_node_timeout,
+        )
+        .await
+        {
+            Reading::Leader(leader) => Ok(leader),
+            Reading::NoLeader => Err(Error::NoLeader {
+                resource: resource::display(&self.resource),
+            }),
+            Reading::NoQuorum(report) => Err(Error::NoQuorum(Box::new(Failure::new(
                 Operation::Connect,
                 &self.resource,
                 1,
                 start.elapsed(),
-                Report::new(report),
-            );
-            return Err(Error::NoQuorum(Box::new(failure)));
+                report,
+            )))),
         }
-        Err(Error::NoLeader {
-            resource: resource::display(&self.resource),
-        })
     }
 
     /// The latest leader, kept up to date by a background task that asks a majority every
@@ -293,48 +223,24 @@ impl Election {
 
     /// Advertises `value` for the holder of `token` on a majority.
     async fn write_info(&self, token: &Token, term: u64, value: &[u8]) -> Result<()> {
-        let request = Request {
-            command: Command::Script(&scripts::WRITE_LEADER_INFO),
-            key: self.lock_key.clone(),
-            extra_keys: vec![self.info_key.clone()],
-            token: token.expose().to_owned(),
-            number: None,
-            payload: vec![encode_info(token, term, value)],
-            done: NodeOutcome::Granted,
-            settled_nodes_only: false,
-            counted: None,
-            readd_on: None,
-            epochs: None,
-            operation: Operation::Extend,
-        };
-        let round = round::run(
-            &self.redlock,
-            request,
+        leader_info::write(
+            self.redlock.shared(),
+            &self.lock_key,
+            &self.info_key,
+            token,
+            &leader_info::encode(token, term, value),
             self.timing.per_node_timeout,
-            Wait::UntilDecided,
-            None,
         )
-        .await;
-        // Which nodes granted the lock is not known here (the lease keeps it): every node counts
-        // as a grantor, so a refusal is evidence and a timeout is not. Validity is the lease's
-        // business; the write only needs a majority.
-        let verdict = verdict::judge(
-            RoundKind::Renew,
-            &round.tally,
-            true,
-            None,
-            &round.report.votes(),
-        );
-        let Some(make) = verdict.error() else {
-            return Ok(());
-        };
-        Err(make(Box::new(Failure::new(
-            Operation::Extend,
-            &self.resource,
-            1,
-            round.elapsed(),
-            round.report,
-        ))))
+        .await
+        .map_err(|(rejection, round)| {
+            rejection.error(Failure::new(
+                Operation::Extend,
+                &self.resource,
+                1,
+                round.elapsed(),
+                round.report,
+            ))
+        })
     }
 }
 
@@ -442,51 +348,5 @@ impl Leadership {
     /// ```
     pub async fn resign(self) -> Result<()> {
         self.lease.release().await.map(drop)
-    }
-}
-
-/// `token:term:value`; the token is 40 hex digits.
-fn encode_info(token: &Token, term: u64, value: &[u8]) -> Vec<u8> {
-    let mut info = format!("{}:{term}:", token.expose()).into_bytes();
-    info.extend_from_slice(value);
-    info
-}
-
-pub(crate) fn decode_info(info: &[u8]) -> Option<(&[u8], Leader)> {
-    let token = info.get(..40)?;
-    let rest = info.get(40..)?.strip_prefix(b":")?;
-    let colon = rest.iter().position(|b| *b == b':')?;
-    let term = std::str::from_utf8(rest.get(..colon)?).ok()?.parse().ok()?;
-    let value = rest.get(colon + 1..)?.to_vec();
-    Some((token, Leader { value, term }))
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn leader_info_round_trips_any_value() {
-        let token = Token::generate();
-        for value in [&b""[..], b"worker-7", b"a:b:c", b"\0\xff\n"] {
-            let info = encode_info(&token, 42, value);
-            let (t, leader) = decode_info(&info).expect("decodes");
-            assert_eq!(t, token.expose().as_bytes());
-            assert_eq!(leader.term(), 42);
-            assert_eq!(leader.value(), value);
-        }
-    }
-
-    #[test]
-    fn malformed_info_is_ignored() {
-        for info in [
-            &b""[..],
-            b"short",
-            &[b'a'; 40],
-            &[b'a'; 41],
-            b"0123456789012345678901234567890123456789:x:v",
-        ] {
-            assert!(decode_info(info).is_none(), "{}", info.escape_ascii());
-        }
     }
 }

@@ -3,7 +3,10 @@
 use std::fmt;
 use std::time::Duration;
 
-use crate::report::{NodeId, Report};
+use std::sync::Arc;
+
+use crate::config_error::ConfigError;
+use crate::report::Report;
 
 /// Why a [`RedLock`](crate::RedLock) call did not give the caller what it asked for.
 ///
@@ -51,7 +54,7 @@ pub enum Error {
         /// The resource, with non-printable bytes escaped.
         resource: String,
         /// Why the lease was lost.
-        reason: crate::LostReason,
+        reason: LostReason,
     },
 }
 
@@ -199,7 +202,7 @@ impl std::error::Error for Error {
         match self {
             Self::Config(e) => Some(e),
             Self::LeaseLost {
-                reason: crate::LostReason::Gone(e),
+                reason: LostReason::Gone(e),
                 ..
             } => Some(e.as_ref()),
             other => other
@@ -339,133 +342,35 @@ impl Failure {
     }
 }
 
-/// Why one node did not answer usefully. Kept in the node's line of the [`Report`].
+/// Why a lease was lost.
 ///
 /// ```
-/// # fn demo(err: &redquorum::NodeError) {
-/// if let redquorum::NodeError::Redis(e) = err { println!("server said: {e}"); }
+/// # async fn demo(lease: redquorum::Lease) {
+/// let reason = lease.lost().await;
+/// eprintln!("stop writing: {reason}");
 /// # }
 /// ```
-#[derive(Debug, Clone, thiserror::Error)]
+#[derive(Debug, Clone)]
 #[non_exhaustive]
-pub enum NodeError {
-    /// No reply within the per-node timeout.
-    #[error("no reply within {0:?}")]
-    TimedOut(Duration),
-    /// The node is known to be unreachable; it was not asked, and a background task is
-    /// reconnecting. The source is the last connection error.
-    #[error("unreachable, reconnecting in the background")]
-    Unreachable(#[source] redis::RedisError),
-    /// The node answered with an error, or the connection failed during the request.
-    #[error("redis error")]
-    Redis(#[source] redis::RedisError),
-    /// With a restart grace configured: the server has been up for less than the grace, so it
-    /// may have come back empty while another client's lock was still valid. It does not vote
-    /// on acquire until the grace has passed.
-    #[error("restarted {up_for:?} ago, less than the restart grace of {grace:?}")]
-    RecentlyRestarted {
-        /// How long the server has been up (at least).
-        up_for: Duration,
-        /// The configured grace.
-        grace: Duration,
-    },
-    /// Fenced acquire: the server started since its fence counter was last re-seeded from the
-    /// other masters, so the counter may have gone back and must not enter a token. The client
-    /// re-seeds it and tries again at once (see the README's "Restarted masters").
-    #[error("fence counter not re-seeded since the server started")]
-    Unseeded,
-    /// Fenced acquire, confirm round: a re-seed read this master's counter after it granted
-    /// our lock, so its confirmation does not count (it proves nothing about the lock).
-    #[error("fence counter re-seeded since it granted the lock; the confirmation does not count")]
-    SeededSinceGrant,
-    /// Fenced acquire: the server would not say its `run_id` (`INFO server`; an ACL without
-    /// `+info`), so the client cannot tell whether its fence counter survived restarts. Plain
-    /// locks are unaffected.
-    #[error("INFO server refused: cannot tell whether the fence counter survived a restart")]
-    Unidentified,
-    /// The node answered with a value none of redquorum's scripts returns (shown, truncated).
-    #[error("unexpected reply {0}")]
-    UnexpectedReply(String),
+pub enum LostReason {
+    /// The local deadline passed without a successful extension (masters unreachable, hung,
+    /// or the extension too slow). Fired at the deadline, even while an extension still hangs.
+    DeadlinePassed,
+    /// An extension found the lock gone or owned by someone else on too many masters.
+    Gone(Arc<Error>),
+    /// The configured [`max_extensions`](crate::LeaseOptions::max_extensions) or
+    /// [`max_hold`](crate::LeaseOptions::max_hold) was reached; fired at the last deadline.
+    LimitReached,
 }
 
-/// A configuration or argument error, found before any I/O.
-///
-/// ```
-/// # use std::time::Duration;
-/// let err = redquorum::RedLock::new(Vec::<&str>::new()).unwrap_err();
-/// assert!(matches!(err, redquorum::Error::Config(redquorum::ConfigError::NoNodes)));
-/// ```
-#[derive(Debug, thiserror::Error)]
-#[non_exhaustive]
-pub enum ConfigError {
-    /// The node list is empty.
-    #[error("no nodes given")]
-    NoNodes,
-    /// A node could not be parsed (malformed URL, unsupported scheme, TLS not compiled in).
-    #[error("node {index} is invalid")]
-    InvalidNode {
-        /// Position in the node list.
-        index: usize,
-        /// The parser's error.
-        #[source]
-        source: redis::RedisError,
-    },
-    /// Two entries name the same server; one server must never count twice toward a majority.
-    #[error("{second} names the same server as {first}")]
-    DuplicateNode {
-        /// The first entry.
-        first: NodeId,
-        /// The entry that repeats it.
-        second: NodeId,
-    },
-    /// The resource name is empty.
-    #[error("the resource name is empty")]
-    EmptyResource,
-    /// The resource name is longer than [`MAX_RESOURCE_LEN`](crate::MAX_RESOURCE_LEN).
-    #[error("the resource name is {len} bytes, more than the maximum of {max}")]
-    ResourceTooLong {
-        /// The name's length.
-        len: usize,
-        /// The maximum.
-        max: usize,
-    },
-    /// The ttl leaves no validity once drift, the per-node timeout and the minimum validity
-    /// are taken off (this includes a ttl of zero).
-    #[error(
-        "a ttl of {ttl:?} is too short: it must be more than {minimum:?} (drift + per-node timeout + minimum validity)"
-    )]
-    TtlTooShort {
-        /// The ttl asked for.
-        ttl: Duration,
-        /// The smallest ttl that would leave any validity.
-        minimum: Duration,
-    },
-    /// The ttl is longer than [`MAX_TTL`](crate::MAX_TTL).
-    #[error("a ttl of {ttl:?} is longer than the maximum of {max:?}")]
-    TtlTooLong {
-        /// The ttl asked for.
-        ttl: Duration,
-        /// The maximum.
-        max: Duration,
-    },
-    /// The drift factor is not in `[0, 1)`.
-    #[error("the drift factor {0} is not in [0, 1)")]
-    InvalidDriftFactor(f64),
-    /// A timeout that must be positive is zero.
-    #[error("the {0} must be greater than zero")]
-    ZeroTimeout(&'static str),
-    /// A timeout or interval is longer than [`MAX_TTL`](crate::MAX_TTL): no lock outlives it,
-    /// and instants that far ahead overflow.
-    #[error("the {what} of {value:?} is longer than the maximum of {max:?}")]
-    TooLong {
-        /// Which setting.
-        what: &'static str,
-        /// The value asked for.
-        value: Duration,
-        /// The maximum.
-        max: Duration,
-    },
-    /// The retry policy allows no attempt at all.
-    #[error("the retry policy allows no attempt")]
-    NoAttempts,
+impl fmt::Display for LostReason {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Self::DeadlinePassed => {
+                f.write_str("the lease deadline passed without a successful extension")
+            }
+            Self::Gone(e) => write!(f, "the lock is gone: {e}"),
+            Self::LimitReached => f.write_str("the lease reached its configured limit"),
+        }
+    }
 }

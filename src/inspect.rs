@@ -3,10 +3,13 @@
 
 use std::time::Duration;
 
-use crate::election::{Leader, decode_info};
-use crate::error::{Error, NodeError};
-use crate::redlock::{RedLock, ensure_runtime};
-use crate::report::NodeId;
+use crate::error::Error;
+use crate::leader_info::{Leader, decode};
+use crate::node_error::NodeError;
+use crate::node_id::NodeId;
+use crate::query::query_everywhere;
+use crate::redlock::RedLock;
+use crate::shared::ensure_runtime;
 use crate::{MAX_DERIVED_NODE_TIMEOUT, Result, resource};
 
 /// The values of the lock key, the fence key and the leader key.
@@ -252,17 +255,16 @@ impl RedLock {
         let resource = resource.as_ref();
         resource::validate(resource).map_err(Error::Config)?;
         ensure_runtime()?;
-        let prefix = &self.config().key_prefix;
+        let config = &self.shared().config;
+        let prefix = &config.key_prefix;
         let keys = [
             resource::lock_key(prefix, resource),
             resource::fence_key(prefix, resource),
             resource::leader_key(prefix, resource),
         ];
-        let timeout = self.config().connect_timeout.saturating_add(
-            self.config()
-                .per_node_timeout
-                .unwrap_or(MAX_DERIVED_NODE_TIMEOUT),
-        );
+        let timeout = config
+            .connect_timeout
+            .saturating_add(config.per_node_timeout.unwrap_or(MAX_DERIVED_NODE_TIMEOUT));
         let [lock_key, fence_key, leader_key] = &keys;
         let mut pipeline = redis::pipe();
         pipeline
@@ -272,8 +274,7 @@ impl RedLock {
             .arg(leader_key)
             .cmd("PTTL")
             .arg(lock_key);
-        let nodes = self
-            .query_everywhere::<(Keys, i64)>(&pipeline, timeout)
+        let nodes = query_everywhere::<(Keys, i64)>(&self.shared().nodes, &pipeline, timeout)
             .await
             .into_iter()
             .map(|(node, answer, latency)| NodeInspection {
@@ -296,7 +297,7 @@ fn holding(
     pttl: i64,
 ) -> Holding {
     let leader = match (&token, &info) {
-        (Some(token), Some(info)) => decode_info(info)
+        (Some(token), Some(info)) => decode(info)
             .filter(|(owner, _)| *owner == token.as_slice())
             .map(|(_, leader)| leader),
         _ => None,

@@ -1,6 +1,5 @@
 //! Leases: a lock kept alive by a background task, with a dependable "you lost it" signal.
 
-use std::fmt;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -9,7 +8,7 @@ use tokio::task::JoinHandle;
 
 use crate::Result;
 use crate::deadline::Deadline;
-use crate::error::Error;
+use crate::error::{Error, LostReason};
 use crate::lock::Lock;
 use crate::report::Report;
 
@@ -90,39 +89,6 @@ impl LeaseOptions {
     pub fn max_hold(mut self, max: Option<Duration>) -> Self {
         self.max_hold = max;
         self
-    }
-}
-
-/// Why a lease was lost.
-///
-/// ```
-/// # async fn demo(lease: redquorum::Lease) {
-/// let reason = lease.lost().await;
-/// eprintln!("stop writing: {reason}");
-/// # }
-/// ```
-#[derive(Debug, Clone)]
-#[non_exhaustive]
-pub enum LostReason {
-    /// The local deadline passed without a successful extension (masters unreachable, hung,
-    /// or the extension too slow). Fired at the deadline, even while an extension still hangs.
-    DeadlinePassed,
-    /// An extension found the lock gone or owned by someone else on too many masters.
-    Gone(Arc<Error>),
-    /// The configured [`max_extensions`](LeaseOptions::max_extensions) or
-    /// [`max_hold`](LeaseOptions::max_hold) was reached; fired at the last deadline.
-    LimitReached,
-}
-
-impl fmt::Display for LostReason {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            Self::DeadlinePassed => {
-                f.write_str("the lease deadline passed without a successful extension")
-            }
-            Self::Gone(e) => write!(f, "the lock is gone: {e}"),
-            Self::LimitReached => f.write_str("the lease reached its configured limit"),
-        }
     }
 }
 

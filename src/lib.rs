@@ -33,45 +33,61 @@
     deny(clippy::unwrap_used, clippy::expect_used, clippy::indexing_slicing)
 )]
 
+mod acquire;
+mod builder;
 mod cleanup;
-mod config;
+mod config_error;
+mod confirm;
 mod deadline;
 mod election;
 mod error;
+mod extend;
 mod inspect;
+mod leader_info;
 mod lease;
 mod lock;
 #[cfg(test)]
 mod model;
 mod node;
+mod node_error;
+mod node_id;
+mod query;
 mod quorum;
 mod redlock;
+mod release;
 mod report;
 mod reseed;
 mod resource;
 mod retry;
 mod round;
 mod scripts;
+mod settings;
+mod shared;
 pub mod telemetry;
 mod token;
 mod verdict;
 mod waiting;
 
-pub use config::{
-    Builder, DEFAULT_CONNECT_TIMEOUT, DEFAULT_DRIFT_FACTOR, MAX_DERIVED_NODE_TIMEOUT, MAX_TTL,
-    MIN_DERIVED_NODE_TIMEOUT,
-};
-pub use election::{Election, Leader, Leadership};
-pub use error::{ConfigError, Error, Failure, NodeError, Operation};
+pub use builder::Builder;
+pub use config_error::ConfigError;
+pub use election::{Election, Leadership};
+pub use error::{Error, Failure, LostReason, Operation};
 pub use inspect::{Holding, Inspection, NodeInspection};
-pub use lease::{Lease, LeaseOptions, LeaseSignal, LostReason};
+pub use leader_info::Leader;
+pub use lease::{Lease, LeaseOptions, LeaseSignal};
 pub use lock::Lock;
 pub use node::IntoNode;
+pub use node_error::NodeError;
+pub use node_id::NodeId;
 pub use quorum::DRIFT_FLOOR;
 pub use redlock::RedLock;
-pub use report::{NodeId, NodeOutcome, NodeReport, Report};
+pub use report::{NodeOutcome, NodeReport, Report};
 pub use resource::{DEFAULT_KEY_PREFIX, MAX_RESOURCE_LEN};
 pub use retry::RetryPolicy;
+pub use settings::{
+    DEFAULT_CONNECT_TIMEOUT, DEFAULT_DRIFT_FACTOR, MAX_DERIVED_NODE_TIMEOUT, MAX_TTL,
+    MIN_DERIVED_NODE_TIMEOUT,
+};
 pub use token::Token;
 
 /// `Result` with [`Error`].

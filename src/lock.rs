@@ -5,18 +5,22 @@ use std::time::{Duration, Instant};
 
 use tracing::Instrument;
 
+use std::sync::Arc;
+
 use crate::Result;
+use crate::acquire::Acquired;
 use crate::cleanup::Cleanup;
-use crate::config::Timing;
 use crate::deadline::Deadline;
-use crate::error::{Error, Failure, NodeError, Operation};
-use crate::redlock::{RedLock, valid_until};
-use crate::report::{NodeOutcome, Report};
-use crate::round::{self, Command, Request, Round, Stragglers, Wait};
-use crate::scripts;
+use crate::error::{Error, Failure, Operation};
+use crate::extend::extend;
+use crate::release::release;
+use crate::report::Report;
+use crate::round::Stragglers;
+use crate::settings::Timing;
+use crate::shared::{Shared, ensure_runtime};
 use crate::telemetry;
 use crate::token::Token;
-use crate::verdict::{self, RoundKind};
+use crate::verdict::Rejection;
 
 /// A lock held on a majority of the nodes, until [`valid_until`](Self::valid_until).
 ///
@@ -39,7 +43,7 @@ use crate::verdict::{self, RoundKind};
 /// ```
 #[must_use = "a lock should be released with `release().await`; dropping it only schedules a best-effort release"]
 pub struct Lock {
-    redlock: RedLock,
+    shared: Arc<Shared>,
     resource: Vec<u8>,
     key: Vec<u8>,
     token: Token,
@@ -58,31 +62,21 @@ pub struct Lock {
 }
 
 impl Lock {
-    #[allow(clippy::too_many_arguments)]
-    pub(crate) fn new(
-        redlock: RedLock,
-        resource: &[u8],
-        key: Vec<u8>,
-        token: Token,
-        timing: Timing,
-        deadline: Deadline,
-        round: Round,
-        attempts: u32,
-    ) -> Self {
+    pub(crate) fn new(shared: Arc<Shared>, resource: &[u8], acquired: Acquired) -> Self {
         telemetry::locks_held(1.0);
         Self {
-            redlock,
+            shared,
             resource: resource.to_vec(),
-            key,
-            token,
-            timing,
-            deadline,
-            report: round.report,
-            attempts,
-            stragglers: round.stragglers,
+            key: acquired.key,
+            token: acquired.token,
+            timing: acquired.timing,
+            deadline: acquired.deadline,
+            report: acquired.round.report,
+            attempts: acquired.attempts,
+            stragglers: acquired.round.stragglers,
             released: false,
             counted: true,
-            fencing_token: None,
+            fencing_token: acquired.fencing_token,
             companion: None,
         }
     }
@@ -185,12 +179,8 @@ impl Lock {
         self.fencing_token
     }
 
-    pub(crate) fn set_fencing_token(&mut self, token: Option<u64>) {
-        self.fencing_token = token;
-    }
-
-    /// A key every extension renews together with the lock's (an election's leader info,
-    /// which expires with the lock).
+    /// A key that lives as long as the lock (an election's leader info): every extend renews
+    /// it too.
     pub(crate) fn set_companion(&mut self, key: Vec<u8>) {
         self.companion = Some(key);
     }
@@ -253,70 +243,42 @@ impl Lock {
     }
 
     async fn extend_checked(&mut self, ttl: Duration) -> Result<()> {
-        let timing = self.redlock.config().timing(ttl)?;
-        crate::redlock::ensure_runtime()?;
+        let timing = self.shared.config.timing(ttl)?;
+        ensure_runtime()?;
         let started = Instant::now();
         if self.deadline.passed() {
             return Err(self.failure(
-                Error::Expired,
+                Rejection::Gone,
                 Operation::Extend,
                 started,
                 Report::default(),
             ));
         }
-        let readd_on: Vec<bool> = self
-            .report
-            .iter()
-            .map(|r| never_took_our_key(r.outcome()))
-            .collect();
-        // While our key is not on every node, wait for every answer (each bounded by the
-        // per-node timeout): a node re-added after an early decision would stay out of the
-        // report, and so out of the nodes that count for the next renewal.
-        let wait = if readd_on.contains(&true) {
-            Wait::ForAll
-        } else {
-            Wait::UntilDecided
-        };
-        let request = Request {
-            command: Command::Script(&scripts::EXTEND),
-            key: self.key.clone(),
-            token: self.token.expose().to_owned(),
-            // A key that lives as long as the lock (an election's leader info) is renewed
-            // with it.
-            extra_keys: self.companion.iter().cloned().collect(),
-            number: Some(timing.ttl_ms),
-            payload: Vec::new(),
-            done: NodeOutcome::Extended,
-            settled_nodes_only: false,
-            counted: None,
-            // Re-add our key where it is missing on a node that did not hold it at the last
-            // acquire or extend (only while valid: checked above). Never on a node that did:
-            // that loss is evidence for the verdict.
-            readd_on: Some(readd_on),
-            epochs: None,
-            operation: Operation::Extend,
-        };
-        let round = round::run(&self.redlock, request, timing.per_node_timeout, wait, None)
-            .instrument(tracing::debug_span!(
-                "redquorum.extend",
-                resource = %self.resource_display(),
-                ttl_ms = timing.ttl_ms,
-            ))
-            .await;
-        let verdict = verdict::judge(
-            RoundKind::Renew,
-            &round.tally,
-            timing.validity_after(round.elapsed()).is_some(),
-            Some(&self.report.votes()),
-            &round.report.votes(),
-        );
-        let Some(make) = verdict.error() else {
-            self.deadline = valid_until(&round, &timing);
-            self.timing = timing;
-            self.report = round.report;
-            return Ok(());
-        };
-        Err(self.failure(make, Operation::Extend, started, round.report))
+        let renewed = extend(
+            &self.shared,
+            &self.key,
+            &self.token,
+            self.companion.as_deref(),
+            &self.report,
+            &timing,
+        )
+        .instrument(tracing::debug_span!(
+            "redquorum.extend",
+            resource = %self.resource_display(),
+            ttl_ms = timing.ttl_ms,
+        ))
+        .await;
+        match renewed {
+            Ok(round) => {
+                self.deadline = round.valid_until(&timing);
+                self.timing = timing;
+                self.report = round.report;
+                Ok(())
+            }
+            Err((rejection, report)) => {
+                Err(self.failure(rejection, Operation::Extend, started, report))
+            }
+        }
     }
 
     /// Releases the lock on every node (compare-and-delete: only keys holding our token are
@@ -357,37 +319,29 @@ impl Lock {
     }
 
     async fn release_checked(&mut self) -> Result<Report> {
-        crate::redlock::ensure_runtime()?;
+        ensure_runtime()?;
         self.stop_counting();
         let started = Instant::now();
         let expired_before = self.deadline.passed();
-        let round = self
-            .redlock
-            .release_everywhere(
-                &self.key,
-                &self.token,
-                self.timing.per_node_timeout,
-                self.stragglers.as_ref(),
-                true,
-            )
-            .instrument(tracing::debug_span!(
-                "redquorum.release",
-                resource = %self.resource_display(),
-                expired_before,
-            ))
-            .await;
+        let released = release(
+            &self.shared,
+            &self.key,
+            &self.token,
+            self.timing.per_node_timeout,
+            self.stragglers.as_ref(),
+            &self.report,
+            expired_before,
+        )
+        .instrument(tracing::debug_span!(
+            "redquorum.release",
+            resource = %self.resource_display(),
+            expired_before,
+        ))
+        .await;
         self.released = true;
-        let verdict = verdict::judge(
-            RoundKind::Release,
-            &round.tally,
-            !expired_before,
-            Some(&self.report.votes()),
-            &round.report.votes(),
-        );
-        match verdict.error() {
-            None => Ok(round.report),
-            Some(make) => Err(self.failure(make, Operation::Release, started, round.report)),
-        }
+        released.map_err(|(rejection, report)| {
+            self.failure(rejection, Operation::Release, started, report)
+        })
     }
 
     fn stop_counting(&mut self) {
@@ -398,33 +352,18 @@ impl Lock {
 
     fn failure(
         &self,
-        make: fn(Box<Failure>) -> Error,
+        rejection: Rejection,
         operation: Operation,
         started: Instant,
         report: Report,
     ) -> Error {
-        make(Box::new(Failure::new(
+        rejection.error(Failure::new(
             operation,
             &self.resource,
             1,
             started.elapsed(),
             report,
-        )))
-    }
-}
-
-/// Whether a node's last answer says for certain that our key never got there: another
-/// owner's key or no key, or a request that was refused or never sent. Only there does a
-/// renewal re-add the key: a node that timed out or did not answer before the decision may
-/// have set it, and if it lost it since, that loss is evidence, not a gap to fill.
-fn never_took_our_key(outcome: &NodeOutcome) -> bool {
-    match outcome {
-        NodeOutcome::HeldByOther { .. } | NodeOutcome::Missing => true,
-        NodeOutcome::Failed(NodeError::Unreachable(_) | NodeError::RecentlyRestarted { .. }) => {
-            true
-        }
-        NodeOutcome::Failed(NodeError::Redis(err)) => !crate::node::breaks_connection(err),
-        _ => false,
+        ))
     }
 }
 
@@ -437,7 +376,7 @@ impl Drop for Lock {
         tracing::debug!(resource = %self.resource_display(), "lock dropped without release; releasing in the background");
         // The cleanup guard's drop does exactly the spawn we need.
         let mut cleanup = Cleanup::arm(
-            self.redlock.clone(),
+            self.shared.clone(),
             std::mem::take(&mut self.key),
             self.token.clone(),
             self.timing.per_node_timeout,

@@ -10,7 +10,7 @@
 //! - 3 masters, each with one lock key and one fence counter, and 2 clients, each making one
 //!   fenced acquire: the acquire round (`SET NX` + `INCR`), the decision at the majority with
 //!   T = the highest counter among the grants counted before the decision, the confirm round
-//!   (counting only masters that granted before the decision, as `RedLock::confirm_fence`
+//!   (counting only masters that granted before the decision, as `confirm::confirm_fence`
 //!   does),
 //!   and the hold. Releases are not sent: a key may expire once its owner's deadline has
 //!   passed, and a deadline may pass at any moment, so every state a compare-and-delete
@@ -71,7 +71,7 @@ use crate::report::NodeOutcome;
 use crate::reseed::{self, Reading};
 use crate::round::{classify, classify_code};
 use crate::scripts::effects::{self, ConfirmRule};
-use crate::verdict::{self, RoundKind, Verdict};
+use crate::verdict::{self, RoundKind};
 
 const MASTERS: usize = 3;
 const CLIENTS: usize = 2;
@@ -288,7 +288,7 @@ impl LockModel {
                 let verdict =
                     verdict::judge(RoundKind::Acquire, &client.tally, validity_left, None, &now);
                 match (verdict, client.fence) {
-                    (Verdict::Won, Some(token)) => {
+                    (Ok(()), Some(token)) => {
                         client.granted = now;
                         client.phase = Phase::Confirming { token };
                         client.tally = Tally::new(MASTERS);
@@ -307,7 +307,7 @@ impl LockModel {
                     Some(&granted),
                     &now,
                 );
-                if verdict == Verdict::Won {
+                if verdict.is_ok() {
                     client.phase = Phase::Holding { token };
                     state.confirmed.push((c as u8, token));
                 } else {

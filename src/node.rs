@@ -16,8 +16,8 @@ use redis::aio::MultiplexedConnection;
 use redis::{AsyncConnectionConfig, Client, ConnectionAddr, RedisError};
 use tokio::sync::{Notify, watch};
 
-use crate::error::NodeError;
-use crate::report::NodeId;
+use crate::node_error::NodeError;
+use crate::node_id::NodeId;
 
 /// The first reconnect delay after a failed connection attempt; it doubles up to
 /// [`RECONNECT_MAX_DELAY`].

@@ -147,7 +147,7 @@ pub(crate) async fn reseed(nodes: &[Node], keys: &FenceKeys, timeout: Duration) 
 #[derive(Debug, thiserror::Error)]
 enum ReadError {
     #[error(transparent)]
-    Node(#[from] crate::error::NodeError),
+    Node(#[from] crate::node_error::NodeError),
     #[error(transparent)]
     Redis(#[from] redis::RedisError),
     #[error("the server would not say its run_id")]

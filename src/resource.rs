@@ -1,6 +1,6 @@
 //! Resource names and the Redis keys they map to.
 
-use crate::error::ConfigError;
+use crate::config_error::ConfigError;
 
 /// The longest resource name accepted, in bytes.
 ///

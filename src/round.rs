@@ -9,14 +9,17 @@ use redis::aio::MultiplexedConnection;
 use redis::{Script, ServerErrorKind, Value};
 use tokio::sync::watch;
 
-use crate::deadline::Awake;
-use crate::error::{NodeError, Operation};
+use crate::deadline::{Awake, Deadline};
+use crate::error::Operation;
 use crate::node::{Node, breaks_connection};
-use crate::quorum::{Decision, Tally};
-use crate::redlock::RedLock;
+use crate::node_error::NodeError;
+use crate::quorum::{Decision, Tally, Vote};
 use crate::report::{NodeOutcome, NodeReport, Report};
 use crate::scripts::{Lua, ScriptReply};
+use crate::settings::Timing;
 use crate::telemetry;
+use crate::token::Token;
+use crate::verdict::{self, RoundKind, Verdict};
 
 /// The command a round runs on every node.
 #[derive(Debug, Clone, Copy)]
@@ -68,6 +71,75 @@ pub(crate) struct Request {
     pub(crate) epochs: Option<Vec<Option<u64>>>,
     /// For metrics.
     pub(crate) operation: Operation,
+}
+
+impl Request {
+    /// `command` on `key` for `operation`, with `token` as the first argument; a node that did
+    /// what was asked is reported as `done`. Every other part is empty until set below.
+    pub(crate) fn new(
+        operation: Operation,
+        command: Command,
+        key: &[u8],
+        token: &Token,
+        done: NodeOutcome,
+    ) -> Self {
+        Self {
+            command,
+            key: key.to_vec(),
+            extra_keys: Vec::new(),
+            token: token.expose().to_owned(),
+            number: None,
+            payload: Vec::new(),
+            done,
+            settled_nodes_only: false,
+            counted: None,
+            readd_on: None,
+            epochs: None,
+            operation,
+        }
+    }
+
+    /// Sets the `extra_keys` field (see there).
+    pub(crate) fn with_extra_keys(mut self, keys: Vec<Vec<u8>>) -> Self {
+        self.extra_keys = keys;
+        self
+    }
+
+    /// Sets the `number` field (see there).
+    pub(crate) fn with_number(mut self, number: u64) -> Self {
+        self.number = Some(number);
+        self
+    }
+
+    /// Sets the `payload` field (see there).
+    pub(crate) fn with_payload(mut self, payload: Vec<Vec<u8>>) -> Self {
+        self.payload = payload;
+        self
+    }
+
+    /// Acquire: nodes within their restart grace are not asked (they must not vote).
+    pub(crate) fn settled_nodes_only(mut self) -> Self {
+        self.settled_nodes_only = true;
+        self
+    }
+
+    /// Sets the `counted` field (see there).
+    pub(crate) fn counting_only(mut self, counted: Vec<bool>) -> Self {
+        self.counted = Some(counted);
+        self
+    }
+
+    /// Sets the `readd_on` field (see there).
+    pub(crate) fn readding_on(mut self, nodes: Vec<bool>) -> Self {
+        self.readd_on = Some(nodes);
+        self
+    }
+
+    /// Sets the `epochs` field (see there).
+    pub(crate) fn with_epochs(mut self, epochs: Vec<Option<u64>>) -> Self {
+        self.epochs = Some(epochs);
+        self
+    }
 }
 
 /// How long a round waits.
@@ -143,20 +215,45 @@ impl Round {
     pub(crate) fn elapsed(&self) -> Duration {
         self.decided.saturating_duration_since(self.start)
     }
+
+    /// The local deadline of a lock this round took or renewed: `ttl − drift` after the
+    /// round's first send, brought forward by any suspend of the host since then
+    /// (`crate::deadline`).
+    /// This round's one verdict (`crate::verdict`): `granted` is how each node answered the
+    /// round that granted or last renewed a held lock (`None` for an acquire).
+    pub(crate) fn judge(
+        &self,
+        kind: RoundKind,
+        validity_left: bool,
+        granted: Option<&[Vote]>,
+    ) -> Verdict {
+        verdict::judge(
+            kind,
+            &self.tally,
+            validity_left,
+            granted,
+            &self.report.votes(),
+        )
+    }
+
+    pub(crate) fn valid_until(&self, timing: &Timing) -> Deadline {
+        Deadline::after(self.awake, timing.validity_span())
+            .unwrap_or_else(|| Deadline::at(self.awake))
+    }
 }
 
-/// Sends `request` to every node of `redlock` in parallel, each bounded by `per_node_timeout`.
+/// Sends `request` to every node in parallel, each bounded by `per_node_timeout`.
 ///
 /// With `after`, a node's request is sent only once that node's straggler from an earlier round
 /// has finished.
 pub(crate) async fn run(
-    redlock: &RedLock,
+    nodes: &Arc<[Node]>,
     request: Request,
     per_node_timeout: Duration,
     wait: Wait,
     after: Option<&Stragglers>,
 ) -> Round {
-    run_then(redlock, request, per_node_timeout, wait, after, || {}).await
+    run_then(nodes, request, per_node_timeout, wait, after, || {}).await
 }
 
 /// As [`run`]; `sent` runs as soon as the requests that need not wait for a straggler are
@@ -167,7 +264,7 @@ pub(crate) async fn run(
 /// timer, bounds them all, instead of a timer per node. Only a request that first waits for a
 /// straggler of an earlier round carries its own timeout, started once it is sent.
 pub(crate) async fn run_then(
-    redlock: &RedLock,
+    nodes: &Arc<[Node]>,
     request: Request,
     per_node_timeout: Duration,
     wait: Wait,
@@ -178,22 +275,22 @@ pub(crate) async fn run_then(
     let start = awake.instant();
     let deadline = tokio::time::Instant::from_std(start) + per_node_timeout;
     let prepared = Arc::new(Prepared::new(&request));
-    let count = redlock.nodes().len();
+    let count = nodes.len();
     let waits = |index: usize| after.is_some_and(|a| a.includes(index));
     let node_request = |index: usize| {
-        let redlock = redlock.clone();
+        let nodes = nodes.clone();
         let prepared = prepared.clone();
         let after = after.filter(|a| a.includes(index)).cloned();
         async move {
-            let asked = match redlock.nodes().get(index) {
+            let asked = match nodes.get(index) {
                 Some(node) => match &after {
                     Some(after) => {
                         after.settled(index).await;
                         let answer = if prepared.deliver_anyway {
                             // Its own task, so the timeout only stops the waiting.
-                            let (redlock, prepared) = (redlock.clone(), prepared.clone());
+                            let (nodes, prepared) = (nodes.clone(), prepared.clone());
                             let delivery = tokio::spawn(async move {
-                                match redlock.nodes().get(index) {
+                                match nodes.get(index) {
                                     Some(node) => ask(node, &prepared).await,
                                     None => (NodeOutcome::NoReply, None),
                                 }
@@ -257,7 +354,7 @@ pub(crate) async fn run_then(
                     for (index, slot) in answers.iter_mut().enumerate() {
                         if slot.is_none() && !waits(index) {
                             let (outcome, _) = timed_out(per_node_timeout);
-                            record(redlock, &mut tally, index, &outcome, per_node_timeout);
+                            record(nodes, &mut tally, index, &outcome, per_node_timeout);
                             *slot = Some((outcome, per_node_timeout));
                         }
                     }
@@ -274,7 +371,7 @@ pub(crate) async fn run_then(
             .counted
             .as_ref()
             .is_none_or(|c| c.get(index) == Some(&true));
-        if !counted && outcome.vote() == crate::quorum::Vote::Yes {
+        if !counted && outcome.vote() == Vote::Yes {
             outcome = NodeOutcome::LateGrant;
         }
         if let Some(grant) = grant {
@@ -283,7 +380,7 @@ pub(crate) async fn run_then(
                 *slot = Some(grant.epoch);
             }
         }
-        record(redlock, &mut tally, index, &outcome, latency);
+        record(nodes, &mut tally, index, &outcome, latency);
         if let Some(slot) = answers.get_mut(index) {
             *slot = Some((outcome, latency));
         }
@@ -336,8 +433,7 @@ pub(crate) async fn run_then(
             unseeded,
         }
     });
-    let report = redlock
-        .nodes()
+    let report = nodes
         .iter()
         .zip(answers)
         .map(|(node, answer)| {
@@ -372,7 +468,7 @@ where
 
 /// Counts one node's answer in the tally, and in the logs and metrics.
 fn record(
-    redlock: &RedLock,
+    nodes: &[Node],
     tally: &mut Tally,
     index: usize,
     outcome: &NodeOutcome,
@@ -381,12 +477,12 @@ fn record(
     // A key a renewal has just re-added is not yet proof of anything: it counts from the next
     // round on (the report keeps it as a yes), never toward this round's majority.
     let vote = match outcome {
-        NodeOutcome::Readded => crate::quorum::Vote::Failed,
+        NodeOutcome::Readded => Vote::Failed,
         other => other.vote(),
     };
     tally.record(vote);
     tracing::trace!(node = index, %outcome, ?latency, "node answered");
-    if let Some(node) = redlock.nodes().get(index) {
+    if let Some(node) = nodes.get(index) {
         telemetry::node_answered(node.id().address(), outcome, latency);
     }
 }

@@ -216,7 +216,7 @@ return -1
 /// `KEYS[1]` lock key, `KEYS[2]` fence counter, `KEYS[3]` its re-seed marker, `ARGV[1]`
 /// token, `ARGV[2]` fencing token T, `ARGV[3]` the marker's epoch at this master's grant
 /// (empty for a master whose grant came after the decision: its confirmation never counts,
-/// `RedLock::confirm_fence`, and raising its counter does no harm).
+/// `confirm::confirm_fence`, and raising its counter does no harm).
 /// Only while the lock key holds our token and no re-seed has read this master since the
 /// grant (else `-7`, and nothing changes): raises the counter to at least T. Never lowers it,
 /// never touches the lock key.
@@ -226,7 +226,7 @@ return -1
 /// re-seed read the other masters (`crate::model` finds that schedule without the check).
 ///
 /// Which answers confirm the token is the client's rule, not the script's: only masters that
-/// granted the lock before the acquire was decided count (`RedLock::confirm_fence`). A master
+/// granted the lock before the acquire was decided count (`confirm::confirm_fence`). A master
 /// whose grant landed after the decision holds our key too, but its counter never entered T;
 /// counting it let two holders share a token, or a later one get a lower token (design §4,
 /// "Correction"; `crate::model` finds it with the old rule).

@@ -7,11 +7,14 @@
 //!
 //! | verdict | when | error |
 //! |---|---|---|
-//! | [`Verdict::Won`] | a majority did what we asked, with validity left | — |
-//! | [`Verdict::TooLate`] | a majority did, but too late to leave any validity | `ValidityExhausted` |
-//! | [`Verdict::Busy`] | acquire: enough nodes answered, too many hold another owner's key | `Conflict` |
-//! | [`Verdict::Gone`] | a held lock: the answers *prove* it could have been lost, or a release began after the local deadline | `Expired` |
-//! | [`Verdict::Outage`] | anything else: too many nodes failed to answer usefully | `NoQuorum` |
+//! | `Ok(())` | a majority did what we asked, with validity left | — |
+//! | [`Rejection::TooLate`] | a majority did, but too late to leave any validity | `ValidityExhausted` |
+//! | [`Rejection::Busy`] | acquire: enough nodes answered, too many hold another owner's key | `Conflict` |
+//! | [`Rejection::Gone`] | a held lock: the answers *prove* it could have been lost, or a release began after the local deadline | `Expired` |
+//! | [`Rejection::Outage`] | anything else: too many nodes failed to answer usefully | `NoQuorum` |
+//!
+//! The verdict is a `Result`, and a [`Rejection`] becomes the caller's [`Error`] in one place
+//! ([`Rejection::error`]) once the call's [`Failure`] (attempts, elapsed time, report) is known.
 //!
 //! "Gone" is a safety alarm (the critical section may have overlapped another holder's), so
 //! it needs evidence, never a guess. The evidence is a node that *granted* the lock (per the
@@ -39,25 +42,27 @@ pub(crate) enum RoundKind {
     Release,
 }
 
-/// What a round's answers mean. See the module table.
+/// Why a round did not do what it asked. See the module table.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Verdict {
-    Won,
+pub(crate) enum Rejection {
     TooLate,
     Busy,
     Gone,
     Outage,
 }
 
-impl Verdict {
-    /// The error a verdict other than [`Verdict::Won`] becomes; `None` for `Won`.
-    pub(crate) fn error(self) -> Option<fn(Box<Failure>) -> Error> {
+/// What a round's answers mean: `Ok(())` when it won.
+pub(crate) type Verdict = Result<(), Rejection>;
+
+impl Rejection {
+    /// The error the caller gets, carrying `failure`.
+    pub(crate) fn error(self, failure: Failure) -> Error {
+        let failure = Box::new(failure);
         match self {
-            Self::Won => None,
-            Self::TooLate => Some(Error::ValidityExhausted),
-            Self::Busy => Some(Error::Conflict),
-            Self::Gone => Some(Error::Expired),
-            Self::Outage => Some(Error::NoQuorum),
+            Self::TooLate => Error::ValidityExhausted(failure),
+            Self::Busy => Error::Conflict(failure),
+            Self::Gone => Error::Expired(failure),
+            Self::Outage => Error::NoQuorum(failure),
         }
     }
 }
@@ -82,16 +87,16 @@ pub(crate) fn judge(
     let held = matches!(kind, RoundKind::Renew | RoundKind::Release);
     match (kind, tally.decision()) {
         // Released after the local deadline: someone else may have held it since.
-        (RoundKind::Release, _) if !validity_left => Verdict::Gone,
+        (RoundKind::Release, _) if !validity_left => Err(Rejection::Gone),
         // Proof first: a majority now answering for us does not undo a window in which
         // another client could have held a majority (keys re-added by a renewal, or a
         // straggler grant, make "now" look better than "all along").
-        _ if held && could_have_been_lost(tally.quorum(), granted, now) => Verdict::Gone,
-        (_, Decision::Won) if validity_left => Verdict::Won,
-        (RoundKind::Acquire | RoundKind::Renew, Decision::Won) => Verdict::TooLate,
-        (RoundKind::Acquire, _) if tally.lost_to_outage() => Verdict::Outage,
-        (RoundKind::Acquire, _) => Verdict::Busy,
-        _ => Verdict::Outage,
+        _ if held && could_have_been_lost(tally.quorum(), granted, now) => Err(Rejection::Gone),
+        (_, Decision::Won) if validity_left => Ok(()),
+        (RoundKind::Acquire | RoundKind::Renew, Decision::Won) => Err(Rejection::TooLate),
+        (RoundKind::Acquire, _) if tally.lost_to_outage() => Err(Rejection::Outage),
+        (RoundKind::Acquire, _) => Err(Rejection::Busy),
+        _ => Err(Rejection::Outage),
     }
 }
 
@@ -138,34 +143,31 @@ mod tests {
     /// Each verdict becomes its error (cargo-mutants found this mapping untested by the unit
     /// tests: `error()` returning `None` for every verdict survived them).
     #[test]
-    fn each_verdict_becomes_its_error() {
+    fn each_rejection_becomes_its_error() {
         use crate::error::Operation;
         use crate::report::Report;
-        let error = |v: Verdict| {
-            v.error().map(|make| {
-                make(Box::new(Failure::new(
-                    Operation::Release,
-                    b"r",
-                    1,
-                    std::time::Duration::ZERO,
-                    Report::default(),
-                )))
-            })
+        let error = |r: Rejection| {
+            r.error(Failure::new(
+                Operation::Release,
+                b"r",
+                1,
+                std::time::Duration::ZERO,
+                Report::default(),
+            ))
         };
-        assert!(error(Verdict::Won).is_none());
-        assert!(error(Verdict::TooLate).is_some_and(|e| e.is_validity_exhausted()));
-        assert!(error(Verdict::Busy).is_some_and(|e| e.is_conflict()));
-        assert!(error(Verdict::Gone).is_some_and(|e| e.is_expired()));
-        assert!(error(Verdict::Outage).is_some_and(|e| e.is_no_quorum()));
+        assert!(error(Rejection::TooLate).is_validity_exhausted());
+        assert!(error(Rejection::Busy).is_conflict());
+        assert!(error(Rejection::Gone).is_expired());
+        assert!(error(Rejection::Outage).is_no_quorum());
     }
 
     #[test]
     fn timeouts_are_an_outage_not_an_expiry() {
         let granted = [F, Y, Y, Y, Y];
         let now = [R, F, F, Y, Y];
-        assert_eq!(held(&granted, &now, true), Verdict::Outage);
+        assert_eq!(held(&granted, &now, true), Err(Rejection::Outage));
         // Every node timing out is an outage too.
-        assert_eq!(held(&granted, &[F; 5], true), Verdict::Outage);
+        assert_eq!(held(&granted, &[F; 5], true), Err(Rejection::Outage));
     }
 
     #[test]
@@ -173,11 +175,14 @@ mod tests {
         // Granted on a bare majority; one of them now says "missing": the two that never
         // granted plus that one could have granted someone else.
         let granted = [Y, Y, Y, F, R];
-        assert_eq!(held(&granted, &[R, Y, Y, F, F], true), Verdict::Gone);
+        assert_eq!(held(&granted, &[R, Y, Y, F, F], true), Err(Rejection::Gone));
         // Granted everywhere; three refuse now.
-        assert_eq!(held(&[Y; 5], &[R, R, R, F, F], true), Verdict::Gone);
+        assert_eq!(held(&[Y; 5], &[R, R, R, F, F], true), Err(Rejection::Gone));
         // Granted everywhere; two refuse, one times out: the other two still hold it.
-        assert_eq!(held(&[Y; 5], &[R, R, F, Y, Y], true), Verdict::Outage);
+        assert_eq!(
+            held(&[Y; 5], &[R, R, F, Y, Y], true),
+            Err(Rejection::Outage)
+        );
     }
 
     /// Keys re-added on the two nodes that never granted give 4 yes of 5, but a granting node
@@ -185,22 +190,25 @@ mod tests {
     #[test]
     fn proof_of_loss_wins_over_a_majority_now() {
         let granted = [Y, Y, Y, F, F];
-        assert_eq!(held(&granted, &[R, Y, Y, Y, Y], true), Verdict::Gone);
+        assert_eq!(held(&granted, &[R, Y, Y, Y, Y], true), Err(Rejection::Gone));
         // Without the loss, the re-added keys are simply ours.
-        assert_eq!(held(&granted, &[Y, Y, Y, Y, Y], true), Verdict::Won);
+        assert_eq!(held(&granted, &[Y, Y, Y, Y, Y], true), Ok(()));
     }
 
     #[test]
     fn a_non_granting_node_refusing_is_no_evidence() {
         // Granted on nodes 0..3; nodes 3 and 4 never held it and say so; node 2 times out.
         let granted = [Y, Y, Y, F, F];
-        assert_eq!(held(&granted, &[Y, Y, F, R, R], true), Verdict::Outage);
+        assert_eq!(
+            held(&granted, &[Y, Y, F, R, R], true),
+            Err(Rejection::Outage)
+        );
     }
 
     #[test]
     fn a_release_past_the_deadline_is_gone_whatever_the_answers() {
-        assert_eq!(held(&[Y; 3], &[Y, Y, Y], false), Verdict::Gone);
-        assert_eq!(held(&[Y; 3], &[F, F, F], false), Verdict::Gone);
+        assert_eq!(held(&[Y; 3], &[Y, Y, Y], false), Err(Rejection::Gone));
+        assert_eq!(held(&[Y; 3], &[F, F, F], false), Err(Rejection::Gone));
     }
 
     /// A renewal decided too late for its new validity is not proof of loss: the lock's old
@@ -210,20 +218,26 @@ mod tests {
         let renew = |now: &[Vote], left: bool| {
             judge(RoundKind::Renew, &tally(now), left, Some(&[Y; 3]), now)
         };
-        assert_eq!(renew(&[Y, Y, F], false), Verdict::TooLate);
-        assert_eq!(renew(&[Y, Y, F], true), Verdict::Won);
-        assert_eq!(renew(&[F, F, Y], false), Verdict::Outage);
-        assert_eq!(renew(&[R, R, Y], true), Verdict::Gone);
+        assert_eq!(renew(&[Y, Y, F], false), Err(Rejection::TooLate));
+        assert_eq!(renew(&[Y, Y, F], true), Ok(()));
+        assert_eq!(renew(&[F, F, Y], false), Err(Rejection::Outage));
+        assert_eq!(renew(&[R, R, Y], true), Err(Rejection::Gone));
     }
 
     #[test]
     fn acquire_keeps_contention_and_outage_apart() {
         let judge_acquire =
             |now: &[Vote], left: bool| judge(RoundKind::Acquire, &tally(now), left, None, now);
-        assert_eq!(judge_acquire(&[Y, Y, Y, F, F], true), Verdict::Won);
-        assert_eq!(judge_acquire(&[Y, Y, Y, F, F], false), Verdict::TooLate);
-        assert_eq!(judge_acquire(&[F, F, R, R, R], true), Verdict::Busy);
-        assert_eq!(judge_acquire(&[F, F, F, R, Y], true), Verdict::Outage);
+        assert_eq!(judge_acquire(&[Y, Y, Y, F, F], true), Ok(()));
+        assert_eq!(
+            judge_acquire(&[Y, Y, Y, F, F], false),
+            Err(Rejection::TooLate)
+        );
+        assert_eq!(judge_acquire(&[F, F, R, R, R], true), Err(Rejection::Busy));
+        assert_eq!(
+            judge_acquire(&[F, F, F, R, Y], true),
+            Err(Rejection::Outage)
+        );
     }
 
     /// Exhaustive over N = 1..=7, every grant pattern and every answer pattern, for releases
@@ -253,11 +267,11 @@ mod tests {
                     for kind in [RoundKind::Release, RoundKind::Renew] {
                         let verdict = judge(kind, &tally(&now), true, Some(&granted), &now);
                         let expected = if free >= q {
-                            Verdict::Gone
+                            Err(Rejection::Gone)
                         } else if yes >= q {
-                            Verdict::Won
+                            Ok(())
                         } else {
-                            Verdict::Outage
+                            Err(Rejection::Outage)
                         };
                         assert_eq!(
                             verdict, expected,
@@ -266,7 +280,7 @@ mod tests {
                         let evidence = (0..n).any(|i| granted[i] == Y && now[i] == R);
                         let grantors = granted.iter().filter(|v| **v == Y).count();
                         if grantors >= q && !evidence {
-                            assert_ne!(verdict, Verdict::Gone, "no evidence: {now:?}");
+                            assert_ne!(verdict, Err(Rejection::Gone), "no evidence: {now:?}");
                         }
                     }
                 }

@@ -252,8 +252,8 @@ async fn a_fenced_store_rejects_every_write_from_a_stalled_holder() {
 /// Must hold: A is refused, and says why: its key is gone from Y, a node that granted it
 /// (evidence, not a timeout), and Z's grant came after A's decision, so it does not count.
 ///
-/// Mutation: counting every master's confirmation (`counted: None` in
-/// `RedLock::confirm_fence`, the old rule) makes this test fail: A returns a lock with token
+/// Mutation: counting every master's confirmation (`.counting_only(..)` dropped in
+/// `confirm::confirm_fence`, the old rule) makes this test fail: A returns a lock with token
 /// 10, B's.
 #[tokio::test]
 async fn a_late_grant_never_confirms_a_token_another_holder_has() {

@@ -1,36 +1,23 @@
-//! The builder and the validated configuration it produces.
+//! The builder: collects a client's settings and validates them before any I/O.
 
-use std::sync::Arc;
 use std::time::Duration;
 
-use crate::error::{ConfigError, Error};
+use crate::config_error::ConfigError;
+use crate::error::Error;
 use crate::node::{IntoNode, Node};
-use crate::quorum;
-use crate::redlock::{Inner, RedLock};
-use crate::resource::DEFAULT_KEY_PREFIX;
 use crate::retry::{Jitter, RetryPolicy};
+use crate::settings::{Config, MAX_TTL};
+use crate::shared::Shared;
 
-/// The default drift factor: 1 % of the ttl (plus 2 ms) is allowed for clock drift.
-pub const DEFAULT_DRIFT_FACTOR: f64 = 0.01;
-/// The default time allowed to establish a connection to a node, in the background.
-pub const DEFAULT_CONNECT_TIMEOUT: Duration = Duration::from_secs(1);
-/// The smallest per-node timeout derived from a ttl when none is configured.
-pub const MIN_DERIVED_NODE_TIMEOUT: Duration = Duration::from_millis(10);
-/// The largest per-node timeout derived from a ttl when none is configured.
-pub const MAX_DERIVED_NODE_TIMEOUT: Duration = Duration::from_millis(50);
-/// The longest ttl accepted: one year. Redis' millisecond expiry range is far larger; a lock
-/// meant to outlive this should be a lease that renews itself.
-pub const MAX_TTL: Duration = Duration::from_secs(365 * 24 * 3600);
-
-/// Configures a [`RedLock`]; start from [`RedLock::builder`].
+/// Configures a [`RedLock`](crate::RedLock); start from [`RedLock::builder`](crate::RedLock::builder).
 ///
 /// # Default
 ///
 /// | setting | default |
 /// |---|---|
-/// | [`drift_factor`](Self::drift_factor) | [`DEFAULT_DRIFT_FACTOR`] (0.01) |
+/// | [`drift_factor`](Self::drift_factor) | [`DEFAULT_DRIFT_FACTOR`](crate::DEFAULT_DRIFT_FACTOR) (0.01) |
 /// | [`per_node_timeout`](Self::per_node_timeout) | ttl / 100, clamped to [10 ms, 50 ms] (50 ms for a 10 s ttl) |
-/// | [`connect_timeout`](Self::connect_timeout) | [`DEFAULT_CONNECT_TIMEOUT`] (1 s) |
+/// | [`connect_timeout`](Self::connect_timeout) | [`DEFAULT_CONNECT_TIMEOUT`](crate::DEFAULT_CONNECT_TIMEOUT) (1 s) |
 /// | [`min_validity`](Self::min_validity) | zero: any validity left is enough |
 /// | [`key_prefix`](Self::key_prefix) | [`DEFAULT_KEY_PREFIX`](crate::DEFAULT_KEY_PREFIX) (`redquorum:`) |
 /// | [`retry`](Self::retry) | [`RetryPolicy::default()`] |
@@ -58,71 +45,6 @@ pub struct Builder {
     retry_seed: Option<u64>,
 }
 
-/// The validated settings of a [`RedLock`].
-#[derive(Debug, Clone)]
-pub(crate) struct Config {
-    pub(crate) drift_factor: f64,
-    pub(crate) per_node_timeout: Option<Duration>,
-    pub(crate) connect_timeout: Duration,
-    pub(crate) min_validity: Duration,
-    pub(crate) key_prefix: Vec<u8>,
-    pub(crate) retry: RetryPolicy,
-    pub(crate) restart_grace: Option<Duration>,
-    pub(crate) fencing: bool,
-    pub(crate) wait_for_release: bool,
-}
-
-/// The numbers one call works with, checked before any I/O.
-#[derive(Debug, Clone, Copy)]
-pub(crate) struct Timing {
-    /// The ttl, truncated to whole milliseconds (what the servers are told).
-    pub(crate) ttl: Duration,
-    pub(crate) ttl_ms: u64,
-    pub(crate) drift: Duration,
-    pub(crate) per_node_timeout: Duration,
-    pub(crate) min_validity: Duration,
-}
-
-impl Timing {
-    /// The validity left after a round that took `elapsed`, if it is at least the minimum.
-    pub(crate) fn validity_after(&self, elapsed: Duration) -> Option<Duration> {
-        quorum::validity(self.ttl, elapsed, self.drift).filter(|left| *left >= self.min_validity)
-    }
-
-    /// How long after the start of a round its lock stays valid: `ttl − drift`.
-    pub(crate) fn validity_span(&self) -> Duration {
-        self.ttl.saturating_sub(self.drift)
-    }
-}
-
-impl Config {
-    /// Checks a ttl against this configuration and derives the per-call numbers.
-    pub(crate) fn timing(&self, ttl: Duration) -> Result<Timing, ConfigError> {
-        if ttl > MAX_TTL {
-            return Err(ConfigError::TtlTooLong { ttl, max: MAX_TTL });
-        }
-        let ttl_ms = u64::try_from(ttl.as_millis()).unwrap_or(u64::MAX);
-        let whole_ms = Duration::from_millis(ttl_ms);
-        let drift = quorum::drift(whole_ms, self.drift_factor);
-        let per_node_timeout = self.per_node_timeout.unwrap_or_else(|| {
-            (whole_ms / 100).clamp(MIN_DERIVED_NODE_TIMEOUT, MAX_DERIVED_NODE_TIMEOUT)
-        });
-        let minimum = drift
-            .saturating_add(per_node_timeout)
-            .saturating_add(self.min_validity);
-        if ttl_ms == 0 || whole_ms <= minimum {
-            return Err(ConfigError::TtlTooShort { ttl, minimum });
-        }
-        Ok(Timing {
-            ttl: whole_ms,
-            ttl_ms,
-            drift,
-            per_node_timeout,
-            min_validity: self.min_validity,
-        })
-    }
-}
-
 impl Builder {
     pub(crate) fn new<I>(nodes: I) -> Self
     where
@@ -139,17 +61,7 @@ impl Builder {
             .collect();
         Self {
             nodes,
-            config: Config {
-                drift_factor: DEFAULT_DRIFT_FACTOR,
-                per_node_timeout: None,
-                connect_timeout: DEFAULT_CONNECT_TIMEOUT,
-                min_validity: Duration::ZERO,
-                key_prefix: DEFAULT_KEY_PREFIX.as_bytes().to_vec(),
-                retry: RetryPolicy::default(),
-                restart_grace: None,
-                fencing: false,
-                wait_for_release: true,
-            },
+            config: Config::default(),
             retry_seed: None,
         }
     }
@@ -222,7 +134,7 @@ impl Builder {
         self
     }
 
-    /// The retry policy of [`RedLock::acquire`].
+    /// The retry policy of [`RedLock::acquire`](crate::RedLock::acquire).
     ///
     /// ```
     /// # let b = redquorum::RedLock::builder(["redis://127.0.0.1:7001"]);
@@ -309,19 +221,9 @@ impl Builder {
         self
     }
 
-    /// Validates the configuration and creates the handle. No I/O happens here: each node is
-    /// connected in the background on first use (or by [`RedLock::connect`]).
-    ///
-    /// # Errors
-    /// [`Error::Config`] for no nodes, a malformed node, the same server listed twice, a drift
-    /// factor outside `[0, 1)`, a zero timeout, or a retry policy with no attempt.
-    ///
-    /// ```
-    /// # fn main() -> Result<(), redquorum::Error> {
-    /// let rl = redquorum::RedLock::builder(["redis://127.0.0.1:7001"]).build()?;
-    /// # let _ = rl; Ok(()) }
-    /// ```
-    pub fn build(self) -> Result<RedLock, Error> {
+    /// Validates the configuration and creates the state the client's handles share
+    /// ([`build`](Self::build) wraps it in a [`RedLock`]).
+    pub(crate) fn into_shared(self) -> Result<Shared, Error> {
         let clients = self.nodes?;
         if clients.is_empty() {
             return Err(ConfigError::NoNodes.into());
@@ -375,18 +277,19 @@ impl Builder {
                 "an even number of nodes, or a single node, tolerates no more failures than one node fewer; an odd N >= 3 is recommended"
             );
         }
-        Ok(RedLock::from_inner(Arc::new(Inner::new(
-            nodes.into_boxed_slice(),
+        Ok(Shared::new(
+            nodes.into(),
             config,
             Jitter::new(self.retry_seed),
             watch,
-        ))))
+        ))
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::RedLock;
 
     fn config() -> Config {
         Builder::new(["redis://127.0.0.1:1"]).config

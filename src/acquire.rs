@@ -1,0 +1,334 @@
+//! Acquire: the Redlock algorithm, top to bottom.
+//!
+//! 1. [`acquire`] tries rounds until one wins, the policy's attempts run out or its wait
+//!    passes. Between rounds it sleeps a random delay, never past the holder's expiry as the
+//!    nodes reported it, and wakes early when the lock is released (pub/sub, or directly when
+//!    the releaser is a handle of the same client).
+//! 2. [`round`] is one attempt: a fresh random token, `SET key token NX PX ttl` on every node
+//!    at once (the fenced variant is a script that also bumps the fence counter), decided the
+//!    moment a majority has answered either way.
+//! 3. The one verdict (`crate::verdict`) says won, too late, busy or outage. A won round with
+//!    fencing is confirmed by a second round (`crate::confirm`) before the token is usable.
+//! 4. A round that did not produce a lock deletes its key from *every* node
+//!    (compare-and-delete) before the next round or the error; the [`Cleanup`] guard does it
+//!    even when the caller's future is dropped mid-round.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use crate::cleanup::Cleanup;
+use crate::confirm::confirm_fence;
+use crate::deadline::Deadline;
+use crate::error::{Error, Failure, Operation};
+use crate::node_error::NodeError;
+use crate::release::release_channel;
+use crate::report::{NodeOutcome, Report};
+use crate::reseed;
+use crate::resource;
+use crate::retry::RetryPolicy;
+use crate::round::{self, Command, Request, Round, Wait};
+use crate::scripts;
+use crate::settings::Timing;
+use crate::shared::Shared;
+use crate::token::Token;
+use crate::verdict::{Rejection, RoundKind};
+use crate::waiting::Subscription;
+
+/// A won acquire: what the caller's lock is made of.
+#[derive(Debug)]
+pub(crate) struct Acquired {
+    pub(crate) key: Vec<u8>,
+    pub(crate) token: Token,
+    pub(crate) timing: Timing,
+    /// `ttl − drift` after the winning round's first send.
+    pub(crate) deadline: Deadline,
+    /// The winning round: its report is each node's grant, its stragglers the requests still
+    /// running at the decision.
+    pub(crate) round: Round,
+    /// Rounds tried, the winning one included.
+    pub(crate) attempts: u32,
+    /// With fencing: the confirmed token.
+    pub(crate) fencing_token: Option<u64>,
+}
+
+/// How many times in one call a round that failed only for want of re-seeded fence counters
+/// (or was fenced off by another client's re-seed) is tried again at once, without counting
+/// as an attempt or waiting.
+const RESEED_RETRIES: u8 = 3;
+
+/// Takes `resource` (already validated) for `timing`, retrying as `policy` says.
+///
+/// # Errors
+/// The last round's rejection ([`Error::Conflict`], [`Error::NoQuorum`],
+/// [`Error::ValidityExhausted`]) with its report and the number of attempts.
+///
+/// # Cancel safety
+/// Dropping the future mid-round spawns that round's compare-and-delete (tracked by the
+/// client, see `RedLock::settle`); dropping it between rounds leaves nothing behind.
+pub(crate) async fn acquire(
+    shared: &Arc<Shared>,
+    resource: &[u8],
+    timing: &Timing,
+    policy: &RetryPolicy,
+    fencing: bool,
+) -> Result<Acquired, Error> {
+    let key = resource::lock_key(&shared.config.key_prefix, resource);
+    let started = Instant::now();
+    let deadline = policy.wait_limit().and_then(|w| started.checked_add(w));
+    let mut attempts = 0u32;
+    let mut subscription: Option<Subscription> = None;
+    let mut reseed_retries_left = RESEED_RETRIES;
+    let channel = release_channel(&key);
+    if shared.config.wait_for_release
+        && policy.attempts_limit() != Some(1)
+        && shared.releases.has_waiters(&channel)
+    {
+        // Others of this client already wait for this resource: queue behind them (each
+        // release wakes the longest waiter) rather than race them for it.
+        let watch = shared.releases.subscribe(channel.clone()).await;
+        let delay = retry_delay(shared, policy, deadline, Instant::now(), None);
+        tokio::select! {
+            _ = tokio::time::sleep(delay) => {}
+            _ = watch.notify().notified() => tracing::debug!("woken by a release, first in line"),
+        }
+        subscription = Some(watch);
+    }
+    loop {
+        attempts = attempts.saturating_add(1);
+        // Armed before the attempt, so a release published while it runs is not missed.
+        let notify = subscription.as_ref().map(|s| s.notify().clone());
+        let mut released = notify.as_ref().map(|n| Box::pin(n.notified()));
+        if let Some(r) = released.as_mut() {
+            r.as_mut().enable();
+        }
+        let failed = match round(shared, resource, &key, timing, fencing).await {
+            Ok((round, token, fencing_token)) => {
+                tracing::debug!(attempts, elapsed = ?round.elapsed(), fencing_token, "acquired");
+                return Ok(Acquired {
+                    deadline: round.valid_until(timing),
+                    key,
+                    token,
+                    timing: *timing,
+                    round,
+                    attempts,
+                    fencing_token,
+                });
+            }
+            Err(failed) => failed,
+        };
+        if failed.retry_now && reseed_retries_left > 0 {
+            // The same try again, now that the masters it lacked are seeded (or after a
+            // re-seed fenced off its confirmation): a restart or a new deployment costs a
+            // round or two, never an attempt or a wait.
+            tracing::debug!("fence counters re-seeded, trying again at once");
+            reseed_retries_left -= 1;
+            attempts -= 1;
+            continue;
+        }
+        let out_of_attempts = policy.attempts_limit().is_some_and(|max| attempts >= max);
+        let now = Instant::now();
+        let past_deadline = deadline.is_some_and(|d| now >= d);
+        if out_of_attempts || past_deadline {
+            let failure = Failure::new(
+                Operation::Acquire,
+                resource,
+                attempts,
+                started.elapsed(),
+                failed.report,
+            );
+            return Err(failed.rejection.error(failure));
+        }
+        let delay = retry_delay(
+            shared,
+            policy,
+            deadline,
+            now,
+            holder_expires_in(&failed.report),
+        );
+        let held = failed
+            .report
+            .iter()
+            .any(|r| matches!(r.outcome(), NodeOutcome::HeldByOther { .. }));
+        let mut late: Option<Arc<tokio::sync::Notify>> = None;
+        if held && subscription.is_none() && shared.config.wait_for_release {
+            let watch = shared.releases.subscribe(channel.clone()).await;
+            late = Some(watch.notify().clone());
+            subscription = Some(watch);
+        }
+        tracing::debug!(attempts, ?delay, "acquire round failed, retrying");
+        let woken = async {
+            match (released, &late) {
+                (Some(r), _) => r.await,
+                (None, Some(n)) => n.notified().await,
+                (None, None) => std::future::pending().await,
+            }
+        };
+        tokio::select! {
+            _ = tokio::time::sleep(delay) => {}
+            _ = woken => tracing::debug!("woken by a release"),
+        }
+    }
+}
+
+/// A round that did not produce a lock.
+struct FailedRound {
+    rejection: Rejection,
+    /// The round's report, with the holder's remaining ttl learnt from the cleanup.
+    report: Report,
+    /// Masters that had not been re-seeded since they started kept the round from a majority,
+    /// and now a majority is seeded: try again at once.
+    retry_now: bool,
+}
+
+/// One attempt: the round, its verdict, the fencing confirm, and the cleanup when it failed.
+/// A won round gives the round, its token and the confirmed fencing token.
+async fn round(
+    shared: &Arc<Shared>,
+    resource: &[u8],
+    key: &[u8],
+    timing: &Timing,
+    fencing: bool,
+) -> Result<(Round, Token, Option<u64>), FailedRound> {
+    let token = Token::generate();
+    let mut cleanup = Cleanup::arm(
+        shared.clone(),
+        key.to_vec(),
+        token.clone(),
+        timing.per_node_timeout,
+        false,
+    );
+    let seed_keys = fencing.then(|| resource::fence_keys(&shared.config.key_prefix, resource));
+    let request = match &seed_keys {
+        Some(keys) => {
+            let mut extra = vec![keys.counter.clone(), keys.marker.clone()];
+            extra.extend(keys.legacy.clone());
+            let command = Command::Script(&scripts::ACQUIRE_FENCED);
+            Request::new(
+                Operation::Acquire,
+                command,
+                key,
+                &token,
+                NodeOutcome::Granted,
+            )
+            .with_extra_keys(extra)
+        }
+        None => Request::new(
+            Operation::Acquire,
+            Command::SetIfAbsent,
+            key,
+            &token,
+            NodeOutcome::Granted,
+        ),
+    }
+    .with_number(timing.ttl_ms)
+    .settled_nodes_only();
+    let round = round::run(
+        &shared.nodes,
+        request,
+        timing.per_node_timeout,
+        Wait::UntilDecided,
+        None,
+    )
+    .await;
+    cleanup.after(round.stragglers.clone());
+    // Masters that started since their counter was seeded gave no vote: re-seed them, in the
+    // background when the round is won anyway, before the next try when it is not.
+    let unseeded = round
+        .report
+        .iter()
+        .any(|r| matches!(r.outcome(), NodeOutcome::Failed(NodeError::Unseeded)));
+    let verdict = round.judge(
+        RoundKind::Acquire,
+        timing.validity_after(round.elapsed()).is_some(),
+        None,
+    );
+    let (rejection, mut report) = match verdict {
+        Err(rejection) => (rejection, round.report),
+        Ok(()) => {
+            let confirmed = match (&seed_keys, round.fence) {
+                (None, _) => Ok(None),
+                (Some(keys), Some(fence)) => {
+                    confirm_fence(shared, key, keys, &token, fence, &round, timing)
+                        .await
+                        .map(|()| Some(fence))
+                }
+                // A fenced round won without any counter: impossible with our script.
+                (Some(_), None) => Err((Rejection::Outage, Report::default())),
+            };
+            match confirmed {
+                Ok(fencing_token) => {
+                    cleanup.disarm();
+                    // Re-seed in the background what answered "unseeded", before the decision
+                    // or (a restarted master is often the slow one) after it.
+                    let late = round.stragglers.clone().filter(|_| fencing);
+                    if let Some(keys) = seed_keys.filter(|_| unseeded || late.is_some()) {
+                        let shared = shared.clone();
+                        let timeout = timing.per_node_timeout;
+                        tokio::spawn(async move {
+                            let late_unseeded = match late {
+                                Some(stragglers) => stragglers.unseeded().await,
+                                None => false,
+                            };
+                            if unseeded || late_unseeded {
+                                reseed::reseed(&shared.nodes, &keys, timeout).await;
+                            }
+                        });
+                    }
+                    return Ok((round, token, fencing_token));
+                }
+                Err(failed) => failed,
+            }
+        }
+    };
+    report.learn_expiries(&cleanup.run().await);
+    // A re-seed by another acquire of this slot fenced off our confirmation: no fault of the
+    // masters, so worth another round at once.
+    let fenced_off = report.iter().any(|r| {
+        matches!(
+            r.outcome(),
+            NodeOutcome::Failed(NodeError::SeededSinceGrant)
+        )
+    });
+    let retry_now = match seed_keys.filter(|_| unseeded) {
+        Some(keys) => {
+            let reseeded = reseed::reseed(&shared.nodes, &keys, timing.per_node_timeout).await;
+            reseeded.value.is_some() && reseeded.marked >= shared.quorum()
+        }
+        None => fenced_off,
+    };
+    Err(FailedRound {
+        rejection,
+        report,
+        retry_now,
+    })
+}
+
+/// The policy's next delay, never past the holder's expiry as the nodes reported it
+/// (`holder_left`), nor past the wait's `deadline`.
+fn retry_delay(
+    shared: &Shared,
+    policy: &RetryPolicy,
+    deadline: Option<Instant>,
+    now: Instant,
+    holder_left: Option<Duration>,
+) -> Duration {
+    let mut delay = policy.next_delay(&shared.jitter);
+    if let Some(left) = holder_left {
+        delay = delay.min(left + Duration::from_millis(1));
+    }
+    if let Some(d) = deadline {
+        delay = delay.min(d.saturating_duration_since(now));
+    }
+    delay
+}
+
+/// The earliest expiry of another owner's key, as the nodes reported it in a round.
+fn holder_expires_in(report: &Report) -> Option<Duration> {
+    report
+        .iter()
+        .filter_map(|r| match r.outcome() {
+            NodeOutcome::HeldByOther { expires_in } => *expires_in,
+            _ => None,
+        })
+        .min()
+}

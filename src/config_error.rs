@@ -1,0 +1,87 @@
+//! Configuration and argument errors, found before any I/O.
+
+use std::time::Duration;
+
+use crate::node_id::NodeId;
+
+/// A configuration or argument error, found before any I/O.
+///
+/// ```
+/// # use std::time::Duration;
+/// let err = redquorum::RedLock::new(Vec::<&str>::new()).unwrap_err();
+/// assert!(matches!(err, redquorum::Error::Config(redquorum::ConfigError::NoNodes)));
+/// ```
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum ConfigError {
+    /// The node list is empty.
+    #[error("no nodes given")]
+    NoNodes,
+    /// A node could not be parsed (malformed URL, unsupported scheme, TLS not compiled in).
+    #[error("node {index} is invalid")]
+    InvalidNode {
+        /// Position in the node list.
+        index: usize,
+        /// The parser's error.
+        #[source]
+        source: redis::RedisError,
+    },
+    /// Two entries name the same server; one server must never count twice toward a majority.
+    #[error("{second} names the same server as {first}")]
+    DuplicateNode {
+        /// The first entry.
+        first: NodeId,
+        /// The entry that repeats it.
+        second: NodeId,
+    },
+    /// The resource name is empty.
+    #[error("the resource name is empty")]
+    EmptyResource,
+    /// The resource name is longer than [`MAX_RESOURCE_LEN`](crate::MAX_RESOURCE_LEN).
+    #[error("the resource name is {len} bytes, more than the maximum of {max}")]
+    ResourceTooLong {
+        /// The name's length.
+        len: usize,
+        /// The maximum.
+        max: usize,
+    },
+    /// The ttl leaves no validity once drift, the per-node timeout and the minimum validity
+    /// are taken off (this includes a ttl of zero).
+    #[error(
+        "a ttl of {ttl:?} is too short: it must be more than {minimum:?} (drift + per-node timeout + minimum validity)"
+    )]
+    TtlTooShort {
+        /// The ttl asked for.
+        ttl: Duration,
+        /// The smallest ttl that would leave any validity.
+        minimum: Duration,
+    },
+    /// The ttl is longer than [`MAX_TTL`](crate::MAX_TTL).
+    #[error("a ttl of {ttl:?} is longer than the maximum of {max:?}")]
+    TtlTooLong {
+        /// The ttl asked for.
+        ttl: Duration,
+        /// The maximum.
+        max: Duration,
+    },
+    /// The drift factor is not in `[0, 1)`.
+    #[error("the drift factor {0} is not in [0, 1)")]
+    InvalidDriftFactor(f64),
+    /// A timeout that must be positive is zero.
+    #[error("the {0} must be greater than zero")]
+    ZeroTimeout(&'static str),
+    /// A timeout or interval is longer than [`MAX_TTL`](crate::MAX_TTL): no lock outlives it,
+    /// and instants that far ahead overflow.
+    #[error("the {what} of {value:?} is longer than the maximum of {max:?}")]
+    TooLong {
+        /// Which setting.
+        what: &'static str,
+        /// The value asked for.
+        value: Duration,
+        /// The maximum.
+        max: Duration,
+    },
+    /// The retry policy allows no attempt at all.
+    #[error("the retry policy allows no attempt")]
+    NoAttempts,
+}

@@ -1,0 +1,63 @@
+//! The fencing confirm: the second round of a fenced acquire.
+
+use crate::error::Operation;
+use crate::quorum::Vote;
+use crate::report::{NodeOutcome, Report};
+use crate::resource::FenceKeys;
+use crate::round::{self, Command, Request, Round, Wait};
+use crate::scripts;
+use crate::settings::Timing;
+use crate::shared::Shared;
+use crate::token::Token;
+use crate::verdict::{Rejection, RoundKind};
+
+/// On every node that still holds our key, raises the fence counter to at least `fence`; the
+/// token is usable only once a majority *of the masters that granted before the decision*
+/// confirmed it, and only with validity left, counted from the start of the first round.
+///
+/// A node whose grant landed after the decision holds our key too, but its counter never
+/// entered the token: its confirmation does not count (`NodeOutcome::LateGrant`). Counting it
+/// let two holders share a token (design §4, "Correction"; checked by `crate::model`).
+///
+/// # Cancel safety
+/// Dropping the future stops waiting; the acquire's `Cleanup` (held by the caller) deletes the
+/// keys the first round set.
+pub(crate) async fn confirm_fence(
+    shared: &Shared,
+    key: &[u8],
+    keys: &FenceKeys,
+    token: &Token,
+    fence: u64,
+    acquired: &Round,
+    timing: &Timing,
+) -> Result<(), (Rejection, Report)> {
+    let granted = acquired.report.votes();
+    let request = Request::new(
+        Operation::Acquire,
+        Command::Script(&scripts::CONFIRM_FENCE),
+        key,
+        token,
+        NodeOutcome::FenceConfirmed,
+    )
+    .with_extra_keys(vec![keys.counter.clone(), keys.marker.clone()])
+    .with_number(fence)
+    // Only the masters that granted before the decision: their counters are in the token.
+    .counting_only(granted.iter().map(|v| *v == Vote::Yes).collect())
+    .with_epochs(acquired.epochs.clone());
+    let confirm = round::run(
+        &shared.nodes,
+        request,
+        timing.per_node_timeout,
+        Wait::UntilDecided,
+        None,
+    )
+    .await;
+    let elapsed = confirm.decided.saturating_duration_since(acquired.start);
+    confirm
+        .judge(
+            RoundKind::Renew,
+            timing.validity_after(elapsed).is_some(),
+            Some(&granted),
+        )
+        .map_err(|rejection| (rejection, confirm.report))
+}

@@ -1,0 +1,76 @@
+//! Extend: renewing a held lock's ttl on every node.
+
+use crate::error::Operation;
+use crate::node_error::NodeError;
+use crate::report::{NodeOutcome, Report};
+use crate::round::{self, Command, Request, Round, Wait};
+use crate::scripts;
+use crate::settings::Timing;
+use crate::shared::Shared;
+use crate::token::Token;
+use crate::verdict::{Rejection, RoundKind};
+
+/// Renews `key` (and `companion`, a key that lives as long as the lock, like an election's
+/// leader info) to `timing.ttl` on every node that still holds `token`. `granted` is the
+/// report of the acquire or extend that last granted the lock: nodes that never took our key
+/// then get it re-added (while the lock is valid, which the caller checked); a node that did
+/// and lost it is evidence for the verdict, never re-added.
+///
+/// # Cancel safety
+/// Dropping the future stops waiting: a renewal that still lands only keeps our own key
+/// longer, which the lock's release deletes.
+pub(crate) async fn extend(
+    shared: &Shared,
+    key: &[u8],
+    token: &Token,
+    companion: Option<&[u8]>,
+    granted: &Report,
+    timing: &Timing,
+) -> Result<Round, (Rejection, Report)> {
+    let readd_on: Vec<bool> = granted
+        .iter()
+        .map(|r| never_took_our_key(r.outcome()))
+        .collect();
+    // While our key is not on every node, wait for every answer (each bounded by the per-node
+    // timeout): a node re-added after an early decision would stay out of the report, and so
+    // out of the nodes that count for the next renewal.
+    let wait = if readd_on.contains(&true) {
+        Wait::ForAll
+    } else {
+        Wait::UntilDecided
+    };
+    let request = Request::new(
+        Operation::Extend,
+        Command::Script(&scripts::EXTEND),
+        key,
+        token,
+        NodeOutcome::Extended,
+    )
+    .with_extra_keys(companion.iter().map(|k| k.to_vec()).collect())
+    .with_number(timing.ttl_ms)
+    .readding_on(readd_on);
+    let round = round::run(&shared.nodes, request, timing.per_node_timeout, wait, None).await;
+    match round.judge(
+        RoundKind::Renew,
+        timing.validity_after(round.elapsed()).is_some(),
+        Some(&granted.votes()),
+    ) {
+        Ok(()) => Ok(round),
+        Err(rejection) => Err((rejection, round.report)),
+    }
+}
+
+/// Whether a node's last answer says for certain that our key never got there: another
+/// owner's key or no key, or a request that was refused or never sent. Only there does a
+/// renewal re-add the key: a node that timed out or did not answer before the decision may
+/// have set it, and if it lost it since, that loss is evidence, not a gap to fill.
+fn never_took_our_key(outcome: &NodeOutcome) -> bool {
+    match outcome {
+        NodeOutcome::HeldByOther { .. } | NodeOutcome::Missing => true,
+        NodeOutcome::Failed(NodeError::Unreachable(_) | NodeError::RecentlyRestarted { .. }) => {
+            true
+        }
+        NodeOutcome::Failed(NodeError::Redis(err)) => !crate::node::breaks_connection(err),
+        _ => false,
+    }
+}

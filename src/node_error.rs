@@ -1,0 +1,52 @@
+//! Why one node did not answer usefully.
+
+use std::time::Duration;
+
+/// Why one node did not answer usefully. Kept in the node's line of the [`Report`](crate::Report).
+///
+/// ```
+/// # fn demo(err: &redquorum::NodeError) {
+/// if let redquorum::NodeError::Redis(e) = err { println!("server said: {e}"); }
+/// # }
+/// ```
+#[derive(Debug, Clone, thiserror::Error)]
+#[non_exhaustive]
+pub enum NodeError {
+    /// No reply within the per-node timeout.
+    #[error("no reply within {0:?}")]
+    TimedOut(Duration),
+    /// The node is known to be unreachable; it was not asked, and a background task is
+    /// reconnecting. The source is the last connection error.
+    #[error("unreachable, reconnecting in the background")]
+    Unreachable(#[source] redis::RedisError),
+    /// The node answered with an error, or the connection failed during the request.
+    #[error("redis error")]
+    Redis(#[source] redis::RedisError),
+    /// With a restart grace configured: the server has been up for less than the grace, so it
+    /// may have come back empty while another client's lock was still valid. It does not vote
+    /// on acquire until the grace has passed.
+    #[error("restarted {up_for:?} ago, less than the restart grace of {grace:?}")]
+    RecentlyRestarted {
+        /// How long the server has been up (at least).
+        up_for: Duration,
+        /// The configured grace.
+        grace: Duration,
+    },
+    /// Fenced acquire: the server started since its fence counter was last re-seeded from the
+    /// other masters, so the counter may have gone back and must not enter a token. The client
+    /// re-seeds it and tries again at once (see the README's "Restarted masters").
+    #[error("fence counter not re-seeded since the server started")]
+    Unseeded,
+    /// Fenced acquire, confirm round: a re-seed read this master's counter after it granted
+    /// our lock, so its confirmation does not count (it proves nothing about the lock).
+    #[error("fence counter re-seeded since it granted the lock; the confirmation does not count")]
+    SeededSinceGrant,
+    /// Fenced acquire: the server would not say its `run_id` (`INFO server`; an ACL without
+    /// `+info`), so the client cannot tell whether its fence counter survived restarts. Plain
+    /// locks are unaffected.
+    #[error("INFO server refused: cannot tell whether the fence counter survived a restart")]
+    Unidentified,
+    /// The node answered with a value none of redquorum's scripts returns (shown, truncated).
+    #[error("unexpected reply {0}")]
+    UnexpectedReply(String),
+}

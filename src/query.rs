@@ -1,0 +1,39 @@
+//! Reads sent to every node at once, outside the round machinery: no vote, no tally, every
+//! answer waited for (inspection and the leader's info).
+
+use std::time::{Duration, Instant};
+
+use futures::future::join_all;
+
+use crate::node::Node;
+use crate::node_error::NodeError;
+use crate::node_id::NodeId;
+
+/// Sends `pipeline` to every node at once and waits for every answer, each node bounded by
+/// `timeout` (waiting for its connection included). Answers are in node order, each with the
+/// time since the start.
+///
+/// # Cancel safety
+/// Cancel safe: a read that is dropped changes nothing on the servers.
+pub(crate) async fn query_everywhere<T: redis::FromRedisValue>(
+    nodes: &[Node],
+    pipeline: &redis::Pipeline,
+    timeout: Duration,
+) -> Vec<(NodeId, Result<T, NodeError>, Duration)> {
+    let start = Instant::now();
+    join_all(nodes.iter().map(|node| async move {
+        let read = async {
+            let mut conn = node.connection().await?.conn;
+            pipeline
+                .query_async(&mut conn)
+                .await
+                .map_err(NodeError::Redis)
+        };
+        let answer = match tokio::time::timeout(timeout, read).await {
+            Ok(answer) => answer,
+            Err(_) => Err(NodeError::TimedOut(timeout)),
+        };
+        (node.id().clone(), answer, start.elapsed())
+    }))
+    .await
+}

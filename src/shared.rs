@@ -1,0 +1,82 @@
+//! What every handle of one client shares: its nodes, settings, release watch and the
+//! clean-ups it left running. The protocol works on this, never on the API's handle, so the
+//! layers below the API know nothing of [`RedLock`](crate::RedLock), [`Lock`](crate::Lock) or
+//! leases.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio_util::task::TaskTracker;
+
+use crate::error::Error;
+use crate::node::Node;
+use crate::retry::Jitter;
+use crate::settings::Config;
+use crate::waiting::ReleaseWatch;
+
+/// The state behind a [`RedLock`](crate::RedLock) and every lock it hands out.
+#[derive(Debug)]
+pub(crate) struct Shared {
+    /// Shared with the engine's background tasks (stragglers, deliveries).
+    pub(crate) nodes: Arc<[Node]>,
+    pub(crate) config: Config,
+    pub(crate) jitter: Jitter,
+    pub(crate) releases: ReleaseWatch,
+    /// Clean-ups running in the background (a cancelled acquire's compare-and-delete, a
+    /// dropped lock's release), for [`RedLock::settle`](crate::RedLock::settle).
+    background: TaskTracker,
+}
+
+impl Shared {
+    pub(crate) fn new(
+        nodes: Arc<[Node]>,
+        config: Config,
+        jitter: Jitter,
+        releases: ReleaseWatch,
+    ) -> Self {
+        Self {
+            nodes,
+            config,
+            jitter,
+            releases,
+            background: {
+                // Closed from the start: spawning still works, and `wait` then means "until
+                // nothing is running", with no close/reopen race between `settle` callers.
+                let tracker = TaskTracker::new();
+                tracker.close();
+                tracker
+            },
+        }
+    }
+
+    /// How many nodes must agree.
+    pub(crate) fn quorum(&self) -> usize {
+        crate::quorum::quorum(self.nodes.len())
+    }
+
+    /// Runs a clean-up on `runtime`, tracked for [`settle`](Self::settle).
+    pub(crate) fn spawn_cleanup<F>(&self, runtime: &tokio::runtime::Handle, cleanup: F)
+    where
+        F: std::future::Future<Output = ()> + Send + 'static,
+    {
+        self.background.spawn_on(cleanup, runtime);
+    }
+
+    /// Waits at most `within` for the tracked clean-ups; true when none is left.
+    ///
+    /// # Cancel safety
+    /// Cancel safe: the clean-ups go on without it.
+    pub(crate) async fn settle(&self, within: Duration) -> bool {
+        tokio::time::timeout(within, self.background.wait())
+            .await
+            .is_ok()
+    }
+}
+
+/// [`Error::NoRuntime`] outside a tokio runtime: checked before any I/O, because the nodes'
+/// connections and the clean-ups need one.
+pub(crate) fn ensure_runtime() -> Result<(), Error> {
+    tokio::runtime::Handle::try_current()
+        .map(drop)
+        .map_err(|_| Error::NoRuntime)
+}
