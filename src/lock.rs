@@ -282,7 +282,12 @@ impl Lock {
     }
 
     /// Releases the lock on every node (compare-and-delete: only keys holding our token are
-    /// deleted) and waits for every node's answer, each bounded by the per-node timeout.
+    /// deleted) and waits for every node's answer, each bounded by the per-node timeout, but a
+    /// *suspect* node's: one whose last request timed out with no answer since (a hung master
+    /// on a live connection). Once the others have decided the release, the delete queued for
+    /// a suspect node is delivered in the background when it wakes; its line in the report
+    /// says "no reply". On a node where the lock's acquire was still running, the delete is
+    /// queued behind it on the same connection, never waiting for other nodes.
     ///
     /// Returns the per-node report.
     ///

@@ -8,7 +8,7 @@
 
 use std::fmt;
 use std::net::IpAddr;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -136,6 +136,10 @@ pub(crate) struct Node {
     connect_timeout: Duration,
     restart_grace: Option<Duration>,
     handle: Mutex<Option<LinkHandle>>,
+    /// A request to this node timed out and nothing has come back from it since: a hung (or
+    /// paused) master on a live connection. Rounds that would wait for every node stop
+    /// waiting for a suspect one; its requests still go out, and its first answer clears it.
+    suspect: AtomicBool,
 }
 
 /// What makes two node entries the same server, for the duplicate check.
@@ -171,6 +175,19 @@ impl Node {
             connect_timeout,
             restart_grace,
             handle: Mutex::new(None),
+            suspect: AtomicBool::new(false),
+        }
+    }
+
+    /// Whether a request to this node timed out with no answer from it since.
+    pub(crate) fn is_suspect(&self) -> bool {
+        self.suspect.load(Ordering::Relaxed)
+    }
+
+    /// Records that a request timed out (`true`) or that the node answered (`false`).
+    pub(crate) fn set_suspect(&self, suspect: bool) {
+        if self.suspect.swap(suspect, Ordering::Relaxed) != suspect {
+            tracing::debug!(node = %self.id, suspect, "node suspicion changed");
         }
     }
 

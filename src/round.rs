@@ -143,25 +143,71 @@ impl Request {
 }
 
 /// How long a round waits.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone)]
 pub(crate) enum Wait {
     /// Until the round is won or lost; nodes that have not answered by then go on in the
     /// background (see [`Stragglers`]).
     UntilDecided,
-    /// Until every node has answered or timed out (release: we want every key gone).
+    /// Until every node has answered or timed out (release: we want every key gone; a failed
+    /// acquire's cleanup: its report says how long the holder's key lives). A suspect node is
+    /// not waited for once the round is decided without it: its request goes on in the
+    /// background.
     ForAll,
+}
+
+/// Per node, whether a request of a round is *ordered*: handed to the node's connection (a
+/// command nothing will send again), or finished, or abandoned. Anything sent on that
+/// connection afterwards reaches the node behind it: the multiplexed connection is one FIFO
+/// queue (the redis crate's bounded channel, whose waiting senders are served in order).
+#[derive(Debug)]
+struct Ordered {
+    nodes: watch::Sender<Vec<bool>>,
+}
+
+impl Ordered {
+    fn new(count: usize) -> Arc<Self> {
+        Arc::new(Self {
+            nodes: watch::Sender::new(vec![false; count]),
+        })
+    }
+
+    fn mark(&self, index: usize) {
+        self.nodes
+            .send_if_modified(|nodes| match nodes.get_mut(index) {
+                Some(ordered) if !*ordered => {
+                    *ordered = true;
+                    true
+                }
+                _ => false,
+            });
+    }
+}
+
+/// Marks its node's request ordered when dropped: finished, or abandoned at the deadline.
+struct MarkOnDrop {
+    ordered: Arc<Ordered>,
+    index: usize,
+}
+
+impl Drop for MarkOnDrop {
+    fn drop(&mut self) {
+        self.ordered.mark(self.index);
+    }
 }
 
 /// Requests of a decided round that were still running at the decision.
 ///
 /// They keep running in a background task, each bounded by the per-node timeout, so a slow
-/// node still gets the key (and a lock survives later node failures better) and the scripts
-/// finish loading. A later compare-and-delete on one of these nodes must wait for them: a
-/// request still waiting for a connection, or between `NOSCRIPT` and its retry, could otherwise
-/// land after the delete and leave a key behind.
+/// node still gets the key (and a lock survives later node failures better). A later
+/// compare-and-delete on one of these nodes is sent once that node's request is *ordered*
+/// ([`Ordered`]): at once for a `SET` already on its connection, after the answer for a script
+/// (a `NOSCRIPT` answer sends it again) or for a request still waiting for its connection.
+/// Otherwise the straggler could land after the delete and leave a key behind. It never
+/// waits for other nodes' stragglers.
 #[derive(Debug, Clone)]
 pub(crate) struct Stragglers {
     nodes: Arc<[bool]>,
+    ordered: watch::Receiver<Vec<bool>>,
     done: watch::Receiver<bool>,
     /// A straggler answered that its fence counter was not re-seeded (fenced acquire): the
     /// decision came before it, so the round's report does not show it.
@@ -169,9 +215,11 @@ pub(crate) struct Stragglers {
 }
 
 impl Stragglers {
-    /// Whether the request to `index` was still running at the decision.
-    fn includes(&self, index: usize) -> bool {
+    /// Whether the request to `index` was still running at the decision and is not yet
+    /// ordered on its connection.
+    fn unordered(&self, index: usize) -> bool {
         self.nodes.get(index).copied().unwrap_or(false)
+            && !self.ordered.borrow().get(index).copied().unwrap_or(true)
     }
 
     /// Waits until every straggler has finished, then says whether one answered that its
@@ -182,13 +230,13 @@ impl Stragglers {
         self.unseeded.load(std::sync::atomic::Ordering::Acquire)
     }
 
-    /// Waits until the request to `index` has finished, if it was a straggler.
-    async fn settled(&self, index: usize) {
-        if self.nodes.get(index).copied().unwrap_or(false) {
-            let mut done = self.done.clone();
-            // An error means the task is gone (its runtime shut down): nothing left to wait for.
-            let _ = done.wait_for(|finished| *finished).await;
-        }
+    /// Waits until the request to `index` is ordered on its connection.
+    async fn ordered(&self, index: usize) {
+        let mut ordered = self.ordered.clone();
+        // An error means every sender is gone (the round's tasks ended): nothing to wait for.
+        let _ = ordered
+            .wait_for(|nodes| nodes.get(index).copied().unwrap_or(true))
+            .await;
     }
 }
 
@@ -245,7 +293,7 @@ impl Round {
 /// Sends `request` to every node in parallel, each bounded by `per_node_timeout`.
 ///
 /// With `after`, a node's request is sent only once that node's straggler from an earlier round
-/// has finished.
+/// is ordered on its connection (see [`Stragglers`]).
 pub(crate) async fn run(
     nodes: &Arc<[Node]>,
     request: Request,
@@ -262,7 +310,8 @@ pub(crate) async fn run(
 ///
 /// Every request starts with the round, so one deadline (`start + per_node_timeout`), one
 /// timer, bounds them all, instead of a timer per node. Only a request that first waits for a
-/// straggler of an earlier round carries its own timeout, started once it is sent.
+/// straggler of an earlier round carries its own timeout, started once it is sent. A node whose
+/// request times out becomes suspect (`Node::is_suspect`) until it answers again.
 pub(crate) async fn run_then(
     nodes: &Arc<[Node]>,
     request: Request,
@@ -276,22 +325,34 @@ pub(crate) async fn run_then(
     let deadline = tokio::time::Instant::from_std(start) + per_node_timeout;
     let prepared = Arc::new(Prepared::new(&request));
     let count = nodes.len();
-    let waits = |index: usize| after.is_some_and(|a| a.includes(index));
+    let ordered = Ordered::new(count);
+    let suspect: Vec<bool> = nodes.iter().map(Node::is_suspect).collect();
+    let waits = |index: usize| after.is_some_and(|a| a.unordered(index));
     let node_request = |index: usize| {
         let nodes = nodes.clone();
         let prepared = prepared.clone();
-        let after = after.filter(|a| a.includes(index)).cloned();
+        let after = after.filter(|a| a.unordered(index)).cloned();
+        let mark = MarkOnDrop {
+            ordered: ordered.clone(),
+            index,
+        };
         async move {
+            // Queued on the connection and never sent again: ordered from now on.
+            let queued = || {
+                if !prepared.resendable() {
+                    mark.ordered.mark(index);
+                }
+            };
             let asked = match nodes.get(index) {
                 Some(node) => match &after {
                     Some(after) => {
-                        after.settled(index).await;
+                        after.ordered(index).await;
                         let answer = if prepared.deliver_anyway {
                             // Its own task, so the timeout only stops the waiting.
                             let (nodes, prepared) = (nodes.clone(), prepared.clone());
                             let delivery = tokio::spawn(async move {
                                 match nodes.get(index) {
-                                    Some(node) => ask(node, &prepared).await,
+                                    Some(node) => ask(node, &prepared, || {}).await,
                                     None => (NodeOutcome::NoReply, None),
                                 }
                             });
@@ -300,14 +361,16 @@ pub(crate) async fn run_then(
                             })
                             .await
                         } else {
-                            tokio::time::timeout(per_node_timeout, ask(node, &prepared)).await
+                            tokio::time::timeout(per_node_timeout, ask(node, &prepared, queued))
+                                .await
                         };
                         answer.unwrap_or_else(|_| timed_out(per_node_timeout))
                     }
-                    None => ask(node, &prepared).await,
+                    None => ask(node, &prepared, queued).await,
                 },
                 None => (NodeOutcome::NoReply, None),
             };
+            drop(mark);
             (index, asked.0, asked.1, start.elapsed())
         }
     };
@@ -323,6 +386,18 @@ pub(crate) async fn run_then(
     let mut tally = Tally::new(count);
     let mut fence: Option<u64> = None;
     let mut epochs: Vec<Option<u64>> = vec![None; count];
+    let finished = |tally: &Tally, answers: &[Option<(NodeOutcome, Duration)>]| match &wait {
+        Wait::UntilDecided => tally.decision() != Decision::Open,
+        // A suspect node is not waited for once the round is decided without it; while its
+        // answer could still decide the round, it is (bounded by the deadline).
+        Wait::ForAll => {
+            tally.decision() != Decision::Open
+                && answers
+                    .iter()
+                    .zip(&suspect)
+                    .all(|(answer, suspect)| answer.is_some() || *suspect)
+        }
+    };
     // The first polls run every request up to its send on the connection; the few answers
     // they may already give (a node known to be down) wait in `early`.
     let mut early = Vec::new();
@@ -336,7 +411,7 @@ pub(crate) async fn run_then(
     let mut early = early.into_iter();
     let expiry = tokio::time::sleep_until(deadline);
     tokio::pin!(expiry);
-    loop {
+    while !finished(&tally, &answers) {
         let answer = match early.next() {
             Some(answer) => answer,
             None => tokio::select! {
@@ -357,9 +432,6 @@ pub(crate) async fn run_then(
                             record(nodes, &mut tally, index, &outcome, per_node_timeout);
                             *slot = Some((outcome, per_node_timeout));
                         }
-                    }
-                    if wait == Wait::UntilDecided && tally.decision() != Decision::Open {
-                        break;
                     }
                     continue;
                 }
@@ -384,9 +456,6 @@ pub(crate) async fn run_then(
         if let Some(slot) = answers.get_mut(index) {
             *slot = Some((outcome, latency));
         }
-        if wait == Wait::UntilDecided && tally.decision() != Decision::Open {
-            break;
-        }
     }
     // An answer the first polls gave that the decision came before.
     for (index, outcome, _, latency) in early {
@@ -403,10 +472,12 @@ pub(crate) async fn run_then(
         "round decided"
     );
     let stragglers = (pending > 0).then(|| {
-        let nodes: Arc<[bool]> = answers.iter().map(Option::is_none).collect();
+        let pending_nodes: Arc<[bool]> = answers.iter().map(Option::is_none).collect();
         let (finished, done) = watch::channel(false);
         let unseeded = Arc::new(std::sync::atomic::AtomicBool::new(false));
         let late_unseeded = unseeded.clone();
+        let (nodes, deliver_anyway) = (nodes.clone(), prepared.deliver_anyway);
+        let mut unanswered = pending_nodes.to_vec();
         tokio::spawn(async move {
             let expiry = tokio::time::sleep_until(deadline);
             tokio::pin!(expiry);
@@ -415,11 +486,22 @@ pub(crate) async fn run_then(
                     Some(answer) = bounded.next(), if !bounded.is_empty() => answer,
                     Some(answer) = alone.next(), if !alone.is_empty() => answer,
                     () = &mut expiry, if !bounded.is_empty() => {
-                        bounded = FuturesUnordered::new();
+                        let timed_out_requests = std::mem::take(&mut bounded);
+                        if deliver_anyway {
+                            deliver_in_background(timed_out_requests);
+                        }
+                        for (node, unanswered) in nodes.iter().zip(&unanswered) {
+                            if *unanswered {
+                                node.set_suspect(true);
+                            }
+                        }
                         continue;
                     }
                     else => break,
                 };
+                if let Some(slot) = unanswered.get_mut(index) {
+                    *slot = false;
+                }
                 tracing::debug!(node = index, %outcome, ?latency, "answer after the round was decided");
                 if matches!(outcome, NodeOutcome::Failed(NodeError::Unseeded)) {
                     late_unseeded.store(true, std::sync::atomic::Ordering::Release);
@@ -428,7 +510,8 @@ pub(crate) async fn run_then(
             finished.send_replace(true);
         });
         Stragglers {
-            nodes,
+            nodes: pending_nodes,
+            ordered: ordered.nodes.subscribe(),
             done,
             unseeded,
         }
@@ -482,6 +565,9 @@ fn record(
     };
     tally.record(vote);
     tracing::trace!(node = index, %outcome, ?latency, "node answered");
+    if let (Some(node), NodeOutcome::Failed(NodeError::TimedOut(_))) = (nodes.get(index), outcome) {
+        node.set_suspect(true);
+    }
     if let Some(node) = nodes.get(index) {
         telemetry::node_answered(node.id().address(), outcome, latency);
     }
@@ -631,6 +717,12 @@ impl Prepared {
         }
     }
 
+    /// Whether the request may be sent a second time (a script after `NOSCRIPT`): then it is
+    /// ordered on its connection only once answered, not once queued.
+    fn resendable(&self) -> bool {
+        matches!(self.wire, Wire::Script { .. })
+    }
+
     /// Whether the request carries the server's `run_id`, so cannot go to a server that
     /// would not say it.
     fn needs_run_id(&self) -> bool {
@@ -646,7 +738,13 @@ impl Prepared {
 }
 
 /// Sends the request to one node and classifies its answer. Unbounded: the caller bounds it.
-async fn ask(node: &Node, request: &Prepared) -> (NodeOutcome, Option<Grant>) {
+/// `queued` runs once the request is handed to the node's connection (first in line behind
+/// what was handed before), whether or not it was answered yet.
+async fn ask(
+    node: &Node,
+    request: &Prepared,
+    queued: impl FnOnce(),
+) -> (NodeOutcome, Option<Grant>) {
     let call = async {
         let ready = node.connection().await?;
         if request.settled_nodes_only {
@@ -656,22 +754,31 @@ async fn ask(node: &Node, request: &Prepared) -> (NodeOutcome, Option<Grant>) {
             return Err(NodeError::Unidentified);
         }
         let (mut conn, generation) = (ready.conn, ready.generation);
-        request
-            .send(&mut conn, node.id().index(), ready.run_id.as_deref())
-            .await
-            .map_err(|err| {
-                if breaks_connection(&err) {
-                    node.report_broken(generation);
-                }
-                if err.kind() == redis::ErrorKind::Server(ServerErrorKind::ReadOnly) {
-                    tracing::warn!(
-                        node = %node.id(),
-                        "node is a read-only replica: Redlock needs N independent masters, \
-                         a replica cannot vote and must not be listed"
-                    );
-                }
-                NodeError::Redis(err)
-            })
+        let send = request.send(&mut conn, node.id().index(), ready.run_id.as_deref());
+        tokio::pin!(send);
+        // The first poll hands the command to the connection's queue (or to the line of
+        // senders waiting for room in it, served in order).
+        let first = futures::poll!(send.as_mut());
+        queued();
+        let answer = match first {
+            std::task::Poll::Ready(answer) => answer,
+            std::task::Poll::Pending => send.await,
+        };
+        // Something came back from the server (or the connection broke): not hung.
+        node.set_suspect(false);
+        answer.map_err(|err| {
+            if breaks_connection(&err) {
+                node.report_broken(generation);
+            }
+            if err.kind() == redis::ErrorKind::Server(ServerErrorKind::ReadOnly) {
+                tracing::warn!(
+                    node = %node.id(),
+                    "node is a read-only replica: Redlock needs N independent masters, \
+                     a replica cannot vote and must not be listed"
+                );
+            }
+            NodeError::Redis(err)
+        })
     };
     match call.await {
         Err(err) => (NodeOutcome::Failed(err), None),

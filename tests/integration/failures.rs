@@ -97,6 +97,51 @@ async fn one_paused_master_does_not_delay_the_decision() {
     cluster.assert_no_keys_under(PREFIX);
 }
 
+/// A master that stopped answering on a live connection becomes suspect once a request to
+/// it times out, and a release decided by the others does not wait for it again: its line
+/// says "no reply", not a timeout. Its delete still runs, behind the acquire's `SET`, when it
+/// wakes: nothing of ours is left there.
+///
+/// Mutation: waiting for suspect nodes too (dropping `|| *suspect` from `Wait::ForAll`'s end
+/// in `round::run_then`) makes the paused node's line a timeout and fails this test.
+#[tokio::test]
+async fn a_release_does_not_wait_again_for_a_master_that_timed_out() {
+    let mut cluster = Cluster::start(5);
+    let node_timeout = Duration::from_millis(100);
+    let rl = client(&cluster, node_timeout);
+    rl.connect().await.expect("connected");
+    cluster.pause(2);
+    let first = rl
+        .try_acquire("suspect-1", TTL)
+        .await
+        .expect("4 of 5 answer");
+    // The first release waits out the paused node's timeout, unless the acquire's own request
+    // to it timed out first (a slow machine): either way the node is suspect afterwards.
+    let report = first.release().await.expect("release");
+    let paused = report.iter().nth(2).map(|r| r.outcome().clone());
+    assert!(
+        matches!(
+            paused,
+            Some(NodeOutcome::Failed(NodeError::TimedOut(_)) | NodeOutcome::NoReply)
+        ),
+        "{paused:?}"
+    );
+    let second = rl
+        .try_acquire("suspect-2", TTL)
+        .await
+        .expect("4 of 5 answer");
+    let report = second.release().await.expect("release");
+    assert_eq!(report.successes(), 4, "{report}");
+    let paused = report.iter().nth(2).map(|r| r.outcome().clone());
+    assert!(matches!(paused, Some(NodeOutcome::NoReply)), "{paused:?}");
+    cluster.resume(2);
+    for name in [&b"suspect-1"[..], b"suspect-2"] {
+        let key = lock_key(name);
+        assert!(eventually(Duration::from_secs(3), || cluster.get(2, &key).is_none()).await);
+    }
+    cluster.assert_no_keys_under(PREFIX);
+}
+
 #[tokio::test]
 async fn three_paused_masters_fail_within_a_small_multiple_of_the_node_timeout() {
     let mut cluster = Cluster::start(5);

@@ -642,11 +642,16 @@ impl Fencing {
     }
 }
 
-/// Acquire latency with one master SIGSTOPped, against the same measurement healthy.
+/// Acquire latency with one master SIGSTOPped, against the same measurement healthy; then
+/// acquire+release pairs, the release's latency and the pairs' total time.
 struct HungMaster {
     samples: usize,
     healthy: Spread,
     hung: Spread,
+    release_healthy: Spread,
+    release_hung: Spread,
+    pairs_healthy: Duration,
+    pairs_hung: Duration,
 }
 
 /// Back to back on distinct resources, each lock dropped (released in the background), so
@@ -671,16 +676,39 @@ async fn hung_master(
         }
         Ok::<_, CliError>(Spread::of(v))
     };
+    // Acquire and release inline, one pair after the other: each release's own latency, and
+    // the time all pairs took.
+    let pairs = |phase: &'static str| async move {
+        let mut v = Vec::with_capacity(samples);
+        let start = Instant::now();
+        for i in 0..samples {
+            let lock = rl
+                .try_acquire(format!("bench:hung-pairs:{phase}:{i}"), TTL)
+                .await
+                .map_err(failed)?;
+            let t = Instant::now();
+            lock.release().await.map_err(failed)?;
+            v.push(t.elapsed());
+        }
+        Ok::<_, CliError>((Spread::of(v), start.elapsed()))
+    };
     let healthy = run("healthy").await?;
+    let (release_healthy, pairs_healthy) = pairs("healthy").await?;
     cluster.pause(HUNG)?;
     let hung = run("hung").await;
+    let hung_pairs = pairs("hung").await;
     cluster.resume(HUNG)?;
     // The background releases finish once the node answers again.
     tokio::time::sleep(NODE_TIMEOUT * 4).await;
+    let (release_hung, pairs_hung) = hung_pairs?;
     Ok(HungMaster {
         samples,
         healthy,
         hung: hung?,
+        release_healthy,
+        release_hung,
+        pairs_healthy,
+        pairs_hung,
     })
 }
 
@@ -700,6 +728,20 @@ impl HungMaster {
             show(NODE_TIMEOUT + Duration::from_millis(5)),
             verdict(self.hung.max <= NODE_TIMEOUT + Duration::from_millis(5))
         ));
+        let release_p99 = ratio(self.release_hung.p99, self.release_healthy.p99);
+        say(format!(
+            "release of acquire+release pairs, {} one after the other, master {HUNG} SIGSTOPped   p50        p99        max",
+            self.samples
+        ));
+        say(self.release_healthy.row("healthy"));
+        say(self.release_hung.row(&format!("master {HUNG} hung")));
+        say(format!(
+            "  all pairs: {:.2} s healthy, {:.2} s hung; targets: hung release p99 ≤ 2 × healthy p99 ({release_p99:.2} ×): {}; pairs as fast as healthy ({:.2} ×)",
+            self.pairs_healthy.as_secs_f64(),
+            self.pairs_hung.as_secs_f64(),
+            verdict(release_p99 <= 2.0),
+            self.pairs_hung.as_secs_f64() / self.pairs_healthy.as_secs_f64().max(f64::EPSILON),
+        ));
     }
 
     fn to_json(&self) -> Value {
@@ -708,6 +750,11 @@ impl HungMaster {
             "healthy": self.healthy.to_json(),
             "hung": self.hung.to_json(),
             "p99_ratio": ratio(self.hung.p99, self.healthy.p99),
+            "release_healthy": self.release_healthy.to_json(),
+            "release_hung": self.release_hung.to_json(),
+            "release_p99_ratio": ratio(self.release_hung.p99, self.release_healthy.p99),
+            "pairs_healthy_s": self.pairs_healthy.as_secs_f64(),
+            "pairs_hung_s": self.pairs_hung.as_secs_f64(),
         })
     }
 }
