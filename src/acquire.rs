@@ -224,6 +224,7 @@ async fn round(
     .settled_nodes_only();
     let round = round::run(
         &shared.nodes,
+        &shared.background,
         request,
         timing.per_node_timeout,
         Wait::UntilDecided,

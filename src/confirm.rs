@@ -46,6 +46,7 @@ pub(crate) async fn confirm_fence(
     .with_epochs(acquired.epochs.clone());
     let confirm = round::run(
         &shared.nodes,
+        &shared.background,
         request,
         timing.per_node_timeout,
         Wait::UntilDecided,

@@ -49,7 +49,15 @@ pub(crate) async fn extend(
     .with_extra_keys(companion.iter().map(|k| k.to_vec()).collect())
     .with_number(timing.ttl_ms)
     .readding_on(readd_on);
-    let round = round::run(&shared.nodes, request, timing.per_node_timeout, wait, None).await;
+    let round = round::run(
+        &shared.nodes,
+        &shared.background,
+        request,
+        timing.per_node_timeout,
+        wait,
+        None,
+    )
+    .await;
     match round.judge(
         RoundKind::Renew,
         timing.validity_after(round.elapsed()).is_some(),

@@ -86,6 +86,7 @@ pub(crate) async fn write(
     .with_payload(vec![info.to_vec()]);
     let round = round::run(
         &shared.nodes,
+        &shared.background,
         request,
         per_node_timeout,
         Wait::UntilDecided,

@@ -117,9 +117,10 @@ impl RedLock {
     /// without [`Lock::release`]. Call it before a process exits after cancelling an acquire
     /// (on a signal, say), or those keys stay until their ttl. True when none is left.
     ///
-    /// Limits: each clean-up gives up on a node after the per-node timeout; a delete still
-    /// queued for a hung master is delivered in the background only while the process lives
-    /// (the key there expires with its ttl otherwise). A dropped [`Lease`](crate::Lease)
+    /// It also waits for what rounds left running: requests to slow nodes (each bounded by the
+    /// per-node timeout) and deletes queued for a master that stopped answering, which are
+    /// delivered when it wakes, so `false` can also mean "a master is hung": its keys then
+    /// expire with their ttl if the process exits first. A dropped [`Lease`](crate::Lease)
     /// releases from its keep-alive task, which notices the drop a moment later: call
     /// [`Lease::release`](crate::Lease::release) instead when the process is about to exit.
     ///

@@ -69,6 +69,7 @@ pub(crate) async fn release_everywhere(
     // first.
     round::run_then(
         &shared.nodes,
+        &shared.background,
         request,
         per_node_timeout,
         Wait::ForAll,

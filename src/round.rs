@@ -8,6 +8,7 @@ use futures::stream::FuturesUnordered;
 use redis::aio::MultiplexedConnection;
 use redis::{Script, ServerErrorKind, Value};
 use tokio::sync::watch;
+use tokio_util::task::TaskTracker;
 
 use crate::deadline::{Awake, Deadline};
 use crate::error::Operation;
@@ -149,9 +150,9 @@ pub(crate) enum Wait {
     /// background (see [`Stragglers`]).
     UntilDecided,
     /// Until every node has answered or timed out (release: we want every key gone; a failed
-    /// acquire's cleanup: its report says how long the holder's key lives). A suspect node is
-    /// not waited for once the round is decided without it: its request goes on in the
-    /// background.
+    /// acquire's cleanup: its report says how long the holder's key lives; an extend that
+    /// re-adds keys). A suspect node is not waited for once the round is decided without it:
+    /// its request goes on in the background.
     ForAll,
 }
 
@@ -296,12 +297,22 @@ impl Round {
 /// is ordered on its connection (see [`Stragglers`]).
 pub(crate) async fn run(
     nodes: &Arc<[Node]>,
+    background: &TaskTracker,
     request: Request,
     per_node_timeout: Duration,
     wait: Wait,
     after: Option<&Stragglers>,
 ) -> Round {
-    run_then(nodes, request, per_node_timeout, wait, after, || {}).await
+    run_then(
+        nodes,
+        background,
+        request,
+        per_node_timeout,
+        wait,
+        after,
+        || {},
+    )
+    .await
 }
 
 /// As [`run`]; `sent` runs as soon as the requests that need not wait for a straggler are
@@ -312,8 +323,10 @@ pub(crate) async fn run(
 /// timer, bounds them all, instead of a timer per node. Only a request that first waits for a
 /// straggler of an earlier round carries its own timeout, started once it is sent. A node whose
 /// request times out becomes suspect (`Node::is_suspect`) until it answers again.
+#[allow(clippy::too_many_arguments)]
 pub(crate) async fn run_then(
     nodes: &Arc<[Node]>,
+    background: &TaskTracker,
     request: Request,
     per_node_timeout: Duration,
     wait: Wait,
@@ -330,6 +343,7 @@ pub(crate) async fn run_then(
     let waits = |index: usize| after.is_some_and(|a| a.unordered(index));
     let node_request = |index: usize| {
         let nodes = nodes.clone();
+        let tracker = background.clone();
         let prepared = prepared.clone();
         let after = after.filter(|a| a.unordered(index)).cloned();
         let mark = MarkOnDrop {
@@ -350,7 +364,7 @@ pub(crate) async fn run_then(
                         let answer = if prepared.deliver_anyway {
                             // Its own task, so the timeout only stops the waiting.
                             let (nodes, prepared) = (nodes.clone(), prepared.clone());
-                            let delivery = tokio::spawn(async move {
+                            let delivery = tracker.spawn(async move {
                                 match nodes.get(index) {
                                     Some(node) => ask(node, &prepared, || {}).await,
                                     None => (NodeOutcome::NoReply, None),
@@ -424,7 +438,7 @@ pub(crate) async fn run_then(
                     // background until its connection takes it (see `Prepared::deliver_anyway`).
                     let timed_out_requests = std::mem::take(&mut bounded);
                     if prepared.deliver_anyway {
-                        deliver_in_background(timed_out_requests);
+                        deliver_in_background(background, timed_out_requests);
                     }
                     for (index, slot) in answers.iter_mut().enumerate() {
                         if slot.is_none() && !waits(index) {
@@ -477,8 +491,9 @@ pub(crate) async fn run_then(
         let unseeded = Arc::new(std::sync::atomic::AtomicBool::new(false));
         let late_unseeded = unseeded.clone();
         let (nodes, deliver_anyway) = (nodes.clone(), prepared.deliver_anyway);
+        let tracker = background.clone();
         let mut unanswered = pending_nodes.to_vec();
-        tokio::spawn(async move {
+        background.spawn(async move {
             let expiry = tokio::time::sleep_until(deadline);
             tokio::pin!(expiry);
             loop {
@@ -488,7 +503,7 @@ pub(crate) async fn run_then(
                     () = &mut expiry, if !bounded.is_empty() => {
                         let timed_out_requests = std::mem::take(&mut bounded);
                         if deliver_anyway {
-                            deliver_in_background(timed_out_requests);
+                            deliver_in_background(&tracker, timed_out_requests);
                         }
                         for (node, unanswered) in nodes.iter().zip(&unanswered) {
                             if *unanswered {
@@ -541,12 +556,12 @@ pub(crate) async fn run_then(
 
 /// Polls requests we no longer wait for until each is answered (or its connection breaks), so
 /// the redis crate does not skip them as abandoned (see `Prepared::deliver_anyway`).
-fn deliver_in_background<F>(mut requests: FuturesUnordered<F>)
+fn deliver_in_background<F>(background: &TaskTracker, mut requests: FuturesUnordered<F>)
 where
     F: std::future::Future + Send + 'static,
     F::Output: Send,
 {
-    tokio::spawn(async move { while requests.next().await.is_some() {} });
+    background.spawn(async move { while requests.next().await.is_some() {} });
 }
 
 /// Counts one node's answer in the tally, and in the logs and metrics.

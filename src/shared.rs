@@ -23,8 +23,9 @@ pub(crate) struct Shared {
     pub(crate) jitter: Jitter,
     pub(crate) releases: ReleaseWatch,
     /// Clean-ups running in the background (a cancelled acquire's compare-and-delete, a
-    /// dropped lock's release), for [`RedLock::settle`](crate::RedLock::settle).
-    background: TaskTracker,
+    /// dropped lock's release, the engine's stragglers and the deletes it delivers in the
+    /// background), for [`RedLock::settle`](crate::RedLock::settle).
+    pub(crate) background: TaskTracker,
 }
 
 impl Shared {

@@ -102,8 +102,10 @@ async fn one_paused_master_does_not_delay_the_decision() {
 /// says "no reply", not a timeout. Its delete still runs, behind the acquire's `SET`, when it
 /// wakes: nothing of ours is left there.
 ///
-/// Mutation: waiting for suspect nodes too (dropping `|| *suspect` from `Wait::ForAll`'s end
-/// in `round::run_then`) makes the paused node's line a timeout and fails this test.
+/// Mutations: waiting for suspect nodes too (dropping `|| *suspect` from `Wait::ForAll`'s end
+/// in `round::run_then`) makes the paused node's line a timeout and fails this test; spawning
+/// the engine's background deliveries untracked (`tokio::spawn` in `deliver_in_background`)
+/// fails it with "settled while paused".
 #[tokio::test]
 async fn a_release_does_not_wait_again_for_a_master_that_timed_out() {
     let mut cluster = Cluster::start(5);
@@ -134,7 +136,11 @@ async fn a_release_does_not_wait_again_for_a_master_that_timed_out() {
     assert_eq!(report.successes(), 4, "{report}");
     let paused = report.iter().nth(2).map(|r| r.outcome().clone());
     assert!(matches!(paused, Some(NodeOutcome::NoReply)), "{paused:?}");
+    // The deletes queued for it are tracked: settling waits for them, and cannot finish
+    // while it sleeps.
+    assert!(!rl.settle(Duration::from_millis(300)).await, "settled while paused");
     cluster.resume(2);
+    assert!(rl.settle(Duration::from_secs(5)).await, "not settled once resumed");
     for name in [&b"suspect-1"[..], b"suspect-2"] {
         let key = lock_key(name);
         assert!(eventually(Duration::from_secs(3), || cluster.get(2, &key).is_none()).await);

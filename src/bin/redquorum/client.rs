@@ -67,7 +67,7 @@ const SETTLE_WITHIN: std::time::Duration = std::time::Duration::from_secs(2);
 pub(crate) async fn settle(rl: &RedLock) {
     if !rl.settle(SETTLE_WITHIN).await {
         tracing::warn!(
-            "a cancelled acquire's clean-up did not finish; its keys expire with their ttl"
+            "clean-ups did not finish (a cancelled acquire's, or deletes queued for a master that is not answering); their keys expire with their ttl"
         );
     }
 }
