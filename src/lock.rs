@@ -282,12 +282,17 @@ impl Lock {
     }
 
     /// Releases the lock on every node (compare-and-delete: only keys holding our token are
-    /// deleted) and waits for every node's answer, each bounded by the per-node timeout, but a
-    /// *suspect* node's: one whose last request timed out with no answer since (a hung master
-    /// on a live connection). Once the others have decided the release, the delete queued for
-    /// a suspect node is delivered in the background when it wakes; its line in the report
-    /// says "no reply". On a node where the lock's acquire was still running, the delete is
-    /// queued behind it on the same connection, never waiting for other nodes.
+    /// deleted). Like an acquire, it is decided as soon as the answers still out cannot change
+    /// the verdict: usually at the majority; when the first answers are not a clean majority,
+    /// it waits (each node bounded by the per-node timeout) for the ones that decide between
+    /// [`Error::Expired`] and [`Error::NoQuorum`]. The other deletes are already queued on
+    /// their connections and finish in the background (a hung master's when it wakes); their
+    /// lines in the report say "no reply". Call [`RedLock::settle`](crate::RedLock::settle)
+    /// before the process exits, or keys left on those nodes wait for their ttl. On a node
+    /// where the lock's acquire was still running, the delete is queued behind it on the same
+    /// connection, never waiting for other nodes. A release that began after the deadline is
+    /// `Expired` whatever the answers, and waits for every node but a suspect one (a request
+    /// to it timed out and it has not answered since), so its report shows who holds the lock.
     ///
     /// Returns the per-node report.
     ///

@@ -114,8 +114,9 @@ impl RedLock {
 
     /// Waits (at most `within`) for the clean-ups this client left to the runtime: the
     /// compare-and-delete of an acquire cancelled mid-round, the release of a lock dropped
-    /// without [`Lock::release`]. Call it before a process exits after cancelling an acquire
-    /// (on a signal, say), or those keys stay until their ttl. True when none is left.
+    /// without [`Lock::release`], and the deletes of a release that returned at the majority.
+    /// Call it before a process exits, or those keys stay until their ttl. True when none is
+    /// left.
     ///
     /// It also waits for what rounds left running: requests to slow nodes (each bounded by the
     /// per-node timeout) and deletes queued for a master that stopped answering, which are
@@ -316,7 +317,8 @@ impl RedLock {
         self.acquire_checked(resource, ttl, policy, true).await
     }
 
-    /// Every acquire ends here: one place records the call's outcome and duration.
+    /// Every acquire ends here: the arguments are checked before any I/O, the protocol runs,
+    /// and one place records the call's outcome and duration.
     async fn acquire_checked(
         &self,
         resource: &[u8],
@@ -325,38 +327,31 @@ impl RedLock {
         fencing: bool,
     ) -> Result<Lock> {
         let started = Instant::now();
-        let result = self.acquire_validated(resource, ttl, policy, fencing).await;
+        let result = async {
+            resource::validate(resource)?;
+            let timing = self.shared.config.timing(ttl)?;
+            if !policy.allows_any_attempt() {
+                return Err(ConfigError::NoAttempts.into());
+            }
+            ensure_runtime()?;
+            let span = tracing::debug_span!(
+                "redquorum.acquire",
+                resource = %resource::display(resource),
+                ttl_ms = timing.ttl_ms,
+                nodes = self.node_count(),
+            );
+            let acquired = acquire(&self.shared, resource, &timing, policy, fencing)
+                .instrument(span)
+                .await?;
+            Ok(Lock::new(self.shared.clone(), resource, acquired))
+        }
+        .await;
         telemetry::operation_finished(
             Operation::Acquire,
             result.as_ref().map(drop),
             started.elapsed(),
         );
         result
-    }
-
-    async fn acquire_validated(
-        &self,
-        resource: &[u8],
-        ttl: Duration,
-        policy: &RetryPolicy,
-        fencing: bool,
-    ) -> Result<Lock> {
-        resource::validate(resource)?;
-        let timing = self.shared.config.timing(ttl)?;
-        if !policy.allows_any_attempt() {
-            return Err(ConfigError::NoAttempts.into());
-        }
-        ensure_runtime()?;
-        let span = tracing::debug_span!(
-            "redquorum.acquire",
-            resource = %resource::display(resource),
-            ttl_ms = timing.ttl_ms,
-            nodes = self.node_count(),
-        );
-        let acquired = acquire(&self.shared, resource, &timing, policy, fencing)
-            .instrument(span)
-            .await?;
-        Ok(Lock::new(self.shared.clone(), resource, acquired))
     }
 
     /// Runs `work` while holding `resource` as a [`Lease`](crate::Lease): acquires (retrying as

@@ -26,17 +26,31 @@ pub(crate) async fn release(
     granted: &Report,
     expired_before: bool,
 ) -> Result<Report, (Rejection, Report)> {
-    let round = release_everywhere(shared, key, token, per_node_timeout, after, true).await;
-    match round.judge(RoundKind::Release, !expired_before, Some(&granted.votes())) {
+    let granted = granted.votes();
+    // Decided as soon as the remaining answers cannot change the verdict: usually at the
+    // majority, so one slow or hung master costs a release nothing. A release that began
+    // after the deadline is `Expired` whatever the answers: it waits for them all (but a
+    // suspect node's), so its report shows who holds the lock now.
+    let wait = if expired_before {
+        Wait::ForAll
+    } else {
+        Wait::UntilSettled {
+            kind: RoundKind::Release,
+            validity_left: true,
+            granted: Some(granted.clone()),
+        }
+    };
+    let round = delete_everywhere(shared, key, token, per_node_timeout, after, true, wait).await;
+    match round.judge(RoundKind::Release, !expired_before, Some(&granted)) {
         Ok(()) => Ok(round.report),
         Err(rejection) => Err((rejection, round.report)),
     }
 }
 
-/// Compare-and-delete of `key` on every node, waiting for every answer or timeout; on a node
-/// where an earlier request is still running (`after`), only once it has finished. With
-/// `wake_waiters`, each delete publishes on the release channel (a real release); without, it
-/// is silent (the cleanup of a failed acquire).
+/// Compare-and-delete of `key` on every node, waiting for every answer or timeout (but a
+/// suspect node's); on a node where an earlier request is still running (`after`), only once
+/// it is ordered on its connection. With `wake_waiters`, each delete publishes on the release
+/// channel (a real release); without, it is silent (the cleanup of a failed acquire).
 ///
 /// # Cancel safety
 /// A delete whose caller stopped waiting is still delivered in the background (see the
@@ -49,6 +63,30 @@ pub(crate) async fn release_everywhere(
     per_node_timeout: Duration,
     after: Option<&Stragglers>,
     wake_waiters: bool,
+) -> Round {
+    let wait = Wait::ForAll;
+    delete_everywhere(
+        shared,
+        key,
+        token,
+        per_node_timeout,
+        after,
+        wake_waiters,
+        wait,
+    )
+    .await
+}
+
+/// The compare-and-delete round, waiting as `wait` says; the deletes not waited for go on in
+/// the background until their connections take them.
+async fn delete_everywhere(
+    shared: &Shared,
+    key: &[u8],
+    token: &Token,
+    per_node_timeout: Duration,
+    after: Option<&Stragglers>,
+    wake_waiters: bool,
+    wait: Wait,
 ) -> Round {
     // The channel and the release id, or two empty arguments: publish nothing.
     let (channel, release_id) = if wake_waiters {
@@ -72,7 +110,7 @@ pub(crate) async fn release_everywhere(
         &shared.background,
         request,
         per_node_timeout,
-        Wait::ForAll,
+        wait,
         after,
         || {
             if wake_waiters {

@@ -149,10 +149,20 @@ pub(crate) enum Wait {
     /// Until the round is won or lost; nodes that have not answered by then go on in the
     /// background (see [`Stragglers`]).
     UntilDecided,
-    /// Until every node has answered or timed out (release: we want every key gone; a failed
-    /// acquire's cleanup: its report says how long the holder's key lives; an extend that
-    /// re-adds keys). A suspect node is not waited for once the round is decided without it:
-    /// its request goes on in the background.
+    /// Until the round's verdict can no longer change, whatever the nodes still out answer
+    /// (`verdict::settled`): a release is decided at the majority in the common case, and
+    /// waits (bounded) for more answers only when they decide between gone and outage. The
+    /// requests still out go on in the background (tracked, so `RedLock::settle` waits for
+    /// them), each already queued on its connection.
+    UntilSettled {
+        kind: RoundKind,
+        validity_left: bool,
+        granted: Option<Vec<Vote>>,
+    },
+    /// Until every node has answered or timed out (a failed acquire's cleanup: its report says
+    /// how long the holder's key lives; an extend that re-adds keys). A suspect node is not
+    /// waited for once the round is decided without it: its request goes on in the
+    /// background.
     ForAll,
 }
 
@@ -402,6 +412,17 @@ pub(crate) async fn run_then(
     let mut epochs: Vec<Option<u64>> = vec![None; count];
     let finished = |tally: &Tally, answers: &[Option<(NodeOutcome, Duration)>]| match &wait {
         Wait::UntilDecided => tally.decision() != Decision::Open,
+        Wait::UntilSettled {
+            kind,
+            validity_left,
+            granted,
+        } => {
+            let partial: Vec<Option<Vote>> = answers
+                .iter()
+                .map(|answer| answer.as_ref().map(|(outcome, _)| outcome.vote()))
+                .collect();
+            verdict::settled(*kind, *validity_left, granted.as_deref(), &partial).is_some()
+        }
         // A suspect node is not waited for once the round is decided without it; while its
         // answer could still decide the round, it is (bounded by the deadline).
         Wait::ForAll => {

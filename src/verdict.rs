@@ -100,6 +100,33 @@ pub(crate) fn judge(
     }
 }
 
+/// The verdict of a round some of whose nodes have not answered yet (`None`), if it is the
+/// same whatever they answer: then the round need not wait for them (a release decided at the
+/// majority). `None` while the answers still out could change it.
+///
+/// Three completions suffice: every verdict is a threshold on counts that each answer moves
+/// one way. "Gone" grows with refusals (all-`Refused` is its best case); "won" grows with yes
+/// votes (all-`Yes` is its best case, all-`Failed` its worst); an acquire's busy-or-outage
+/// split grows with failures (all-`Failed`). If the three uniform completions agree, every
+/// mixed one does too (checked exhaustively by the tests).
+pub(crate) fn settled(
+    kind: RoundKind,
+    validity_left: bool,
+    granted: Option<&[Vote]>,
+    partial: &[Option<Vote>],
+) -> Option<Verdict> {
+    let complete = |fill: Vote| {
+        let now: Vec<Vote> = partial.iter().map(|v| v.unwrap_or(fill)).collect();
+        let mut tally = Tally::new(now.len());
+        for vote in &now {
+            tally.record(*vote);
+        }
+        judge(kind, &tally, validity_left, granted, &now)
+    };
+    let verdict = complete(Vote::Yes);
+    (complete(Vote::Refused) == verdict && complete(Vote::Failed) == verdict).then_some(verdict)
+}
+
 /// Whether the nodes that may have been free of our key at some point since the grant (every
 /// node that never granted it, plus every granting node that now refuses) could make a
 /// majority for another client.
@@ -286,5 +313,75 @@ mod tests {
                 }
             }
         }
+    }
+
+    /// Property, exhaustive for up to 5 nodes, every kind, both validities, every grant
+    /// pattern: `settled` answers only when every way the missing answers could come gives
+    /// that verdict, and always answers once every node has.
+    #[test]
+    fn settled_verdicts_hold_for_every_completion() {
+        let decode = |n: usize, mut code: usize, with_missing: bool| -> Vec<Option<Vote>> {
+            let base = if with_missing { 4 } else { 3 };
+            (0..n)
+                .map(|_| {
+                    let v = [Some(Y), Some(R), Some(F), None][code % base];
+                    code /= base;
+                    v
+                })
+                .collect()
+        };
+        for n in 1..=5usize {
+            for g in 0..3usize.pow(n as u32) {
+                let granted: Vec<Vote> = decode(n, g, false).into_iter().flatten().collect();
+                for p in 0..4usize.pow(n as u32) {
+                    let partial = decode(n, p, true);
+                    let missing: Vec<usize> = (0..n).filter(|i| partial[*i].is_none()).collect();
+                    for kind in [RoundKind::Acquire, RoundKind::Renew, RoundKind::Release] {
+                        for left in [true, false] {
+                            let grants = (kind != RoundKind::Acquire).then_some(&granted[..]);
+                            let answer = settled(kind, left, grants, &partial);
+                            if missing.is_empty() {
+                                let now: Vec<Vote> = partial.iter().flatten().copied().collect();
+                                assert_eq!(
+                                    answer,
+                                    Some(judge(kind, &tally(&now), left, grants, &now))
+                                );
+                                continue;
+                            }
+                            let Some(verdict) = answer else { continue };
+                            for c in 0..3usize.pow(missing.len() as u32) {
+                                let mut now: Vec<Vote> =
+                                    partial.iter().map(|v| v.unwrap_or(F)).collect();
+                                let mut code = c;
+                                for i in &missing {
+                                    now[*i] = [Y, R, F][code % 3];
+                                    code /= 3;
+                                }
+                                assert_eq!(
+                                    judge(kind, &tally(&now), left, grants, &now),
+                                    verdict,
+                                    "{kind:?} granted={granted:?} partial={partial:?} now={now:?}"
+                                );
+                            }
+                        }
+                    }
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn a_release_settles_at_the_majority_when_the_rest_cannot_prove_a_loss() {
+        let settle = |granted: &[Vote], partial: &[Option<Vote>]| {
+            settled(RoundKind::Release, true, Some(granted), partial)
+        };
+        // One master hung (it never granted): three releases decide it.
+        let partial = [Some(Y), Some(Y), Some(Y), None, None];
+        assert_eq!(settle(&[Y, Y, Y, Y, F], &partial), Some(Ok(())));
+        // Two that never granted plus two grantors still out could still prove a loss.
+        assert_eq!(
+            settle(&[Y, Y, Y, F, F], &[Some(Y), None, None, Some(Y), Some(Y)]),
+            None
+        );
     }
 }

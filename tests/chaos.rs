@@ -623,5 +623,6 @@ async fn scenario_5_a_contender_process_paused_while_holding() {
         "every contender held the lock"
     );
     tokio::time::sleep(TTL).await;
+    assert!(rl.settle(std::time::Duration::from_secs(5)).await);
     cluster.assert_no_keys_under(chaos::PREFIX);
 }

@@ -85,6 +85,7 @@ async fn operations_are_traced_without_tokens_or_passwords() {
     tokens.push(dropped.token().expose().to_owned());
     drop(dropped);
     assert!(eventually(Duration::from_secs(2), || cluster.keys().is_empty()).await);
+    assert!(rl.settle(std::time::Duration::from_secs(5)).await);
     cluster.assert_no_keys_under(PREFIX);
 
     let text = capture.text.lock().expect("capture").clone();

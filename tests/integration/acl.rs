@@ -50,6 +50,7 @@ async fn the_least_privilege_user_can_acquire_extend_and_release() {
         .expect("acquire as the ACL user");
     lock.extend(TTL).await.expect("extend as the ACL user");
     lock.release().await.expect("release as the ACL user");
+    crate::settled(&rl).await;
     cluster.assert_no_keys_under(PREFIX);
     // Other key names are out of its reach: a prefix outside ~redquorum:* is refused.
     let outside = RedLock::builder(cluster.urls_with("redquorum:CHANGE-ME"))
@@ -114,6 +115,7 @@ async fn a_rule_without_info_refuses_fencing_and_says_why() {
         format!("{err:#}").contains("INFO server refused"),
         "{err:#}"
     );
+    crate::settled(&fenced).await;
     cluster.assert_no_keys_under(PREFIX);
 }
 
@@ -202,5 +204,6 @@ async fn without_publish_a_release_still_wakes_the_waiters_of_its_own_redlock() 
     );
     assert_eq!(got.attempts(), 2, "one round lost to the holder, one won");
     got.release().await.expect("release");
+    crate::settled(&rl).await;
     cluster.assert_no_keys_under(PREFIX);
 }

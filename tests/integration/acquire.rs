@@ -53,13 +53,17 @@ async fn happy_path_sets_the_token_everywhere_then_extends_and_releases() {
         .await
     );
 
+    // Decided at the majority: the nodes not waited for say "no reply", and their deletes
+    // finish in the background (settled below, then nothing is left).
     let report = lock.release().await.expect("release");
-    assert_eq!(report.successes(), 5);
+    assert!(report.successes() >= 3, "{report}");
     assert!(
         report
             .iter()
-            .all(|r| matches!(r.outcome(), NodeOutcome::Released))
+            .all(|r| matches!(r.outcome(), NodeOutcome::Released | NodeOutcome::NoReply)),
+        "{report}"
     );
+    crate::settled(&rl).await;
     cluster.assert_no_keys_under(PREFIX);
 }
 
@@ -114,6 +118,8 @@ async fn two_clients_racing_for_one_resource_exactly_one_wins() {
             }
         }
         winner.release().await.expect("release");
+        crate::settled(&a).await;
+        crate::settled(&b).await;
         cluster.assert_no_keys_under(PREFIX);
     }
 }
@@ -141,11 +147,16 @@ async fn foreign_keys_on_two_of_five_still_acquire_and_stay_untouched() {
         );
     }
     let report = lock.release().await.expect("release");
+    crate::settled(&rl).await;
     for i in [0, 1] {
-        assert!(matches!(
-            report.iter().nth(i).map(|r| r.outcome()),
-            Some(NodeOutcome::HeldByOther { .. })
-        ));
+        // Someone else's, or not waited for once the three others had decided the release.
+        assert!(
+            matches!(
+                report.iter().nth(i).map(|r| r.outcome()),
+                Some(NodeOutcome::HeldByOther { .. } | NodeOutcome::NoReply)
+            ),
+            "node {i}: {report}"
+        );
         assert_eq!(
             cluster.get(i, &key).as_deref(),
             Some(&b"someone-else"[..]),
@@ -203,6 +214,8 @@ async fn retries_follow_the_policy_and_report_the_attempts() {
     assert_eq!(err.failure().map(|f| f.attempts()), Some(3));
     assert!(err.to_string().contains("last of 3 attempts"), "{err}");
     lock.release().await.expect("release");
+    crate::settled(&holder).await;
+    crate::settled(&waiter).await;
     cluster.assert_no_keys_under(PREFIX);
 }
 
@@ -222,6 +235,7 @@ async fn acquire_within_waits_for_an_unreleased_lock_to_expire() {
         .expect("acquired after the abandoned lock expired");
     assert!(lock.attempts() > 1, "it had to wait");
     lock.release().await.expect("release");
+    crate::settled(&rl).await;
     cluster.assert_no_keys_under(PREFIX);
 }
 
@@ -263,6 +277,7 @@ async fn script_flush_is_recovered_with_evalsha_fallback() {
     for i in 0..5 {
         assert_eq!(cached(i), 2, "node {i}: extend and release reloaded");
     }
+    crate::settled(&rl).await;
     cluster.assert_no_keys_under(PREFIX);
 }
 
@@ -282,6 +297,7 @@ async fn binary_resource_names_round_trip_exactly() {
         assert!(held_everywhere(&cluster, &lock).await);
         lock.release().await.expect("release");
     }
+    crate::settled(&rl).await;
     cluster.assert_no_keys_under(PREFIX);
 }
 
@@ -305,6 +321,7 @@ async fn random_binary_resource_names_round_trip_exactly() {
         );
         lock.release().await.expect("release");
     }
+    crate::settled(&rl).await;
     cluster.assert_no_keys_under(PREFIX);
     assert!(cluster.keys().is_empty());
 }

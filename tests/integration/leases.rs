@@ -26,6 +26,7 @@ async fn a_lease_outlives_its_ttl_by_renewing() {
     let key = lock_key(b"renewed");
     assert!((0..5).all(|i| cluster.get(i, &key).as_deref() == Some(&token[..])));
     lease.release().await.expect("release");
+    crate::settled(&rl).await;
     cluster.assert_no_keys_under(PREFIX);
 }
 
@@ -58,6 +59,7 @@ async fn renewed_reports_each_extension_and_ends_with_the_lease() {
             .expect("ends with the lease"),
         None
     );
+    crate::settled(&rl).await;
     cluster.assert_no_keys_under(PREFIX);
 }
 
@@ -123,6 +125,7 @@ async fn a_lock_deleted_under_the_lease_is_lost_at_the_next_renewal() {
     );
     assert!(lease.is_lost());
     drop(lease);
+    crate::settled(&rl).await;
     cluster.assert_no_keys_under(PREFIX);
 }
 
@@ -179,6 +182,7 @@ async fn with_lock_runs_the_work_and_releases() {
         .await
         .expect("work done");
     assert_eq!(value, 7);
+    crate::settled(&rl).await;
     cluster.assert_no_keys_under(PREFIX);
 }
 

@@ -43,6 +43,8 @@ async fn release_after_expiry_is_an_error_and_leaves_the_next_holder_alone() {
         );
     }
     current.release().await.expect("release");
+    crate::settled(&first).await;
+    crate::settled(&second).await;
     cluster.assert_no_keys_under(PREFIX);
 }
 
@@ -63,6 +65,7 @@ async fn release_after_keys_vanished_reports_expired() {
     }
     let err = lock.release().await.expect_err("only 2 of 5 still held it");
     assert!(err.is_expired(), "{err}");
+    crate::settled(&rl).await;
     cluster.assert_no_keys_under(PREFIX);
 }
 

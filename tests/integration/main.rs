@@ -67,6 +67,16 @@ pub(crate) async fn held_everywhere(cluster: &Cluster, lock: &redquorum::Lock) -
     .await
 }
 
+/// Waits for what `rl` left running in the background: a release is decided at the majority
+/// and the rest of its deletes finish after it returns. Checks that "nothing is left behind"
+/// come after this, not after the ttl.
+pub(crate) async fn settled(rl: &RedLock) {
+    assert!(
+        rl.settle(Duration::from_secs(5)).await,
+        "background deletes still running after 5 s"
+    );
+}
+
 /// Panics listing them if a running server holds a lock key (`prefix{…}`); counters,
 /// markers and leader info may stay.
 pub(crate) fn assert_no_lock_keys(cluster: &Cluster) {

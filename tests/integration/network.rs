@@ -49,12 +49,14 @@ async fn black_holed_masters_cost_at_most_the_node_timeout() {
             lock.report()
         );
     }
+    // Decided by the other three: a black-holed node is not waited for (no reply before the
+    // decision), or timed out if the decision needed it.
     let report = lock.release().await.expect("release on 3 of 5");
     for i in [0, 1] {
         assert!(
             matches!(
                 outcome(&report, i),
-                NodeOutcome::Failed(NodeError::TimedOut(_))
+                NodeOutcome::Failed(NodeError::TimedOut(_)) | NodeOutcome::NoReply
             ),
             "{report}"
         );
@@ -103,6 +105,7 @@ async fn reset_connections_are_failed_votes_and_heal_by_themselves() {
         assert!(Instant::now() < deadline, "never healed: {report}");
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
+    crate::settled(&rl).await;
     cluster.assert_no_keys_under(PREFIX);
 }
 
@@ -117,8 +120,12 @@ async fn replies_cut_mid_way_are_failed_votes_and_leave_only_expiring_keys() {
     let lock = rl.try_acquire("cut", ttl).await.expect("3 of 5");
     let report = lock.release().await.expect("release on 3 of 5");
     for i in [0, 4] {
+        // Failed, or not waited for once the three others had decided the release.
         let o = outcome(&report, i);
-        assert!(matches!(o, NodeOutcome::Failed(_)), "node {i}: {o}");
+        assert!(
+            matches!(o, NodeOutcome::Failed(_) | NodeOutcome::NoReply),
+            "node {i}: {o}"
+        );
     }
     // The cut nodes executed our SET but we never learned it, and cannot reach them to delete
     // it: what is left there carries the ttl and expires, it is never permanent.

@@ -140,5 +140,6 @@ async fn a_restarted_master_votes_again_once_the_grace_has_passed() {
         );
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
+    crate::settled(&rl).await;
     cluster.assert_no_keys_under(PREFIX);
 }

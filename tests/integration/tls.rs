@@ -112,6 +112,7 @@ async fn locks_over_tls_with_verified_certificates() {
         .expect("acquire over TLS");
     lock.extend(TTL).await.expect("extend over TLS");
     lock.release().await.expect("release over TLS");
+    crate::settled(&rl).await;
     cluster.assert_no_keys_under(PREFIX);
 }
 
@@ -181,5 +182,6 @@ async fn certificates_are_verified_by_default_and_a_wrong_ca_is_a_clear_node_err
         .release()
         .await
         .expect("release");
+    crate::settled(&rl).await;
     cluster.assert_no_keys_under(PREFIX);
 }

@@ -68,5 +68,6 @@ async fn a_slow_round_never_yields_a_deadline_past_the_servers_expiry() {
         proxy.set(Fault::None);
     }
     lock.release().await.expect("release");
+    crate::settled(&rl).await;
     cluster.assert_no_keys_under(PREFIX);
 }

@@ -65,6 +65,7 @@ async fn a_release_that_times_out_is_an_outage_not_an_expiry() {
             .all(|i| cluster.get(i, &key).is_none()))
         .await
     );
+    crate::settled(&rl).await;
     cluster.assert_no_keys_under(PREFIX);
 }
 
@@ -111,6 +112,7 @@ async fn a_renewal_that_times_out_on_a_granting_node_keeps_the_lease() {
     for node in [3, 4] {
         let _: () = cluster.run(node, redis::cmd("DEL").arg(&key));
     }
+    crate::settled(&rl).await;
     cluster.assert_no_keys_under(PREFIX);
 }
 
@@ -156,6 +158,7 @@ async fn a_lease_on_a_bare_majority_spreads_and_survives_losing_a_granting_node(
     assert!(!lease.is_lost(), "4 of 5 still hold it");
     assert!(lease.valid_until() > deadline_then + ttl);
     lease.release().await.expect("release");
+    crate::settled(&rl).await;
     cluster.assert_no_keys_under(PREFIX);
 }
 
@@ -220,5 +223,6 @@ async fn a_re_added_majority_does_not_hide_a_possible_loss() {
     );
     let err = lock.release().await.expect_err("the same proof");
     assert!(err.is_expired(), "{err}");
+    crate::settled(&rl).await;
     cluster.assert_no_keys_under(PREFIX);
 }

@@ -48,6 +48,7 @@ async fn a_waiter_wakes_as_soon_as_the_lock_is_released() {
         "woken by the release, not the 5 s retry: {hand_off:?}"
     );
     got.release().await.expect("release");
+    crate::settled(&holder).await;
     cluster.assert_no_keys_under(PREFIX);
 }
 
@@ -235,5 +236,6 @@ async fn each_release_wakes_the_longest_waiting_waiter_once() {
     // The first waiter lost one round to the holder; the others queued without a round.
     let rounds: u32 = served.iter().map(|s| s.1).sum();
     assert!(rounds <= 6, "{rounds} rounds for 4 hand-offs: {served:?}");
+    crate::settled(&rl).await;
     cluster.assert_no_keys_under(PREFIX);
 }

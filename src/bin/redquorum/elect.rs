@@ -17,12 +17,25 @@ pub(crate) async fn elect(
 ) -> Result<u8, CliError> {
     let kill_grace = child::kill_grace(args.ttl, args.kill_grace)?;
     let rl = client::redlock(nodes, tuning, false)?;
+    let ended = elect_with(&rl, args, tuning, kill_grace).await;
+    // A resignation is decided at the majority; its other deletes finish in the background,
+    // and must before the process exits.
+    client::settle(&rl).await;
+    ended
+}
+
+async fn elect_with(
+    rl: &redquorum::RedLock,
+    args: ElectArgs,
+    tuning: &Tuning,
+    kill_grace: std::time::Duration,
+) -> Result<u8, CliError> {
     let election = rl.election(&args.resource, args.ttl)?;
     if let Some(address) = args.metrics {
         exporter::serve(address)?;
     }
     let gauges = exporter::Leadership::new(&args.resource);
-    client::connect_first(&rl).await;
+    client::connect_first(rl).await;
     let mut signals = Signals::new()?;
     let resource = args.resource.as_str();
     loop {
@@ -33,7 +46,6 @@ pub(crate) async fn elect(
         let leadership = match campaign(&election, &args, &mut signals).await? {
             Campaign::Elected(leadership) => *leadership,
             Campaign::Interrupted(signal) => {
-                client::settle(&rl).await;
                 return Ok(child::signal_code(signal));
             }
         };

@@ -20,6 +20,19 @@ pub(crate) async fn run(
 ) -> Result<u8, CliError> {
     let kill_grace = child::kill_grace(args.ttl, args.kill_grace)?;
     let rl = client::redlock(nodes, tuning, true)?;
+    let ended = run_with(&rl, args, tuning, kill_grace).await;
+    // A release is decided at the majority; its other deletes finish in the background, and
+    // must before the process exits.
+    client::settle(&rl).await;
+    ended
+}
+
+async fn run_with(
+    rl: &RedLock,
+    args: RunArgs,
+    tuning: &Tuning,
+    kill_grace: Duration,
+) -> Result<u8, CliError> {
     let mut signals = Signals::new()?;
     let wait = if args.nonblock {
         WaitLimit::For(Duration::ZERO)
@@ -27,8 +40,8 @@ pub(crate) async fn run(
         args.wait
     };
     let taken = async {
-        client::connect_first(&rl).await;
-        acquire(&rl, &args.resource, args.ttl, wait).await
+        client::connect_first(rl).await;
+        acquire(rl, &args.resource, args.ttl, wait).await
     };
     let taken = tokio::select! {
         lock = taken => Ok(lock),
@@ -45,7 +58,6 @@ pub(crate) async fn run(
             e
         })?,
         Err(signal) => {
-            client::settle(&rl).await;
             return Ok(child::signal_code(signal));
         }
     };
