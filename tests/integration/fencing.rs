@@ -426,7 +426,8 @@ async fn distinct_resources_leave_at_most_one_counter_per_hash_slot() {
 /// Must hold: while only Y and Z answer, the fenced acquire is refused (for all of a 3 s
 /// wait), and says that Y's counter was not re-seeded (Z alone cannot vouch for it: one marked master is no
 /// majority); a plain lock on the same masters is unaffected. Once X is back, Y is re-seeded
-/// from X and Z, and every later token is higher than 6, also when X is cut off again.
+/// from X and Z, and every later token is higher than any before Y's restart (6, unless a
+/// round was retried), also when X is cut off again.
 /// Checked right after each step, never after a ttl.
 ///
 /// Mutation: dropping the marker check from `ACQUIRE_FENCED` (the `-6` line) makes this fail
@@ -474,7 +475,10 @@ async fn a_master_restarting_empty_never_lowers_the_next_token() {
         assert!(token > last, "{token} after {last}");
         last = token;
     }
-    assert_eq!(last, 6);
+    // 6 when no round of a take was retried; a retried round (a round timing out on a loaded
+    // machine) bumps the counters once more, which only raises the tokens.
+    assert!(last >= 6, "{last}");
+    let highest_before_restart = last;
     assert_eq!(crate::fence_counter(&cluster, 2), Some(1));
 
     proxies[2].set(Fault::None);
@@ -514,7 +518,7 @@ async fn a_master_restarting_empty_never_lowers_the_next_token() {
         .await,
         "Y re-seeded"
     );
-    assert!(crate::fence_counter(&cluster, 1) >= Some(6));
+    assert!(crate::fence_counter(&cluster, 1) >= Some(highest_before_restart));
     proxies[0].set(Fault::Reset);
     let token = take(rl.clone())
         .await
