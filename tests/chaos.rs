@@ -500,6 +500,8 @@ async fn contender_process_entry() {
         // turn: retry-with-jitter waiting is not fair, and fairness is not what this tests.
         tokio::time::sleep(BETWEEN_JOBS).await;
     }
+    // A release returns at the majority: let its other deletes finish before the process exits.
+    rl.settle(Duration::from_secs(2)).await;
 }
 
 /// Scenario 5: contenders in separate OS processes (and one in this process); one contender

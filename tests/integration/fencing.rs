@@ -384,6 +384,7 @@ async fn distinct_resources_leave_at_most_one_counter_per_hash_slot() {
     for task in tasks {
         task.await.expect("task");
     }
+    crate::settled(&rl).await;
     let keys = cluster.keys();
     for node in 0..3 {
         let on_node: Vec<&Vec<u8>> = keys
