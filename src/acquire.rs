@@ -228,7 +228,6 @@ async fn round(
         request,
         timing.per_node_timeout,
         Wait::UntilDecided,
-        None,
     )
     .await;
     cleanup.after(round.stragglers.clone());

@@ -50,7 +50,6 @@ pub(crate) async fn confirm_fence(
         request,
         timing.per_node_timeout,
         Wait::UntilDecided,
-        None,
     )
     .await;
     let elapsed = confirm.decided.saturating_duration_since(acquired.start);

@@ -55,7 +55,6 @@ pub(crate) async fn extend(
         request,
         timing.per_node_timeout,
         wait,
-        None,
     )
     .await;
     match round.judge(

@@ -90,7 +90,6 @@ pub(crate) async fn write(
         request,
         per_node_timeout,
         Wait::UntilDecided,
-        None,
     )
     .await;
     // Which nodes granted the lock is not known here (the lease keeps it): every node counts as

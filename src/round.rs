@@ -302,16 +302,12 @@ impl Round {
 }
 
 /// Sends `request` to every node in parallel, each bounded by `per_node_timeout`.
-///
-/// With `after`, a node's request is sent only once that node's straggler from an earlier round
-/// is ordered on its connection (see [`Stragglers`]).
 pub(crate) async fn run(
     nodes: &Arc<[Node]>,
     background: &TaskTracker,
     request: Request,
     per_node_timeout: Duration,
     wait: Wait,
-    after: Option<&Stragglers>,
 ) -> Round {
     run_then(
         nodes,
@@ -319,13 +315,14 @@ pub(crate) async fn run(
         request,
         per_node_timeout,
         wait,
-        after,
+        None,
         || {},
     )
     .await
 }
 
-/// As [`run`]; `sent` runs as soon as the requests that need not wait for a straggler are
+/// As [`run`]. With `after`, a node's request is sent only once that node's straggler from an
+/// earlier round is ordered on its connection (see [`Stragglers`]). `sent` runs as soon as the requests that need not wait for a straggler are
 /// queued on their connections, before any answer. Whatever is sent on the same connections
 /// after that reaches each node behind this round's request.
 ///
@@ -349,7 +346,6 @@ pub(crate) async fn run_then(
     let prepared = Arc::new(Prepared::new(&request));
     let count = nodes.len();
     let ordered = Ordered::new(count);
-    let suspect: Vec<bool> = nodes.iter().map(Node::is_suspect).collect();
     let waits = |index: usize| after.is_some_and(|a| a.unordered(index));
     let node_request = |index: usize| {
         let nodes = nodes.clone();
@@ -429,8 +425,8 @@ pub(crate) async fn run_then(
             tally.decision() != Decision::Open
                 && answers
                     .iter()
-                    .zip(&suspect)
-                    .all(|(answer, suspect)| answer.is_some() || *suspect)
+                    .zip(nodes.iter())
+                    .all(|(answer, node)| answer.is_some() || node.is_suspect())
         }
     };
     // The first polls run every request up to its send on the connection; the few answers
