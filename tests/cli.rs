@@ -54,11 +54,16 @@ fn output(cmd: &mut Command) -> (i32, String, String) {
     )
 }
 
-fn library_client(cluster: &Cluster) -> RedLock {
-    RedLock::builder(cluster.urls())
+/// A fenced library client, connected: a first request on fresh connections would include
+/// connecting to every node (and loading the scripts) within one 50 ms per-node timeout, which
+/// a loaded machine misses.
+async fn library_client(cluster: &Cluster) -> RedLock {
+    let rl = RedLock::builder(cluster.urls())
         .fencing(true)
         .build()
-        .expect("config")
+        .expect("config");
+    rl.connect().await.expect("connected");
+    rl
 }
 
 /// Keys under the prefix other than fence counters and an election's leader record (both
@@ -187,6 +192,7 @@ async fn a_busy_lock_exits_75_after_waiting_and_never_runs_the_command() {
     let cluster = Cluster::start(5);
     let dir = tempfile::tempdir().expect("tempdir");
     let lock = library_client(&cluster)
+        .await
         .try_acquire("busy", Duration::from_secs(30))
         .await
         .expect("hold it");
@@ -212,6 +218,7 @@ async fn run_waits_for_the_holder_to_release() {
     let cluster = Cluster::start(5);
     let dir = tempfile::tempdir().expect("tempdir");
     let lock = library_client(&cluster)
+        .await
         .try_acquire("queue", Duration::from_secs(30))
         .await
         .expect("hold it");
@@ -521,7 +528,7 @@ async fn the_next_holder_never_overlaps_a_command_that_ignores_sigterm() {
     for proxy in &proxies {
         proxy.set(Fault::BlackHole);
     }
-    let next = library_client(&cluster);
+    let next = library_client(&cluster).await;
     let granted = loop {
         match next.try_acquire("r", Duration::from_secs(5)).await {
             Ok(lock) => break lock,
@@ -649,6 +656,7 @@ async fn status_shows_the_holder_on_every_node_and_as_json() {
     let cluster = Cluster::start(5);
     let dir = tempfile::tempdir().expect("tempdir");
     let lock = library_client(&cluster)
+        .await
         .try_acquire("seen", Duration::from_secs(30))
         .await
         .expect("hold it");
@@ -1140,6 +1148,7 @@ async fn nonblock_conflict_exit_code_and_waiting_forever() {
     let cluster = Cluster::start(3);
     let dir = tempfile::tempdir().expect("tempdir");
     let holder = library_client(&cluster)
+        .await
         .try_acquire("w", Duration::from_secs(60))
         .await
         .expect("the library holds w");
