@@ -191,8 +191,8 @@ fn run_passes_the_exit_code_and_a_growing_fencing_token_through_and_releases() {
 async fn a_busy_lock_exits_75_after_waiting_and_never_runs_the_command() {
     let cluster = Cluster::start(5);
     let dir = tempfile::tempdir().expect("tempdir");
-    let lock = library_client(&cluster)
-        .await
+    let library = library_client(&cluster).await;
+    let lock = library
         .try_acquire("busy", Duration::from_secs(30))
         .await
         .expect("hold it");
@@ -210,6 +210,8 @@ async fn a_busy_lock_exits_75_after_waiting_and_never_runs_the_command() {
     assert!(err.contains("busy"), "{err}");
     assert!(!marker.exists(), "the command ran without the lock");
     lock.release().await.expect("release");
+    // Decided at the majority: the other deletes finish in the background.
+    assert!(library.settle(Duration::from_secs(5)).await);
     assert!(lock_keys(&cluster).is_empty());
 }
 
@@ -1147,8 +1149,8 @@ fn a_redquorum_killed_while_stopped_leaves_no_stopped_command_behind() {
 async fn nonblock_conflict_exit_code_and_waiting_forever() {
     let cluster = Cluster::start(3);
     let dir = tempfile::tempdir().expect("tempdir");
-    let holder = library_client(&cluster)
-        .await
+    let library = library_client(&cluster).await;
+    let holder = library
         .try_acquire("w", Duration::from_secs(60))
         .await
         .expect("the library holds w");
@@ -1176,6 +1178,7 @@ async fn nonblock_conflict_exit_code_and_waiting_forever() {
     let code = wait_exit(&mut waiter, Duration::from_secs(10));
     assert_eq!(code, 0, "{}", stderr_of(&mut waiter));
     assert!(ran.exists());
+    assert!(library.settle(Duration::from_secs(5)).await);
     assert!(lock_keys(&cluster).is_empty());
 }
 
