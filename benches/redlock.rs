@@ -1,5 +1,5 @@
 //! Criterion benches on five real local `redis-server` masters, each redquorum figure in a
-//! group with the raw baseline (`src/bin/redquorum/baseline.rs`, the one `redquorum bench`
+//! group with the raw baseline (`redquorum_lab::baseline`, the one `redquorum-lab bench`
 //! uses) measured on the same servers:
 //!
 //! - `acquire_release`: one uncontended acquire + release, sequential;
@@ -8,18 +8,12 @@
 //!
 //! `cargo bench --bench redlock`; `cargo test --benches` runs each once as a smoke test.
 
-#[allow(dead_code, unreachable_pub)]
-#[path = "../src/bin/redquorum/baseline.rs"]
-mod baseline;
-#[path = "../tests/support/cluster.rs"]
-mod cluster;
-
 use std::time::Duration;
 
-use baseline::{Baseline, TTL};
 use criterion::{Criterion, Throughput, criterion_group, criterion_main};
 use futures::future::join_all;
 use redquorum::RedLock;
+use redquorum_lab::baseline::{Baseline, TTL};
 
 const TASKS: usize = 64;
 
@@ -29,7 +23,7 @@ fn benches(c: &mut Criterion) {
         .enable_all()
         .build()
         .expect("runtime");
-    let cluster = cluster::Cluster::start(5);
+    let cluster = redquorum_testkit::Cluster::start(5);
     let urls = cluster.urls();
     let raw = runtime
         .block_on(Baseline::connect(&urls))

@@ -8,16 +8,12 @@
 
 #[path = "support/chaos.rs"]
 mod chaos;
-#[path = "support/cluster.rs"]
-mod cluster;
-#[path = "support/proxy.rs"]
-mod proxy;
 
 use std::time::{Duration, Instant};
 
 use chaos::{Action, Figures, Hold, Scenario, overlaps, random_schedule};
-use proxy::{Fault, Proxy};
 use redquorum::RedLock;
+use redquorum_testkit::{Fault, Proxy};
 
 const TTL: Duration = Duration::from_millis(500);
 const NODE_TIMEOUT: Duration = Duration::from_millis(50);
@@ -299,7 +295,7 @@ fn record(
 /// delayed-restart assumption) while another client reaches it. The checker must see it.
 #[tokio::test]
 async fn negative_control_a_empty_restart_without_delay_is_detected() {
-    let mut cluster = cluster::Cluster::start(5);
+    let mut cluster = redquorum_testkit::Cluster::start(5);
     let a = RedLock::builder(cluster.urls())
         .per_node_timeout(Duration::from_millis(250))
         .build()
@@ -332,7 +328,7 @@ async fn negative_control_a_empty_restart_without_delay_is_detected() {
 /// clock jump) while another client acquires through that master. The checker must see it.
 #[tokio::test]
 async fn negative_control_b_premature_expiry_is_detected() {
-    let cluster = cluster::Cluster::start(5);
+    let cluster = redquorum_testkit::Cluster::start(5);
     let mut proxies = Vec::new();
     for i in 0..5 {
         proxies.push(Proxy::start(cluster.server(i).port()).await);
@@ -514,7 +510,7 @@ async fn scenario_5_a_contender_process_paused_while_holding() {
     use std::process::{Command, Stdio};
     use std::sync::{Arc, Mutex};
 
-    let cluster = cluster::Cluster::start(5);
+    let cluster = redquorum_testkit::Cluster::start(5);
     let secs = chaos::duration(Duration::from_secs(4)).as_secs().max(2);
     let config = format!("{}|{secs}", cluster.urls().join(","));
     let holds = Arc::new(Mutex::new(Vec::<Hold>::new()));

@@ -5,11 +5,6 @@
 //! thread-local subscriber can stay cached as "nobody listens" (under load, the release span
 //! went missing once in two runs). Alone in its process, nothing races it.
 
-#[path = "support/cluster.rs"]
-mod cluster;
-#[path = "support/wait.rs"]
-mod wait;
-
 const PREFIX: &[u8] = b"redquorum:";
 
 use std::fmt::Write as _;
@@ -21,8 +16,8 @@ use tracing::field::{Field, Visit};
 use tracing::span::{Attributes, Id, Record};
 use tracing::{Event, Metadata, Subscriber};
 
-use crate::cluster::{Cluster, Persistence};
-use crate::wait::eventually;
+use redquorum_testkit::eventually;
+use redquorum_testkit::{Cluster, Persistence};
 
 /// Records every span and event, with all their fields, as text.
 #[derive(Clone, Default)]

@@ -4,8 +4,8 @@ use std::time::{Duration, Instant};
 
 use redquorum::RedLock;
 
-use crate::cluster::Cluster;
 use crate::{PREFIX, eventually};
+use redquorum_testkit::Cluster;
 
 const TTL: Duration = Duration::from_secs(10);
 

@@ -4,8 +4,8 @@ use std::time::{Duration, Instant};
 
 use redquorum::{Error, NodeOutcome, RedLock, RetryPolicy};
 
-use crate::cluster::Cluster;
 use crate::{PREFIX, client, eventually, held_everywhere, lock_key};
+use redquorum_testkit::Cluster;
 
 const TTL: Duration = Duration::from_secs(10);
 const NODE_TIMEOUT: Duration = Duration::from_millis(250);

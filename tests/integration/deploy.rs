@@ -7,7 +7,7 @@ use std::time::Duration;
 use redquorum::RedLock;
 use yaml_rust2::{Yaml, YamlLoader};
 
-use crate::cluster::Cluster;
+use redquorum_testkit::Cluster;
 
 const COMPOSE: &str = include_str!("../../deploy/docker-compose.yml");
 const KUBERNETES: &str = include_str!("../../deploy/kubernetes/redlock.yaml");

@@ -5,7 +5,7 @@ use std::time::{Duration, Instant};
 use redquorum::RedLock;
 
 use crate::client;
-use crate::cluster::{Cluster, Persistence};
+use redquorum_testkit::{Cluster, Persistence};
 
 const TTL: Duration = Duration::from_secs(1);
 

@@ -4,8 +4,8 @@ use std::time::{Duration, Instant};
 
 use redquorum::{NodeError, NodeOutcome, RedLock};
 
-use crate::cluster::Cluster;
 use crate::{PREFIX, client, eventually, lock_key};
+use redquorum_testkit::Cluster;
 
 const TTL: Duration = Duration::from_secs(10);
 

@@ -6,8 +6,8 @@ use std::time::{Duration, Instant};
 
 use redquorum::{RedLock, RetryPolicy};
 
-use crate::cluster::{Cluster, Persistence};
 use crate::eventually;
+use redquorum_testkit::{Cluster, Persistence};
 
 const NODE_TIMEOUT: Duration = Duration::from_millis(250);
 
@@ -261,7 +261,7 @@ async fn a_fenced_store_rejects_every_write_from_a_stalled_holder() {
 /// 10, B's.
 #[tokio::test]
 async fn a_late_grant_never_confirms_a_token_another_holder_has() {
-    use crate::proxy::{Fault, Proxy};
+    use redquorum_testkit::{Fault, Proxy};
     let cluster = Cluster::start(3);
     let fence_key = b"redquorum:{f1}:fence";
     let lock_key = crate::lock_key(b"f1");
@@ -436,7 +436,7 @@ async fn distinct_resources_leave_at_most_one_counter_per_hash_slot() {
 /// succeed with token 2. The model (`crate::model`, `reseed: false`) finds the same.
 #[tokio::test]
 async fn a_master_restarting_empty_never_lowers_the_next_token() {
-    use crate::proxy::{Fault, Proxy};
+    use redquorum_testkit::{Fault, Proxy};
     let mut cluster = Cluster::start(3);
     let proxies = [
         Proxy::start(cluster.server(0).port()).await,

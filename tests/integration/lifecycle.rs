@@ -4,8 +4,8 @@ use std::time::Duration;
 
 use redquorum::NodeOutcome;
 
-use crate::cluster::Cluster;
 use crate::{PREFIX, client, eventually, held_everywhere, lock_key};
+use redquorum_testkit::Cluster;
 
 const NODE_TIMEOUT: Duration = Duration::from_millis(50);
 const SHORT_TTL: Duration = Duration::from_millis(300);

@@ -1,12 +1,5 @@
 //! Integration tests against real `redis-server` processes (one test binary, several modules).
 
-#[path = "../support/cluster.rs"]
-mod cluster;
-#[path = "../support/proxy.rs"]
-mod proxy;
-#[path = "../support/wait.rs"]
-mod wait;
-
 mod acl;
 mod acquire;
 mod deploy;
@@ -28,9 +21,9 @@ mod waiting;
 
 use std::time::Duration;
 
-use cluster::Cluster;
 use redquorum::RedLock;
-pub(crate) use wait::eventually;
+use redquorum_testkit::Cluster;
+pub(crate) use redquorum_testkit::eventually;
 
 pub(crate) const PREFIX: &[u8] = b"redquorum:";
 /// How many Lua scripts redquorum loads on every new connection (`scripts::all`).

@@ -7,8 +7,8 @@ use metrics_util::debugging::{DebugValue, DebuggingRecorder};
 use metrics_util::{CompositeKey, MetricKind};
 use redquorum::telemetry;
 
-use crate::cluster::Cluster;
 use crate::{client, eventually};
+use redquorum_testkit::Cluster;
 
 fn labels(key: &CompositeKey) -> Vec<(String, String)> {
     let mut l: Vec<_> = key

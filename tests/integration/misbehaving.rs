@@ -5,8 +5,8 @@ use std::time::Duration;
 
 use redquorum::{NodeError, NodeOutcome, RedLock};
 
-use crate::cluster::{Cluster, Persistence};
 use crate::{PREFIX, client, eventually, lock_key};
+use redquorum_testkit::{Cluster, Persistence};
 
 const TTL: Duration = Duration::from_secs(10);
 const NODE_TIMEOUT: Duration = Duration::from_millis(250);

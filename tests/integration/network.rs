@@ -5,9 +5,9 @@ use std::time::{Duration, Instant};
 
 use redquorum::{NodeError, NodeOutcome, RedLock};
 
-use crate::cluster::Cluster;
-use crate::proxy::{Fault, Proxy};
 use crate::{PREFIX, eventually};
+use redquorum_testkit::Cluster;
+use redquorum_testkit::{Fault, Proxy};
 
 const TTL: Duration = Duration::from_secs(10);
 const NODE_TIMEOUT: Duration = Duration::from_millis(200);

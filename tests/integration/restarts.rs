@@ -4,8 +4,8 @@ use std::time::{Duration, Instant};
 
 use redquorum::{NodeError, NodeOutcome, RedLock};
 
-use crate::cluster::Cluster;
 use crate::{PREFIX, held_everywhere};
+use redquorum_testkit::Cluster;
 
 /// The longest ttl in these tests, and so the restart grace.
 const TTL: Duration = Duration::from_secs(2);

@@ -8,7 +8,7 @@ use std::time::Duration;
 use redquorum::RedLock;
 
 use crate::PREFIX;
-use crate::cluster::{Cluster, TlsFiles};
+use redquorum_testkit::{Cluster, TlsFiles};
 
 const TTL: Duration = Duration::from_secs(10);
 const NODE_TIMEOUT: Duration = Duration::from_millis(500);

@@ -12,9 +12,9 @@ use std::time::{Duration, Instant};
 
 use redquorum::RedLock;
 
-use crate::cluster::Cluster;
-use crate::proxy::{Fault, Proxy};
 use crate::{PREFIX, lock_key};
+use redquorum_testkit::Cluster;
+use redquorum_testkit::{Fault, Proxy};
 
 /// Every node holding `key` expires it no earlier than `deadline`. Reads `PTTL` straight from
 /// each server: the server's expiry is at least `asked + pttl` (it counted the ttl after we

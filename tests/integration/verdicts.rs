@@ -6,8 +6,8 @@ use std::time::Duration;
 
 use redquorum::LeaseOptions;
 
-use crate::cluster::Cluster;
 use crate::{PREFIX, client, eventually, lock_key};
+use redquorum_testkit::Cluster;
 
 const NODE_TIMEOUT: Duration = Duration::from_millis(100);
 
@@ -173,7 +173,7 @@ async fn a_lease_on_a_bare_majority_spreads_and_survives_losing_a_granting_node(
 /// this fail: the extend succeeds.
 #[tokio::test]
 async fn a_re_added_majority_does_not_hide_a_possible_loss() {
-    use crate::proxy::{Fault, Proxy};
+    use redquorum_testkit::{Fault, Proxy};
     let cluster = Cluster::start(5);
     // Nodes 0–2 behind slow links during the acquire, so 3 and 4 have refused before the
     // round is decided: the lock knows they never took its key (a straggler might have).

@@ -5,8 +5,8 @@ use std::time::{Duration, Instant};
 
 use redquorum::{RedLock, RetryPolicy};
 
-use crate::cluster::Cluster;
 use crate::{PREFIX, eventually};
+use redquorum_testkit::Cluster;
 
 const LONG: Duration = Duration::from_secs(5);
 

@@ -14,8 +14,8 @@ use rand::rngs::StdRng;
 use rand::{RngExt, SeedableRng};
 use redquorum::{Error, NodeOutcome, RedLock};
 
-use crate::cluster::Cluster;
-use crate::proxy::{Fault, Proxy};
+use redquorum_testkit::Cluster;
+use redquorum_testkit::{Fault, Proxy};
 
 pub const RESOURCE: &str = "chaos:lock";
 pub const PREFIX: &[u8] = b"redquorum:";
@@ -223,7 +223,7 @@ pub fn duration(ci_default: Duration) -> Duration {
 /// Runs `scenario` on a fresh five-node cluster behind proxies.
 pub async fn run(scenario: Scenario, seed: u64) -> Figures {
     let cluster = Arc::new(Mutex::new(if scenario.aof {
-        Cluster::start_with(5, crate::cluster::Persistence::AofAlways)
+        Cluster::start_with(5, redquorum_testkit::Persistence::AofAlways)
     } else {
         Cluster::start(5)
     }));

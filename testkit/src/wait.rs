@@ -1,5 +1,4 @@
 //! Waiting for a condition in async tests, with a bound.
-#![allow(dead_code, unreachable_pub)]
 
 use std::time::Duration;
 

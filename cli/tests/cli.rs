@@ -1,18 +1,13 @@
 //! The `redquorum` binary, run for real against real `redis-server` processes: exit codes,
 //! the command stopped on lock loss, concurrent runs that never overlap, elections across
-//! processes, `status`, the dev cluster and the demo.
-
-#[path = "support/cluster.rs"]
-mod cluster;
-#[path = "support/proxy.rs"]
-mod proxy;
+//! processes, `status` and the dev cluster.
 
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
-use cluster::Cluster;
 use redquorum::RedLock;
+use redquorum_testkit::Cluster;
 
 const BIN: &str = env!("CARGO_BIN_EXE_redquorum");
 
@@ -505,7 +500,7 @@ fn a_sigkilled_redquorum_takes_its_command_and_grandchildren_with_it() {
 /// fail: the command still runs when the next holder is granted the lock.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_next_holder_never_overlaps_a_command_that_ignores_sigterm() {
-    use proxy::{Fault, Proxy};
+    use redquorum_testkit::{Fault, Proxy};
     let cluster = Cluster::start(3);
     let dir = tempfile::tempdir().expect("tempdir");
     let mut proxies = Vec::new();
@@ -858,153 +853,6 @@ fn the_dev_cluster_starts_breaks_heals_serves_locks_and_stops() {
         );
     }
     assert!(!dir.path().join("dev").exists(), "dev down left files");
-}
-
-#[test]
-fn the_demo_elects_fails_over_and_never_has_two_leaders() {
-    let dir = tempfile::tempdir().expect("tempdir");
-    let _guard = DevGuard(dir.path());
-    let (code, out, err) = output(bare(dir.path()).args(["--json", "demo", "--quick"]));
-    assert_eq!(code, 0, "{err}");
-    let summary: serde_json::Value = serde_json::from_str(&out).expect("JSON summary");
-    assert_eq!(summary["overlaps"], 0, "{summary}\n{err}");
-    assert_eq!(summary["terms_increase"], true, "{summary}\n{err}");
-    assert!(
-        summary["leaderships"].as_u64() >= Some(3),
-        "{summary}\n{err}"
-    );
-    // The majority outage met a leader, and it stepped down by its deadline.
-    assert!(summary["lost"].as_u64() >= Some(1), "{summary}\n{err}");
-    assert!(err.contains("steps down"), "{err}");
-    assert!(
-        !dir.path().join("dev").exists(),
-        "the demo left its cluster behind"
-    );
-}
-
-/// The state directory a bench made under `tmp` (its `TMPDIR`), while it exists.
-fn bench_state(tmp: &Path) -> Option<PathBuf> {
-    std::fs::read_dir(tmp)
-        .expect("tempdir")
-        .flatten()
-        .find(|e| {
-            e.file_name()
-                .to_string_lossy()
-                .starts_with("redquorum-bench-")
-        })
-        .map(|e| e.path())
-}
-
-/// `bench --quick --json` measures every section on its own memory-only masters and stops them.
-/// No figure is checked against a speed: only that each was measured and is consistent.
-#[test]
-fn the_bench_measures_every_section_and_stops_its_masters() {
-    let dir = tempfile::tempdir().expect("tempdir");
-    let (code, out, err) = output(
-        bare(dir.path())
-            .env("TMPDIR", dir.path())
-            .args(["--json", "bench", "--quick"]),
-    );
-    assert_eq!(code, 0, "{err}");
-    let figures: serde_json::Value = serde_json::from_str(&out).expect("JSON figures");
-    let spread_ok = |s: &serde_json::Value| {
-        let (p50, p99, max) = (
-            s["p50_us"].as_f64().unwrap_or(0.0),
-            s["p99_us"].as_f64().unwrap_or(0.0),
-            s["max_us"].as_f64().unwrap_or(0.0),
-        );
-        0.0 < p50 && p50 <= p99 && p99 <= max
-    };
-    let sequential = &figures["sequential"];
-    assert_eq!(sequential["pairs"], 300, "{figures}");
-    assert!(spread_ok(&sequential["baseline"]), "{figures}");
-    assert!(spread_ok(&sequential["redquorum"]), "{figures}");
-    let tasks: Vec<u64> = figures["throughput"]
-        .as_array()
-        .expect("throughput rows")
-        .iter()
-        .map(|row| {
-            for side in ["baseline", "redquorum"] {
-                assert!(row[side]["pairs_per_s"].as_f64() > Some(0.0), "{row}");
-                // The servers' CPU time was found through their pids.
-                assert!(
-                    row[side]["servers_cpu_us_per_pair"].as_f64() > Some(0.0),
-                    "{row}"
-                );
-            }
-            row["tasks"].as_u64().unwrap_or(0)
-        })
-        .collect();
-    assert_eq!(tasks, [1, 16, 64]);
-    let handoff = figures["handoff"].as_array().expect("hand-off rows");
-    assert_eq!(handoff.len(), 2, "{figures}");
-    for run in handoff {
-        assert!(spread_ok(&run["handoff"]), "{run}");
-        let fairness = run["fairness"].as_f64().unwrap_or(0.0);
-        assert!((0.125..=1.0 + 1e-9).contains(&fairness), "{run}");
-        assert!(run["wasted_rounds_per_acquisition"].as_f64() >= Some(0.0));
-    }
-    assert!(spread_ok(&figures["fencing"]["on"]), "{figures}");
-    assert!(spread_ok(&figures["hung_master"]["hung"]), "{figures}");
-    assert!(err.contains("targets:"), "the table goes to stderr: {err}");
-    assert!(
-        bench_state(dir.path()).is_none(),
-        "the bench left its masters' state behind"
-    );
-}
-
-/// Interrupted mid-way, the bench still stops the masters it started, and exits 130.
-#[test]
-fn an_interrupted_bench_stops_its_masters() {
-    let dir = tempfile::tempdir().expect("tempdir");
-    let mut child = bare(dir.path())
-        .env("TMPDIR", dir.path())
-        .args(["bench", "--quick"])
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("start the bench");
-    // Wait until its masters run (their pid files exist), then interrupt it.
-    let deadline = Instant::now() + Duration::from_secs(20);
-    let pids: Vec<i32> = loop {
-        let pids: Vec<i32> = bench_state(dir.path())
-            .map(|s| {
-                (0..5)
-                    .filter_map(|i| {
-                        std::fs::read_to_string(s.join(format!("node-{i}/pid")))
-                            .ok()?
-                            .trim()
-                            .parse()
-                            .ok()
-                    })
-                    .collect()
-            })
-            .unwrap_or_default();
-        if pids.len() == 5 {
-            break pids;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "the bench never started its masters"
-        );
-        std::thread::sleep(Duration::from_millis(20));
-    };
-    std::thread::sleep(Duration::from_millis(500));
-    signal(&child, nix::sys::signal::Signal::SIGINT);
-    let status = child.wait().expect("wait");
-    assert_eq!(status.code(), Some(130));
-    for pid in pids {
-        assert!(
-            !std::path::Path::new(&format!("/proc/{pid}")).exists()
-                || std::fs::read_to_string(format!("/proc/{pid}/stat"))
-                    .is_ok_and(|s| s.contains(") Z ")),
-            "redis-server {pid} outlived the interrupted bench"
-        );
-    }
-    assert!(
-        bench_state(dir.path()).is_none(),
-        "the bench left its masters' state behind"
-    );
 }
 
 /// The state letter of `pid` in /proc (R, S, T for stopped, Z…).
@@ -1962,7 +1810,7 @@ fn run_as_written(
 /// grace assertion fails.
 #[test]
 fn the_deploy_examples_for_redquorum_run_as_written() {
-    let deploy = Path::new(env!("CARGO_MANIFEST_DIR")).join("deploy");
+    let deploy = Path::new(env!("CARGO_MANIFEST_DIR")).join("../deploy");
     let read = |p: &str| std::fs::read_to_string(deploy.join(p)).expect(p);
     let secs = |text: &str| humantime::parse_duration(text).expect("a duration");
     let cluster = Cluster::start(3);
@@ -2144,7 +1992,7 @@ fn the_deploy_examples_for_redquorum_run_as_written() {
 /// redquorum has exited (run: fails).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_signal_during_an_acquire_leaves_no_key_behind() {
-    use proxy::{Fault, Proxy};
+    use redquorum_testkit::{Fault, Proxy};
     let mut cluster = Cluster::start(3);
     let dir = tempfile::tempdir().expect("tempdir");
     let slow = Proxy::start(cluster.server(2).port()).await;

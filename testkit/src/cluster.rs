@@ -1,10 +1,9 @@
-//! Real `redis-server` processes on free loopback ports, for tests, benches and examples.
+//! Real `redis-server` processes on free loopback ports, owned by a test.
 //!
 //! Every server runs from its own temporary directory, listens only on 127.0.0.1, and is ended
 //! (by its pid, SIGCONT then SIGKILL) when the [`Cluster`] is dropped, also when a test panics.
-#![allow(dead_code, unreachable_pub)]
 
-use std::net::{TcpListener, TcpStream};
+use std::net::TcpStream;
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
@@ -25,11 +24,14 @@ pub enum Persistence {
     AofAlways,
 }
 
-/// Certificate files for a TLS-only server (`--port 0 --tls-port P`).
+/// Certificate files for a server whose clients speak TLS (see [`Cluster::start_tls`]).
 #[derive(Debug, Clone)]
 pub struct TlsFiles {
+    /// The server's certificate (PEM).
     pub cert: PathBuf,
+    /// The server's private key (PEM).
     pub key: PathBuf,
+    /// The CA that signed the certificate (PEM), which clients must trust.
     pub ca: PathBuf,
 }
 
@@ -42,6 +44,9 @@ pub struct Server {
     persistence: Persistence,
     extra_args: Vec<String>,
     tls: Option<TlsFiles>,
+    /// A TLS server's plain-text port, for inspecting it from the test (clients get the TLS
+    /// port in [`Server::url`]); so the harness itself needs no TLS client.
+    admin_port: Option<u16>,
     /// A config file to start from: then only the port, directory, log and daemonize are
     /// given on the command line, so the file's own settings are what runs.
     config: Option<PathBuf>,
@@ -56,12 +61,7 @@ pub struct Cluster {
 
 /// Fails with the install command when `redis-server` is missing: never skip silently.
 fn redis_server_binary() -> PathBuf {
-    let found = std::env::var_os("PATH").and_then(|paths| {
-        std::env::split_paths(&paths)
-            .map(|p| p.join("redis-server"))
-            .find(|p| p.is_file())
-    });
-    found.unwrap_or_else(|| {
+    crate::redis_server_binary().unwrap_or_else(|| {
         panic!(
             "redis-server not found on PATH. The tests start real Redis servers; install it with \
              `sudo apt-get install -y redis-server` (Debian/Ubuntu) or run `bash .ci/test`, which does."
@@ -70,10 +70,7 @@ fn redis_server_binary() -> PathBuf {
 }
 
 fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .map(|a| a.port())
-        .expect("no free loopback port")
+    crate::free_port().expect("no free loopback port")
 }
 
 impl Server {
@@ -92,6 +89,7 @@ impl Server {
                 persistence,
                 extra_args: extra_args.iter().map(|a| (*a).to_owned()).collect(),
                 tls: tls.cloned(),
+                admin_port: tls.map(|_| free_port()),
                 config: config.map(std::path::Path::to_path_buf),
                 paused: false,
             };
@@ -136,8 +134,9 @@ impl Server {
             Persistence::None => cmd.args(["--appendonly", "no"]),
             Persistence::AofAlways => cmd.args(["--appendonly", "yes", "--appendfsync", "always"]),
         };
-        if let Some(tls) = &self.tls {
-            cmd.args(["--port", "0", "--tls-port", &self.port.to_string()])
+        if let (Some(tls), Some(admin_port)) = (&self.tls, self.admin_port) {
+            cmd.args(["--port", &admin_port.to_string()])
+                .args(["--tls-port", &self.port.to_string()])
                 .arg("--tls-cert-file")
                 .arg(&tls.cert)
                 .arg("--tls-key-file")
@@ -186,14 +185,16 @@ impl Server {
     }
 
     /// Ready when the server answers anything at all (a `NOAUTH` error is an answer); a TLS
-    /// server when its log says so.
+    /// server when its plain admin port answers and its log says it accepts connections.
     fn answers_ping(&self) -> bool {
         if self.tls.is_some() {
             let log =
                 std::fs::read_to_string(self.dir.path().join("redis.log")).unwrap_or_default();
-            return log.contains("Ready to accept connections");
+            if !log.contains("Ready to accept connections") {
+                return false;
+            }
         }
-        let Ok(client) = redis::Client::open(self.url()) else {
+        let Ok(client) = redis::Client::open(self.admin_url()) else {
             return false;
         };
         let Ok(mut con) = client.get_connection_with_timeout(Duration::from_millis(200)) else {
@@ -215,6 +216,7 @@ impl Server {
         }
     }
 
+    /// The URL clients use: `redis://127.0.0.1:PORT`, or `rediss://` for a TLS server.
     pub fn url(&self) -> String {
         let scheme = if self.tls.is_some() {
             "rediss"
@@ -224,10 +226,12 @@ impl Server {
         format!("{scheme}://127.0.0.1:{}", self.port)
     }
 
+    /// The port clients use.
     pub fn port(&self) -> u16 {
         self.port
     }
 
+    /// Started, not killed and not paused.
     pub fn is_running(&self) -> bool {
         self.child.is_some() && !self.paused
     }
@@ -242,40 +246,29 @@ impl Server {
         self.paused = false;
     }
 
-    /// The URL with the `--requirepass` password, if the server was started with one.
+    /// The plain-text URL for inspecting the server, with the `--requirepass` password if it
+    /// was started with one.
     fn admin_url(&self) -> String {
         let password = self
             .extra_args
             .windows(2)
             .find(|w| w[0] == "--requirepass")
             .map(|w| w[1].clone());
+        let port = self.admin_port.unwrap_or(self.port);
         match password {
-            Some(pw) => format!("redis://:{pw}@127.0.0.1:{}", self.port),
-            None => self.url(),
+            Some(pw) => format!("redis://:{pw}@127.0.0.1:{port}"),
+            None => format!("redis://127.0.0.1:{port}"),
         }
     }
 
-    #[cfg(feature = "tls")]
-    fn admin_client(&self) -> redis::Client {
-        match &self.tls {
-            Some(tls) => redis::Client::build_with_tls(
-                self.admin_url(),
-                redis::TlsCertificates {
-                    client_tls: None,
-                    root_cert: Some(std::fs::read(&tls.ca).expect("CA file")),
-                },
-            )
-            .expect("tls client"),
-            None => redis::Client::open(self.admin_url()).expect("url"),
-        }
-    }
-
-    #[cfg(not(feature = "tls"))]
     fn admin_client(&self) -> redis::Client {
         redis::Client::open(self.admin_url()).expect("url")
     }
 
     /// A synchronous connection for inspecting the server from a test.
+    ///
+    /// # Panics
+    /// When the server is stopped or paused, or does not accept the connection in 2 s.
     pub fn inspect(&self) -> redis::Connection {
         assert!(
             self.is_running(),
@@ -305,6 +298,7 @@ impl Cluster {
         Self::start_with(n, Persistence::None)
     }
 
+    /// Starts `n` servers with the given persistence.
     pub fn start_with(n: usize, persistence: Persistence) -> Self {
         Self::start_with_args(n, persistence, &[])
     }
@@ -335,7 +329,8 @@ impl Cluster {
         }
     }
 
-    /// Starts `n` servers that only speak TLS, with the given certificate files.
+    /// Starts `n` servers whose clients speak TLS, with the given certificate files. Each also
+    /// listens on a plain-text port of its own that only the harness uses, to inspect it.
     pub fn start_tls(n: usize, tls: &TlsFiles) -> Self {
         Self {
             servers: (0..n)
@@ -344,10 +339,17 @@ impl Cluster {
         }
     }
 
+    /// How many servers there are (killed ones included).
     pub fn len(&self) -> usize {
         self.servers.len()
     }
 
+    /// True when there are no servers.
+    pub fn is_empty(&self) -> bool {
+        self.servers.is_empty()
+    }
+
+    /// Every server's URL, in index order.
     pub fn urls(&self) -> Vec<String> {
         self.servers.iter().map(Server::url).collect()
     }
@@ -360,6 +362,7 @@ impl Cluster {
             .collect()
     }
 
+    /// Server `i`.
     pub fn server(&self, i: usize) -> &Server {
         &self.servers[i]
     }

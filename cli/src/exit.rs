@@ -76,6 +76,16 @@ impl From<redquorum::Error> for CliError {
     }
 }
 
+impl From<redquorum_testkit::DevError> for CliError {
+    fn from(e: redquorum_testkit::DevError) -> Self {
+        use redquorum_testkit::DevError;
+        match e {
+            DevError::Usage(message) => Self::usage(message),
+            DevError::Failure(message) => Self::failure(message),
+        }
+    }
+}
+
 impl From<std::io::Error> for CliError {
     fn from(e: std::io::Error) -> Self {
         Self::failure(e.to_string())

@@ -1,14 +1,9 @@
 //! `redquorum`: Redlock from the shell. See `redquorum --help` and the README.
 
 mod args;
-mod baseline;
-mod bench;
 mod child;
 mod client;
 mod config;
-mod cpu;
-mod demo;
-mod dev;
 mod dev_command;
 mod elect;
 mod events;
@@ -50,12 +45,8 @@ fn main() -> ExitCode {
     {
         return ExitCode::from(guard::guard(*parent, *foreground, *stop_signal, command));
     }
-    // The demo and the bench break masters on purpose: their lost connections are the show,
-    // not news, so they log only errors unless asked for more.
-    let breaks_masters = matches!(
-        cli.command,
-        Command::Demo { .. } | Command::Bench { .. } | Command::Dev { .. }
-    );
+    // The dev cluster's commands break masters on purpose: lost connections are not news.
+    let breaks_masters = matches!(cli.command, Command::Dev { .. });
     // With --json, run, elect and observe write JSON events; their log lines follow suit.
     let events_as_json = cli.global.json
         && matches!(
@@ -127,8 +118,6 @@ async fn dispatch(cli: Cli) -> Result<u8, CliError> {
                 .await
                 .map_err(|e| CliError::failure(e.to_string()))?
         }
-        Command::Demo { quick } => demo::demo(quick, cli.global.json).await,
-        Command::Bench { quick } => bench::bench(quick, cli.global.json).await,
         Command::Guard { .. } => Err(CliError::usage("the guard runs before the runtime")),
     }
 }

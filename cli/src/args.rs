@@ -42,7 +42,7 @@ pub(crate) struct Global {
     /// file are then ignored.
     #[arg(long, global = true)]
     pub(crate) dev: bool,
-    /// Machine-readable output: JSON on stdout (status, observe, dev status, demo, bench), and
+    /// Machine-readable output: JSON on stdout (status, observe, dev status), and
     /// for run and elect one JSON event per line on stderr (acquired, renewed, lost, released,
     /// elected, leader, …), redquorum's log lines included (the command's own stderr, and
     /// clap's usage errors, stay as they are).
@@ -159,22 +159,6 @@ pub(crate) enum Command {
     Dev {
         #[command(subcommand)]
         action: DevAction,
-    },
-    /// A live demo: three candidates elect a leader on five local masters while masters are
-    /// killed, paused and restarted. Ends by itself with a summary (about 50 s, 25 s with --quick).
-    Demo {
-        /// A shorter schedule (about 25 s).
-        #[arg(long)]
-        quick: bool,
-    },
-    /// The performance table: latency, throughput, hand-off to waiters, fencing and a hung
-    /// master, each next to a raw baseline (plain SET NX PX and compare-and-delete on the
-    /// redis crate) measured in the same run on five memory-only masters it starts itself.
-    /// About 40 s (10 s with --quick).
-    Bench {
-        /// Smaller samples (about 10 s): for a smoke test, not for figures.
-        #[arg(long)]
-        quick: bool,
     },
 }
 

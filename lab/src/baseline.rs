@@ -5,7 +5,7 @@
 //! as redquorum's is. No timeouts, no report, no cleanup of a lost round, no waiting: a floor,
 //! not a client.
 //!
-//! Shared by `redquorum bench` and the criterion benches (`benches/redlock.rs`).
+//! Shared by `redquorum-lab bench` and the criterion benches (`benches/redlock.rs`).
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -16,25 +16,25 @@ use rand::Rng;
 use redis::aio::MultiplexedConnection;
 
 /// The ttl every benchmark lock is taken for.
-pub(crate) const TTL: Duration = Duration::from_secs(10);
+pub const TTL: Duration = Duration::from_secs(10);
 
 /// The compare-and-delete every Redlock sends to release.
 const RELEASE: &str =
     "if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end return 0";
 
 /// An error of the baseline client.
-pub(crate) type BaselineError = Box<dyn std::error::Error + Send + Sync>;
+pub type BaselineError = Box<dyn std::error::Error + Send + Sync>;
 
 /// The raw baseline client: one multiplexed connection per master.
-#[derive(Clone)]
-pub(crate) struct Baseline {
+#[derive(Clone, Debug)]
+pub struct Baseline {
     conns: Vec<MultiplexedConnection>,
     release: Arc<redis::Script>,
 }
 
 impl Baseline {
     /// Connects to every master.
-    pub(crate) async fn connect(urls: &[String]) -> Result<Self, BaselineError> {
+    pub async fn connect(urls: &[String]) -> Result<Self, BaselineError> {
         let mut conns = Vec::new();
         for url in urls {
             conns.push(
@@ -53,7 +53,7 @@ impl Baseline {
 
     /// One acquire and release of `key`. Returns how long the acquire half took (the `SET`s
     /// until a majority granted): one round trip to the majority-th fastest master.
-    pub(crate) async fn pair(&self, key: &str) -> Result<Duration, BaselineError> {
+    pub async fn pair(&self, key: &str) -> Result<Duration, BaselineError> {
         let start = Instant::now();
         let token = random_token();
         let ttl_ms = u64::try_from(TTL.as_millis()).unwrap_or(u64::MAX);

@@ -4,23 +4,30 @@ use std::time::Duration;
 
 use serde_json::json;
 
+use redquorum_testkit::DevCluster;
+
 use crate::args::DevAction;
-use crate::dev::DevCluster;
 use crate::exit::{self, CliError};
+
+/// The dev cluster in its state directory ([`DevCluster::default_dir`]), if there is one.
+pub(crate) fn open_dev_cluster() -> Result<Option<DevCluster>, CliError> {
+    Ok(DevCluster::open(&DevCluster::default_dir()?)?)
+}
 
 pub(crate) fn dev(action: DevAction, as_json: bool) -> Result<u8, CliError> {
     let cluster = match action {
         DevAction::Up { count } => {
-            let (cluster, created) = DevCluster::up(usize::from(count))?;
+            let dir = DevCluster::default_dir()?;
+            let (cluster, created) = DevCluster::up(&dir, usize::from(count))?;
             eprintln!(
                 "redquorum: dev cluster {} in {}",
                 if created { "started" } else { "is up" },
-                DevCluster::state_dir()?.display()
+                dir.display()
             );
             cluster
         }
         DevAction::Down => {
-            match DevCluster::open()? {
+            match open_dev_cluster()? {
                 Some(cluster) => {
                     cluster.down()?;
                     eprintln!("redquorum: dev cluster stopped and its files removed");
@@ -30,7 +37,7 @@ pub(crate) fn dev(action: DevAction, as_json: bool) -> Result<u8, CliError> {
             return Ok(exit::OK);
         }
         action => {
-            let cluster = DevCluster::open()?.ok_or_else(|| {
+            let cluster = open_dev_cluster()?.ok_or_else(|| {
                 CliError::usage("no dev cluster: start one with `redquorum dev up`")
             })?;
             match action {

@@ -1,4 +1,5 @@
-//! A local cluster of independent `redis-server` masters on 127.0.0.1 (`redquorum dev …`).
+//! A local cluster of independent `redis-server` masters on 127.0.0.1 that outlives the
+//! process that started it (`redquorum dev …`, the lab's demo and bench).
 //!
 //! Each node is a `redis-server` started from `deploy/redis.conf` (compiled in), with its own
 //! port and data directory under the state directory. The pid of every server started is kept
@@ -15,24 +16,44 @@ use std::time::{Duration, Instant};
 use nix::sys::signal::{Signal, kill};
 use nix::unistd::Pid;
 
-use crate::exit::CliError;
-
 /// The recommended configuration every dev node starts from.
-const REDIS_CONF: &str = include_str!("../../../deploy/redis.conf");
+const REDIS_CONF: &str = include_str!("../../deploy/redis.conf");
 /// Ports tried first, so URLs stay the same from one `dev up` to the next.
 const FIRST_PORT: u16 = 7101;
 const START_TIMEOUT: Duration = Duration::from_secs(10);
 
+/// Why a dev-cluster operation failed.
+#[derive(Debug, thiserror::Error)]
+pub enum DevError {
+    /// The request does not fit the cluster: a node index out of range, or a size other than
+    /// the existing cluster's.
+    #[error("{0}")]
+    Usage(String),
+    /// A server would not start or stop, or a state file could not be written.
+    #[error("{0}")]
+    Failure(String),
+}
+
+impl From<std::io::Error> for DevError {
+    fn from(e: std::io::Error) -> Self {
+        Self::Failure(e.to_string())
+    }
+}
+
 /// A node's process state, as `/proc` tells it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum NodeState {
+pub enum NodeState {
+    /// The process runs.
     Running,
+    /// The process is stopped (SIGSTOP): it accepts connections and answers nothing.
     Paused,
+    /// No process.
     Down,
 }
 
 impl NodeState {
-    pub(crate) fn label(self) -> &'static str {
+    /// `up`, `paused` or `down`.
+    pub fn label(self) -> &'static str {
         match self {
             Self::Running => "up",
             Self::Paused => "paused",
@@ -43,19 +64,22 @@ impl NodeState {
 
 /// One master of the dev cluster.
 #[derive(Debug, Clone)]
-pub(crate) struct DevNode {
-    pub(crate) index: usize,
-    pub(crate) port: u16,
+pub struct DevNode {
+    /// Its place in the cluster, from 0.
+    pub index: usize,
+    /// Its loopback port.
+    pub port: u16,
     dir: PathBuf,
 }
 
 impl DevNode {
-    pub(crate) fn url(&self) -> String {
+    /// `redis://127.0.0.1:PORT`.
+    pub fn url(&self) -> String {
         format!("redis://127.0.0.1:{}", self.port)
     }
 
     /// The pid recorded for this node, if it is still that redis-server.
-    pub(crate) fn pid(&self) -> Option<u32> {
+    pub fn pid(&self) -> Option<u32> {
         let pid: u32 = std::fs::read_to_string(self.dir.join("pid"))
             .ok()?
             .trim()
@@ -67,7 +91,8 @@ impl DevNode {
             .then_some(pid)
     }
 
-    pub(crate) fn state(&self) -> NodeState {
+    /// Whether its process runs, is paused or is gone.
+    pub fn state(&self) -> NodeState {
         let Some(pid) = self.pid() else {
             return NodeState::Down;
         };
@@ -84,7 +109,7 @@ impl DevNode {
     }
 
     /// Sends PING and says how long the answer took, or why there was none.
-    pub(crate) fn ping(&self, timeout: Duration) -> Result<Duration, String> {
+    pub fn ping(&self, timeout: Duration) -> Result<Duration, String> {
         let start = Instant::now();
         let addr = SocketAddr::from((Ipv4Addr::LOCALHOST, self.port));
         let mut stream = TcpStream::connect_timeout(&addr, timeout).map_err(|e| e.to_string())?;
@@ -104,16 +129,17 @@ impl DevNode {
         }
     }
 
-    fn signal(&self, signal: Signal) -> Result<(), CliError> {
+    fn signal(&self, signal: Signal) -> Result<(), DevError> {
         let pid = self
             .pid()
-            .ok_or_else(|| CliError::failure(format!("node {} is not running", self.index)))?;
-        let pid = i32::try_from(pid).map_err(|_| CliError::failure("pid out of range"))?;
+            .ok_or_else(|| DevError::Failure(format!("node {} is not running", self.index)))?;
+        let pid =
+            i32::try_from(pid).map_err(|_| DevError::Failure("pid out of range".to_owned()))?;
         kill(Pid::from_raw(pid), signal)
-            .map_err(|e| CliError::failure(format!("cannot signal node {}: {e}", self.index)))
+            .map_err(|e| DevError::Failure(format!("cannot signal node {}: {e}", self.index)))
     }
 
-    fn start(&self, conf: &Path) -> Result<(), CliError> {
+    fn start(&self, conf: &Path) -> Result<(), DevError> {
         std::fs::create_dir_all(&self.dir)?;
         let log = std::fs::File::create(self.dir.join("redis.log"))?;
         let mut child = Command::new("redis-server")
@@ -129,10 +155,11 @@ impl DevNode {
             .process_group(0)
             .spawn()
             .map_err(|e| match e.kind() {
-                std::io::ErrorKind::NotFound => CliError::failure(
-                    "redis-server is not installed: sudo apt-get install -y redis-server",
+                std::io::ErrorKind::NotFound => DevError::Failure(
+                    "redis-server is not installed: sudo apt-get install -y redis-server"
+                        .to_owned(),
                 ),
-                _ => CliError::failure(format!("cannot start redis-server: {e}")),
+                _ => DevError::Failure(format!("cannot start redis-server: {e}")),
             })?;
         std::fs::write(self.dir.join("pid"), child.id().to_string())?;
         let deadline = Instant::now() + START_TIMEOUT;
@@ -147,7 +174,7 @@ impl DevNode {
         }
         let log = std::fs::read_to_string(self.dir.join("redis.log")).unwrap_or_default();
         let tail: Vec<&str> = log.lines().rev().take(5).collect();
-        Err(CliError::failure(format!(
+        Err(DevError::Failure(format!(
             "node {} (port {}) did not start; its log ends with:\n{}",
             self.index,
             self.port,
@@ -158,27 +185,40 @@ impl DevNode {
 
 /// The dev cluster: its state directory and its nodes.
 #[derive(Debug, Clone)]
-pub(crate) struct DevCluster {
+pub struct DevCluster {
     dir: PathBuf,
-    pub(crate) nodes: Vec<DevNode>,
+    /// Its nodes, in index order.
+    pub nodes: Vec<DevNode>,
 }
 
 impl DevCluster {
-    /// `$REDQUORUM_DEV_DIR`, or `$XDG_STATE_HOME/redquorum/dev`, or `~/.local/state/redquorum/dev`.
-    pub(crate) fn state_dir() -> Result<PathBuf, CliError> {
-        if let Some(dir) = std::env::var_os("REDQUORUM_DEV_DIR").filter(|v| !v.is_empty()) {
+    /// Where `redquorum dev` keeps its cluster: `$REDQUORUM_DEV_DIR`, or
+    /// `$XDG_STATE_HOME/redquorum/dev`, or `~/.local/state/redquorum/dev`.
+    ///
+    /// # Errors
+    /// [`DevError::Usage`] when none of these variables is set.
+    pub fn default_dir() -> Result<PathBuf, DevError> {
+        let set = |name: &str| std::env::var_os(name).filter(|v| !v.is_empty());
+        if let Some(dir) = set("REDQUORUM_DEV_DIR") {
             return Ok(PathBuf::from(dir));
         }
-        let base =
-            crate::xdg::base_dir("XDG_STATE_HOME", &[".local", "state"]).ok_or_else(|| {
-                CliError::usage("neither REDQUORUM_DEV_DIR nor HOME is set: where would state go?")
+        let state = set("XDG_STATE_HOME")
+            .map(PathBuf::from)
+            .or_else(|| set("HOME").map(|home| PathBuf::from(home).join(".local").join("state")))
+            .ok_or_else(|| {
+                DevError::Usage(
+                    "neither REDQUORUM_DEV_DIR nor HOME is set: where would state go?".to_owned(),
+                )
             })?;
-        Ok(base.join("redquorum").join("dev"))
+        Ok(state.join("redquorum").join("dev"))
     }
 
-    /// The cluster recorded in the state directory, if there is one.
-    pub(crate) fn open() -> Result<Option<Self>, CliError> {
-        let dir = Self::state_dir()?;
+    /// The cluster recorded in the state directory `dir`, if there is one.
+    ///
+    /// # Errors
+    /// When the recorded ports are corrupt.
+    pub fn open(dir: &Path) -> Result<Option<Self>, DevError> {
+        let dir = dir.to_path_buf();
         let Ok(ports) = std::fs::read_to_string(dir.join("ports")) else {
             return Ok(None);
         };
@@ -187,7 +227,7 @@ impl DevCluster {
             .enumerate()
             .map(|(index, port)| {
                 let port = port.parse().map_err(|_| {
-                    CliError::failure(format!("corrupt {}", dir.join("ports").display()))
+                    DevError::Failure(format!("corrupt {}", dir.join("ports").display()))
                 })?;
                 Ok(DevNode {
                     index,
@@ -195,16 +235,20 @@ impl DevCluster {
                     dir: dir.join(format!("node-{index}")),
                 })
             })
-            .collect::<Result<_, CliError>>()?;
+            .collect::<Result<_, DevError>>()?;
         Ok(Some(Self { dir, nodes }))
     }
 
-    /// Starts a cluster of `count` nodes, or the nodes of the existing one that are down.
-    /// Returns the cluster and whether it was created now.
-    pub(crate) fn up(count: usize) -> Result<(Self, bool), CliError> {
-        if let Some(cluster) = Self::open()? {
+    /// Starts a cluster of `count` nodes with its state in `dir`, or the nodes of the one
+    /// already there that are down. Returns the cluster and whether it was created now.
+    ///
+    /// # Errors
+    /// [`DevError::Usage`] when the cluster in `dir` has another size; [`DevError::Failure`]
+    /// when a server does not start (the ones this call started are stopped again).
+    pub fn up(dir: &Path, count: usize) -> Result<(Self, bool), DevError> {
+        if let Some(cluster) = Self::open(dir)? {
             if cluster.nodes.len() != count {
-                return Err(CliError::usage(format!(
+                return Err(DevError::Usage(format!(
                     "a dev cluster of {} nodes exists already (`redquorum dev down` first)",
                     cluster.nodes.len()
                 )));
@@ -216,7 +260,7 @@ impl DevCluster {
             }
             return Ok((cluster, false));
         }
-        let cluster = Self::create(Self::state_dir()?, free_ports(count)?, REDIS_CONF)?;
+        let cluster = Self::create(dir.to_path_buf(), preferred_ports(count)?, REDIS_CONF)?;
         Ok((cluster, true))
     }
 
@@ -224,16 +268,19 @@ impl DevCluster {
     /// free ports, with its state in `dir`: for measuring the client, not the disk. With
     /// `maxmemory` set, 64 concurrent pairs ran at about 0.6 × the rate and varied twice as
     /// much between runs, for the baseline and redquorum alike. Stop it with [`down`](Self::down).
-    pub(crate) fn start_memory_only(dir: PathBuf, count: usize) -> Result<Self, CliError> {
+    ///
+    /// # Errors
+    /// When a server does not start (the ones this call started are stopped again).
+    pub fn start_memory_only(dir: PathBuf, count: usize) -> Result<Self, DevError> {
         let conf = format!(
             "{REDIS_CONF}\n# redquorum bench: measure the client, not the disk or the memory limit.\n\
              appendonly no\nsave \"\"\nmaxmemory 0\n"
         );
-        Self::create(dir, any_free_ports(count)?, &conf)
+        Self::create(dir, crate::free_ports(count)?, &conf)
     }
 
     /// Writes the configuration and starts one node per port; on failure, stops what started.
-    fn create(dir: PathBuf, ports: Vec<u16>, conf: &str) -> Result<Self, CliError> {
+    fn create(dir: PathBuf, ports: Vec<u16>, conf: &str) -> Result<Self, DevError> {
         std::fs::create_dir_all(&dir)?;
         let cluster = Self {
             nodes: ports
@@ -260,7 +307,10 @@ impl DevCluster {
     }
 
     /// Stops every node (SIGTERM, then SIGKILL after 5 s) and deletes the files it made.
-    pub(crate) fn down(&self) -> Result<(), CliError> {
+    ///
+    /// # Errors
+    /// When a node cannot be killed or a file cannot be removed.
+    pub fn down(&self) -> Result<(), DevError> {
         for node in &self.nodes {
             if node.state() != NodeState::Down {
                 let _ = node.signal(Signal::SIGCONT);
@@ -286,13 +336,18 @@ impl DevCluster {
         Ok(())
     }
 
-    pub(crate) fn urls(&self) -> Vec<String> {
+    /// Every node's URL, in index order.
+    pub fn urls(&self) -> Vec<String> {
         self.nodes.iter().map(DevNode::url).collect()
     }
 
-    pub(crate) fn node(&self, index: usize) -> Result<&DevNode, CliError> {
+    /// Node `index`.
+    ///
+    /// # Errors
+    /// [`DevError::Usage`] when there is no such node.
+    pub fn node(&self, index: usize) -> Result<&DevNode, DevError> {
         self.nodes.get(index).ok_or_else(|| {
-            CliError::usage(format!(
+            DevError::Usage(format!(
                 "no node {index}: the dev cluster has nodes 0 to {}",
                 self.nodes.len().saturating_sub(1)
             ))
@@ -300,7 +355,10 @@ impl DevCluster {
     }
 
     /// SIGKILL: a crash. Waits until the process is gone.
-    pub(crate) fn kill(&self, index: usize) -> Result<(), CliError> {
+    ///
+    /// # Errors
+    /// When there is no such node or it cannot be signalled (or, for a restart, started).
+    pub fn kill(&self, index: usize) -> Result<(), DevError> {
         let node = self.node(index)?;
         node.signal(Signal::SIGKILL)?;
         wait_for(|| node.state() == NodeState::Down);
@@ -308,7 +366,10 @@ impl DevCluster {
     }
 
     /// SIGSTOP: a hung master. Waits until the process is stopped.
-    pub(crate) fn pause(&self, index: usize) -> Result<(), CliError> {
+    ///
+    /// # Errors
+    /// When there is no such node or it cannot be signalled (or, for a restart, started).
+    pub fn pause(&self, index: usize) -> Result<(), DevError> {
         let node = self.node(index)?;
         node.signal(Signal::SIGSTOP)?;
         wait_for(|| node.state() != NodeState::Running);
@@ -316,7 +377,10 @@ impl DevCluster {
     }
 
     /// SIGCONT. Waits until the process runs again.
-    pub(crate) fn resume(&self, index: usize) -> Result<(), CliError> {
+    ///
+    /// # Errors
+    /// When there is no such node or it cannot be signalled (or, for a restart, started).
+    pub fn resume(&self, index: usize) -> Result<(), DevError> {
         let node = self.node(index)?;
         node.signal(Signal::SIGCONT)?;
         wait_for(|| node.state() != NodeState::Paused);
@@ -324,7 +388,10 @@ impl DevCluster {
     }
 
     /// Starts node `index` again on its port and data, killing it first if it runs.
-    pub(crate) fn restart(&self, index: usize) -> Result<(), CliError> {
+    ///
+    /// # Errors
+    /// When there is no such node or it cannot be signalled (or, for a restart, started).
+    pub fn restart(&self, index: usize) -> Result<(), DevError> {
         let node = self.node(index)?;
         if node.state() != NodeState::Down {
             let _ = node.signal(Signal::SIGCONT);
@@ -346,7 +413,7 @@ fn wait_for(done: impl Fn() -> bool) {
     }
 }
 
-fn remove_if_present(result: std::io::Result<()>) -> Result<(), CliError> {
+fn remove_if_present(result: std::io::Result<()>) -> Result<(), DevError> {
     match result {
         Err(e) if e.kind() != std::io::ErrorKind::NotFound => Err(e.into()),
         _ => Ok(()),
@@ -354,7 +421,7 @@ fn remove_if_present(result: std::io::Result<()>) -> Result<(), CliError> {
 }
 
 /// `count` ports: 7101, 7102, … when all of them are free, otherwise any free ones.
-fn free_ports(count: usize) -> Result<Vec<u16>, CliError> {
+fn preferred_ports(count: usize) -> Result<Vec<u16>, DevError> {
     let preferred: Vec<u16> = (0..count)
         .filter_map(|i| u16::try_from(i).ok())
         .map(|i| FIRST_PORT + i)
@@ -366,17 +433,5 @@ fn free_ports(count: usize) -> Result<Vec<u16>, CliError> {
     {
         return Ok(preferred);
     }
-    any_free_ports(count)
-}
-
-/// `count` distinct free ports, wherever the kernel finds them.
-fn any_free_ports(count: usize) -> Result<Vec<u16>, CliError> {
-    // Hold every listener until all are chosen, so the kernel hands out distinct ports.
-    let listeners = (0..count)
-        .map(|_| TcpListener::bind((Ipv4Addr::LOCALHOST, 0)))
-        .collect::<std::io::Result<Vec<_>>>()?;
-    listeners
-        .iter()
-        .map(|l| Ok(l.local_addr()?.port()))
-        .collect()
+    Ok(crate::free_ports(count)?)
 }

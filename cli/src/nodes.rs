@@ -4,7 +4,7 @@
 
 use crate::args::{Global, Tuning};
 use crate::config::{self, SearchPath};
-use crate::dev::DevCluster;
+use crate::dev_command::open_dev_cluster;
 use crate::exit::CliError;
 
 /// The node URLs and the tuning to use.
@@ -36,7 +36,7 @@ pub(crate) fn resolve(global: &Global) -> Result<(Vec<String>, Tuning), CliError
     if let Some(nodes) = from_file {
         return Ok((clean(&nodes), tuning));
     }
-    let hint = match DevCluster::open() {
+    let hint = match open_dev_cluster() {
         Ok(Some(cluster)) if !cluster.nodes.is_empty() => {
             " (a local dev cluster is running: add --dev to use it)"
         }
@@ -51,7 +51,7 @@ pub(crate) fn resolve(global: &Global) -> Result<(Vec<String>, Tuning), CliError
 
 /// The URLs of the running dev cluster.
 fn dev_cluster() -> Result<Vec<String>, CliError> {
-    match DevCluster::open()? {
+    match open_dev_cluster()? {
         Some(cluster) if !cluster.nodes.is_empty() => Ok(cluster.urls()),
         _ => Err(CliError::usage(
             "--dev: no local dev cluster is running; start one with `redquorum dev up`",

@@ -1,4 +1,4 @@
-//! `redquorum bench`: the performance table. Every figure is printed next to a baseline
+//! `redquorum-lab bench`: the performance table. Every figure is printed next to a baseline
 //! measured in the same run on the same five masters, and each target of the project is
 //! checked against the ratios of this run, never against absolute times from elsewhere.
 //!
@@ -12,10 +12,10 @@ use redquorum::RedLock;
 use serde_json::{Value, json};
 
 use crate::baseline::{Baseline, TTL};
-use crate::child::{Signals, signal_code};
 use crate::cpu::Meter;
-use crate::dev::DevCluster;
-use crate::exit::CliError;
+use crate::error::LabError;
+use crate::stop::{StopSignals, exit_code};
+use redquorum_testkit::DevCluster;
 
 const NODES: usize = 5;
 /// The per-node timeout of every client in the bench.
@@ -52,12 +52,17 @@ impl Sizes {
 /// Runs every measurement and prints the table (`--json`: the figures as JSON on stdout, the
 /// table on stderr). SIGINT, SIGTERM or SIGHUP stop it early; its masters are stopped on every
 /// way out.
-pub(crate) async fn bench(quick: bool, as_json: bool) -> Result<u8, CliError> {
-    let mut signals = Signals::new()?;
+///
+/// Returns the exit code: 0, or 128 + N when stopped by signal N.
+///
+/// # Errors
+/// When the masters cannot be started or a measurement fails.
+pub async fn bench(quick: bool, as_json: bool) -> Result<u8, LabError> {
+    let mut signals = StopSignals::listen()?;
     let dir = std::env::temp_dir().join(format!("redquorum-bench-{}", std::process::id()));
     let cluster = tokio::task::spawn_blocking(move || DevCluster::start_memory_only(dir, NODES))
         .await
-        .map_err(|e| CliError::failure(e.to_string()))??;
+        .map_err(|e| LabError::new(e.to_string()))??;
     let result = tokio::select! {
         result = measure(&cluster, Sizes::new(quick), as_json) => Ok(result),
         signal = signals.recv() => Err(signal),
@@ -67,15 +72,15 @@ pub(crate) async fn bench(quick: bool, as_json: bool) -> Result<u8, CliError> {
     cluster.down()?;
     let figures = match result {
         Ok(figures) => figures?,
-        Err(signal) => return Ok(signal_code(signal)),
+        Err(signal) => return Ok(exit_code(signal)),
     };
     if as_json {
         println!("{figures:#}");
     }
-    Ok(crate::exit::OK)
+    Ok(0)
 }
 
-async fn measure(cluster: &DevCluster, sizes: Sizes, as_json: bool) -> Result<Value, CliError> {
+async fn measure(cluster: &DevCluster, sizes: Sizes, as_json: bool) -> Result<Value, LabError> {
     let say = |line: String| {
         if as_json {
             eprintln!("{line}");
@@ -88,7 +93,7 @@ async fn measure(cluster: &DevCluster, sizes: Sizes, as_json: bool) -> Result<Va
     let baseline = Baseline::connect(&urls).await.map_err(failed)?;
     let rl = client(&urls, |b| b)?;
     say(format!(
-        "redquorum bench: {NODES} local redis-server masters (memory only), {} CPUs, per-node \
+        "redquorum-lab bench: {NODES} local redis-server masters (memory only), {} CPUs, per-node \
          timeout {} ms.\nEvery ratio is redquorum / the raw baseline of this same run (the raw \
          baseline: SET NX PX to all, wait for a majority, compare-and-delete on all).\n",
         std::thread::available_parallelism().map_or(0, usize::from),
@@ -124,14 +129,14 @@ async fn measure(cluster: &DevCluster, sizes: Sizes, as_json: bool) -> Result<Va
 fn client(
     urls: &[String],
     configure: impl FnOnce(redquorum::Builder) -> redquorum::Builder,
-) -> Result<RedLock, CliError> {
+) -> Result<RedLock, LabError> {
     configure(RedLock::builder(urls).per_node_timeout(NODE_TIMEOUT))
         .build()
-        .map_err(|e| CliError::usage(e.to_string()))
+        .map_err(|e| LabError::new(e.to_string()))
 }
 
-fn failed(e: impl std::fmt::Display) -> CliError {
-    CliError::failure(format!("bench: {e}"))
+fn failed(e: impl std::fmt::Display) -> LabError {
+    LabError::new(format!("bench: {e}"))
 }
 
 /// p50, p99 and max of some durations.
@@ -209,7 +214,7 @@ async fn sequential(
     baseline: &Baseline,
     rl: &RedLock,
     pairs: usize,
-) -> Result<Sequential, CliError> {
+) -> Result<Sequential, LabError> {
     let warm_up = pairs / 10;
     let (mut base, mut base_acquire, mut ours) = (Vec::new(), Vec::new(), Vec::new());
     for i in 0..pairs + warm_up {
@@ -315,7 +320,7 @@ async fn throughput(
     rl: &RedLock,
     pids: &[u32],
     duration: Duration,
-) -> Result<Vec<Throughput>, CliError> {
+) -> Result<Vec<Throughput>, LabError> {
     let mut rows = Vec::new();
     for tasks in [1usize, 16, 64] {
         let base = {
@@ -461,7 +466,7 @@ async fn hand_off(
     pubsub: bool,
     tasks: usize,
     rounds: usize,
-) -> Result<Handoff, CliError> {
+) -> Result<Handoff, LabError> {
     let turns = Arc::new(Mutex::new(Vec::<Turn>::new()));
     let started = Instant::now();
     let handles: Vec<_> = (0..tasks)
@@ -601,7 +606,7 @@ struct Fencing {
     on: Spread,
 }
 
-async fn fencing(rl: &RedLock, urls: &[String], samples: usize) -> Result<Fencing, CliError> {
+async fn fencing(rl: &RedLock, urls: &[String], samples: usize) -> Result<Fencing, LabError> {
     let fenced = client(urls, |b| b.fencing(true))?;
     let (mut off, mut on) = (Vec::new(), Vec::new());
     for _ in 0..samples {
@@ -662,7 +667,7 @@ async fn hung_master(
     rl: &RedLock,
     cluster: &DevCluster,
     samples: usize,
-) -> Result<HungMaster, CliError> {
+) -> Result<HungMaster, LabError> {
     let run = |phase: &'static str| async move {
         let mut v = Vec::with_capacity(samples);
         for i in 0..samples {
@@ -674,7 +679,7 @@ async fn hung_master(
             v.push(t.elapsed());
             drop(lock);
         }
-        Ok::<_, CliError>(Spread::of(v))
+        Ok::<_, LabError>(Spread::of(v))
     };
     // Acquire and release inline, one pair after the other: each release's own latency, and
     // the time all pairs took.
@@ -690,7 +695,7 @@ async fn hung_master(
             lock.release().await.map_err(failed)?;
             v.push(t.elapsed());
         }
-        Ok::<_, CliError>((Spread::of(v), start.elapsed()))
+        Ok::<_, LabError>((Spread::of(v), start.elapsed()))
     };
     let healthy = run("healthy").await?;
     let (release_healthy, pairs_healthy) = pairs("healthy").await?;

@@ -3,7 +3,6 @@
 //! tc netem and iptables are not available on the test machines, so latency, black-holes and
 //! resets come from here. The proxy listens on a free 127.0.0.1 port and forwards to the
 //! server; its [`Fault`] can be changed at any time and applies to open connections at once.
-#![allow(dead_code, unreachable_pub)]
 
 use std::net::SocketAddr;
 use std::time::Duration;
@@ -73,10 +72,12 @@ impl Proxy {
         }
     }
 
+    /// The URL clients use to reach the server through the proxy.
     pub fn url(&self) -> String {
         format!("redis://{}", self.addr)
     }
 
+    /// Applies `fault` from now on, to open connections too.
     pub fn set(&self, fault: Fault) {
         self.fault.send_replace(fault);
     }

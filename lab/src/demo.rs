@@ -1,4 +1,4 @@
-//! `redquorum demo`: three candidates elect a leader on five local masters while a nemesis
+//! `redquorum-lab demo`: three candidates elect a leader on five local masters while a nemesis
 //! kills, pauses and restarts masters; a live timeline, then a summary.
 
 use std::sync::Arc;
@@ -9,9 +9,9 @@ use redquorum::RedLock;
 use serde_json::json;
 use tokio::sync::{mpsc, watch};
 
-use crate::child::{self, Signals};
-use crate::dev::{DevCluster, NodeState};
-use crate::exit::{self, CliError};
+use crate::error::LabError;
+use crate::stop::{StopSignals, exit_code};
+use redquorum_testkit::{DevCluster, NodeState};
 
 const RESOURCE: &str = "demo:leader";
 const TTL: Duration = Duration::from_secs(2);
@@ -124,9 +124,16 @@ struct Term {
     lost: bool,
 }
 
-pub(crate) async fn demo(quick: bool, as_json: bool) -> Result<u8, CliError> {
+/// Runs the demo on the dev cluster (started now, and stopped at the end, unless one ran
+/// already: that one is left running with every node up) and prints the timeline, then the
+/// summary (`as_json`: the summary as JSON on stdout, the timeline on stderr). Returns the exit
+/// code: 0, or 128 + N when stopped by signal N.
+///
+/// # Errors
+/// When the cluster cannot be started, the nemesis fails, or two candidates led at once.
+pub async fn demo(quick: bool, as_json: bool) -> Result<u8, LabError> {
     let scale = if quick { QUICK } else { 1.0 };
-    let (cluster, created) = DevCluster::up(NODES)?;
+    let (cluster, created) = DevCluster::up(&DevCluster::default_dir()?, NODES)?;
     let t0 = Instant::now();
     let say = |line: String| {
         if as_json {
@@ -166,7 +173,7 @@ pub(crate) async fn demo(quick: bool, as_json: bool) -> Result<u8, CliError> {
     };
     drop(events);
 
-    let mut signals = Signals::new()?;
+    let mut signals = StopSignals::listen()?;
     let mut terms: Vec<Term> = Vec::new();
     let mut interrupted = None;
     let mut nemesis_failed = None;
@@ -247,6 +254,7 @@ pub(crate) async fn demo(quick: bool, as_json: bool) -> Result<u8, CliError> {
     let cleanup = if created {
         cluster
             .down()
+            .map_err(LabError::from)
             .map(|()| "the dev cluster it started was stopped")
     } else {
         restore(&cluster)
@@ -264,17 +272,17 @@ pub(crate) async fn demo(quick: bool, as_json: bool) -> Result<u8, CliError> {
         Err(e) => eprintln!("redquorum: cleanup failed: {e}"),
     }
     if let Some(e) = nemesis_failed {
-        return Err(CliError::failure(format!("the nemesis failed: {e}")));
+        return Err(LabError::new(format!("the nemesis failed: {e}")));
     }
     if let Some(signal) = interrupted {
-        return Ok(child::signal_code(signal));
+        return Ok(exit_code(signal));
     }
     if summary.overlaps > 0 || !summary.terms_increase {
-        return Err(CliError::failure(
+        return Err(LabError::new(
             "two candidates led at once, or a term did not increase: the lock lied",
         ));
     }
-    Ok(exit::OK)
+    Ok(0)
 }
 
 /// Campaign, lead for a while (or until leadership is lost), resign, campaign again.
@@ -402,7 +410,7 @@ fn close_term(terms: &mut [Term], who: usize, term: u64, at: Instant, lost: bool
 }
 
 /// Leaves a cluster that was running before the demo as it found it: every node up.
-fn restore(cluster: &DevCluster) -> Result<(), CliError> {
+fn restore(cluster: &DevCluster) -> Result<(), LabError> {
     for node in &cluster.nodes {
         match node.state() {
             NodeState::Paused => cluster.resume(node.index)?,

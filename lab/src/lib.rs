@@ -1,0 +1,20 @@
+//! redquorum's lab: what the project runs to show and to measure the library, kept out of the
+//! `redquorum` command that operators install.
+//!
+//! - [`demo()`]: three candidates elect a leader on five local masters while a nemesis kills,
+//!   pauses and restarts masters; a live timeline, then a summary (`bash .ci/demo`).
+//! - [`bench()`]: the performance table, every figure next to the [`baseline`] measured in the
+//!   same run on the same masters.
+//! - [`baseline`]: the raw floor any Redlock client must do, on the `redis` crate alone; the
+//!   criterion benches (`benches/redlock.rs`) measure against it too.
+
+pub mod baseline;
+mod bench;
+mod cpu;
+mod demo;
+mod error;
+mod stop;
+
+pub use bench::bench;
+pub use demo::demo;
+pub use error::LabError;

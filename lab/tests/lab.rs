@@ -1,0 +1,196 @@
+//! The lab's `redquorum-lab` binary, run for real: the demo on a local dev cluster it starts and
+//! stops, and the bench on memory-only masters it starts and stops (also when interrupted).
+
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+use redquorum_testkit::DevCluster;
+
+const BIN: &str = env!("CARGO_BIN_EXE_redquorum-lab");
+
+/// The binary with a private dev-cluster directory under `scratch`.
+fn lab(scratch: &Path) -> Command {
+    let mut cmd = Command::new(BIN);
+    cmd.env_remove("RUST_LOG")
+        .env("REDQUORUM_DEV_DIR", scratch.join("dev"))
+        .current_dir(scratch)
+        .stdin(Stdio::null());
+    cmd
+}
+
+fn output(cmd: &mut Command) -> (i32, String, String) {
+    let Output {
+        status,
+        stdout,
+        stderr,
+    } = cmd.output().expect("run redquorum-lab");
+    (
+        status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&stdout).into_owned(),
+        String::from_utf8_lossy(&stderr).into_owned(),
+    )
+}
+
+fn signal(child: &Child, signal: nix::sys::signal::Signal) {
+    let pid = nix::unistd::Pid::from_raw(i32::try_from(child.id()).expect("pid"));
+    nix::sys::signal::kill(pid, signal).expect("signal redquorum-lab");
+}
+
+/// Stops a dev cluster left in the directory, also when the test fails.
+struct DevGuard(PathBuf);
+
+impl Drop for DevGuard {
+    fn drop(&mut self) {
+        if let Ok(Some(cluster)) = DevCluster::open(&self.0) {
+            let _ = cluster.down();
+        }
+    }
+}
+
+#[test]
+fn the_demo_elects_fails_over_and_never_has_two_leaders() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let _guard = DevGuard(dir.path().join("dev"));
+    let (code, out, err) = output(lab(dir.path()).args(["--json", "demo", "--quick"]));
+    assert_eq!(code, 0, "{err}");
+    let summary: serde_json::Value = serde_json::from_str(&out).expect("JSON summary");
+    assert_eq!(summary["overlaps"], 0, "{summary}\n{err}");
+    assert_eq!(summary["terms_increase"], true, "{summary}\n{err}");
+    assert!(
+        summary["leaderships"].as_u64() >= Some(3),
+        "{summary}\n{err}"
+    );
+    // The majority outage met a leader, and it stepped down by its deadline.
+    assert!(summary["lost"].as_u64() >= Some(1), "{summary}\n{err}");
+    assert!(err.contains("steps down"), "{err}");
+    assert!(
+        !dir.path().join("dev").exists(),
+        "the demo left its cluster behind"
+    );
+}
+
+/// The state directory a bench made under `tmp` (its `TMPDIR`), while it exists.
+fn bench_state(tmp: &Path) -> Option<PathBuf> {
+    std::fs::read_dir(tmp)
+        .expect("tempdir")
+        .flatten()
+        .find(|e| {
+            e.file_name()
+                .to_string_lossy()
+                .starts_with("redquorum-bench-")
+        })
+        .map(|e| e.path())
+}
+
+/// `bench --quick --json` measures every section on its own memory-only masters and stops them.
+/// No figure is checked against a speed: only that each was measured and is consistent.
+#[test]
+fn the_bench_measures_every_section_and_stops_its_masters() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let (code, out, err) = output(
+        lab(dir.path())
+            .env("TMPDIR", dir.path())
+            .args(["--json", "bench", "--quick"]),
+    );
+    assert_eq!(code, 0, "{err}");
+    let figures: serde_json::Value = serde_json::from_str(&out).expect("JSON figures");
+    let spread_ok = |s: &serde_json::Value| {
+        let (p50, p99, max) = (
+            s["p50_us"].as_f64().unwrap_or(0.0),
+            s["p99_us"].as_f64().unwrap_or(0.0),
+            s["max_us"].as_f64().unwrap_or(0.0),
+        );
+        0.0 < p50 && p50 <= p99 && p99 <= max
+    };
+    let sequential = &figures["sequential"];
+    assert_eq!(sequential["pairs"], 300, "{figures}");
+    assert!(spread_ok(&sequential["baseline"]), "{figures}");
+    assert!(spread_ok(&sequential["redquorum"]), "{figures}");
+    let tasks: Vec<u64> = figures["throughput"]
+        .as_array()
+        .expect("throughput rows")
+        .iter()
+        .map(|row| {
+            for side in ["baseline", "redquorum"] {
+                assert!(row[side]["pairs_per_s"].as_f64() > Some(0.0), "{row}");
+                // The servers' CPU time was found through their pids.
+                assert!(
+                    row[side]["servers_cpu_us_per_pair"].as_f64() > Some(0.0),
+                    "{row}"
+                );
+            }
+            row["tasks"].as_u64().unwrap_or(0)
+        })
+        .collect();
+    assert_eq!(tasks, [1, 16, 64]);
+    let handoff = figures["handoff"].as_array().expect("hand-off rows");
+    assert_eq!(handoff.len(), 2, "{figures}");
+    for run in handoff {
+        assert!(spread_ok(&run["handoff"]), "{run}");
+        let fairness = run["fairness"].as_f64().unwrap_or(0.0);
+        assert!((0.125..=1.0 + 1e-9).contains(&fairness), "{run}");
+        assert!(run["wasted_rounds_per_acquisition"].as_f64() >= Some(0.0));
+    }
+    assert!(spread_ok(&figures["fencing"]["on"]), "{figures}");
+    assert!(spread_ok(&figures["hung_master"]["hung"]), "{figures}");
+    assert!(err.contains("targets:"), "the table goes to stderr: {err}");
+    assert!(
+        bench_state(dir.path()).is_none(),
+        "the bench left its masters' state behind"
+    );
+}
+
+/// Interrupted mid-way, the bench still stops the masters it started, and exits 130.
+#[test]
+fn an_interrupted_bench_stops_its_masters() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let mut child = lab(dir.path())
+        .env("TMPDIR", dir.path())
+        .args(["bench", "--quick"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("start the bench");
+    // Wait until its masters run (their pid files exist), then interrupt it.
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let pids: Vec<i32> = loop {
+        let pids: Vec<i32> = bench_state(dir.path())
+            .map(|s| {
+                (0..5)
+                    .filter_map(|i| {
+                        std::fs::read_to_string(s.join(format!("node-{i}/pid")))
+                            .ok()?
+                            .trim()
+                            .parse()
+                            .ok()
+                    })
+                    .collect()
+            })
+            .unwrap_or_default();
+        if pids.len() == 5 {
+            break pids;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the bench never started its masters"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    std::thread::sleep(Duration::from_millis(500));
+    signal(&child, nix::sys::signal::Signal::SIGINT);
+    let status = child.wait().expect("wait");
+    assert_eq!(status.code(), Some(130));
+    for pid in pids {
+        assert!(
+            !std::path::Path::new(&format!("/proc/{pid}")).exists()
+                || std::fs::read_to_string(format!("/proc/{pid}/stat"))
+                    .is_ok_and(|s| s.contains(") Z ")),
+            "redis-server {pid} outlived the interrupted bench"
+        );
+    }
+    assert!(
+        bench_state(dir.path()).is_none(),
+        "the bench left its masters' state behind"
+    );
+}

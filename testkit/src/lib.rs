@@ -1,0 +1,28 @@
+//! Real local `redis-server` masters for redquorum's tests, benches, lab and dev cluster.
+//!
+//! redquorum proves its claims against real servers, never mocks: this crate starts them on
+//! free 127.0.0.1 ports and breaks them the ways a production master breaks.
+//!
+//! - [`Cluster`]: N independent masters owned by a test. Kill (SIGKILL), pause (SIGSTOP),
+//!   resume and restart any of them; inspect their keys. Every server is ended, by its pid,
+//!   when the `Cluster` is dropped, also when the test panics. The methods panic on failure:
+//!   they are for tests.
+//! - [`Proxy`]: an in-process TCP proxy in front of one server that adds latency, black-holes
+//!   or resets connections (for machines without `tc netem` or iptables).
+//! - [`DevCluster`]: masters that outlive the process that started them, recorded in a state
+//!   directory (`redquorum dev up`/`down`), with typed errors instead of panics.
+//!
+//! Only loopback addresses are used, and a signal goes only to a process this crate started.
+//! `redis-server` must be on `PATH` (`sudo apt-get install -y redis-server` on Debian/Ubuntu).
+
+mod cluster;
+mod dev;
+mod proxy;
+mod server;
+mod wait;
+
+pub use cluster::{Cluster, Persistence, Server, TlsFiles};
+pub use dev::{DevCluster, DevError, DevNode, NodeState};
+pub use proxy::{Fault, Proxy};
+pub use server::{free_port, free_ports, redis_server_binary};
+pub use wait::eventually;
