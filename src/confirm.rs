@@ -3,8 +3,9 @@
 use crate::error::Operation;
 use crate::quorum::Vote;
 use crate::report::{NodeOutcome, Report};
+use crate::request::{Command, Request};
 use crate::resource::FenceKeys;
-use crate::round::{self, Command, Request, Round, Wait};
+use crate::round::{self, Round, Wait};
 use crate::scripts;
 use crate::settings::Timing;
 use crate::shared::Shared;

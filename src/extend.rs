@@ -3,7 +3,8 @@
 use crate::error::Operation;
 use crate::node_error::NodeError;
 use crate::report::{NodeOutcome, Report};
-use crate::round::{self, Command, Request, Round, Wait};
+use crate::request::{Command, Request};
+use crate::round::{self, Round, Wait};
 use crate::scripts;
 use crate::settings::Timing;
 use crate::shared::Shared;

@@ -56,6 +56,7 @@ mod quorum;
 mod redlock;
 mod release;
 mod report;
+mod request;
 mod reseed;
 mod resource;
 mod retry;
@@ -66,6 +67,7 @@ mod shared;
 pub mod telemetry;
 mod token;
 mod verdict;
+mod voter;
 mod waiting;
 
 pub use builder::Builder;

@@ -2,7 +2,7 @@
 //!
 //! Compiled only into the crate's unit tests, so it uses the production decision code rather
 //! than a copy: the fenced acquire's and the confirm's replies are decoded by
-//! `round::classify`/`round::classify_code`, counted in [`Tally`], and judged by
+//! `request::classify`/`request::classify_code`, counted in [`Tally`], and judged by
 //! [`verdict::judge`]; the scripts' effects on a node are `scripts::effects`, the Rust mirrors
 //! kept next to the Lua.
 //!
@@ -68,8 +68,8 @@ use stateright::{Model, Property};
 
 use crate::quorum::{Decision, Tally, Vote};
 use crate::report::NodeOutcome;
+use crate::request::{classify, classify_code};
 use crate::reseed::{self, Reading};
-use crate::round::{classify, classify_code};
 use crate::scripts::effects::{self, ConfirmRule};
 use crate::verdict::{self, RoundKind};
 

@@ -4,7 +4,8 @@ use std::time::Duration;
 
 use crate::error::Operation;
 use crate::report::{NodeOutcome, Report};
-use crate::round::{self, Command, Request, Round, Stragglers, Wait};
+use crate::request::{Command, Request};
+use crate::round::{self, Round, Stragglers, Wait};
 use crate::scripts;
 use crate::shared::Shared;
 use crate::token::Token;

@@ -5,143 +5,18 @@ use std::time::{Duration, Instant};
 
 use futures::StreamExt;
 use futures::stream::FuturesUnordered;
-use redis::aio::MultiplexedConnection;
-use redis::{Script, ServerErrorKind, Value};
 use tokio::sync::watch;
 use tokio_util::task::TaskTracker;
 
 use crate::deadline::{Awake, Deadline};
-use crate::error::Operation;
-use crate::node::{Node, breaks_connection};
 use crate::node_error::NodeError;
 use crate::quorum::{Decision, Tally, Vote};
 use crate::report::{NodeOutcome, NodeReport, Report};
-use crate::scripts::{Lua, ScriptReply};
+use crate::request::{Grant, Prepared, Request};
 use crate::settings::Timing;
 use crate::telemetry;
-use crate::token::Token;
 use crate::verdict::{self, RoundKind, Verdict};
-
-/// The command a round runs on every node.
-#[derive(Debug, Clone, Copy)]
-pub(crate) enum Command {
-    /// One of our scripts (`EVALSHA`, loaded on `NOSCRIPT` and sent again).
-    Script(&'static Lua),
-    /// The plain acquire: `SET key token NX PX ttl`, one native command. A refusal does not
-    /// say when the holder's key expires; the cleanup after a failed round does (its
-    /// compare-and-delete answers with the holder's ttl, see `Report::learn_expiries`).
-    SetIfAbsent,
-}
-
-impl Command {
-    fn name(self) -> &'static str {
-        match self {
-            Self::Script(lua) => lua.script().get_hash(),
-            Self::SetIfAbsent => "SET NX PX",
-        }
-    }
-}
-
-/// What to send to every node.
-#[derive(Debug)]
-pub(crate) struct Request {
-    pub(crate) command: Command,
-    pub(crate) key: Vec<u8>,
-    /// `KEYS[2]…`, for the scripts that take them: the fence counter (and an older version's
-    /// per-resource counter), or the leader info.
-    pub(crate) extra_keys: Vec<Vec<u8>>,
-    pub(crate) token: String,
-    /// The numeric argument (`ARGV[2]`): the ttl in ms, or the fencing token to confirm.
-    pub(crate) number: Option<u64>,
-    /// Bytes arguments after the others (leader info; release channel and release id).
-    pub(crate) payload: Vec<Vec<u8>>,
-    /// What a node that did what we asked is reported as.
-    pub(crate) done: NodeOutcome,
-    /// Skip nodes still within their restart grace (acquire only: they must not vote).
-    pub(crate) settled_nodes_only: bool,
-    /// The nodes whose "done" counts toward the majority (the fencing confirm: the masters
-    /// that granted before the acquire was decided); a "done" from any other node is reported
-    /// as [`NodeOutcome::LateGrant`] and counts as no vote. `None`: every node counts.
-    pub(crate) counted: Option<Vec<bool>>,
-    /// Extend: the nodes to re-add a missing key on (`ARGV[3]` = `1`; `0` elsewhere). `None`:
-    /// no such argument.
-    pub(crate) readd_on: Option<Vec<bool>>,
-    /// Fenced confirm: each master's re-seed epoch at its grant, sent as the last argument to
-    /// that master (empty where unknown, which the script never counts). `None`: no such
-    /// argument.
-    pub(crate) epochs: Option<Vec<Option<u64>>>,
-    /// For metrics.
-    pub(crate) operation: Operation,
-}
-
-impl Request {
-    /// `command` on `key` for `operation`, with `token` as the first argument; a node that did
-    /// what was asked is reported as `done`. Every other part is empty until set below.
-    pub(crate) fn new(
-        operation: Operation,
-        command: Command,
-        key: &[u8],
-        token: &Token,
-        done: NodeOutcome,
-    ) -> Self {
-        Self {
-            command,
-            key: key.to_vec(),
-            extra_keys: Vec::new(),
-            token: token.expose().to_owned(),
-            number: None,
-            payload: Vec::new(),
-            done,
-            settled_nodes_only: false,
-            counted: None,
-            readd_on: None,
-            epochs: None,
-            operation,
-        }
-    }
-
-    /// Sets the `extra_keys` field (see there).
-    pub(crate) fn with_extra_keys(mut self, keys: Vec<Vec<u8>>) -> Self {
-        self.extra_keys = keys;
-        self
-    }
-
-    /// Sets the `number` field (see there).
-    pub(crate) fn with_number(mut self, number: u64) -> Self {
-        self.number = Some(number);
-        self
-    }
-
-    /// Sets the `payload` field (see there).
-    pub(crate) fn with_payload(mut self, payload: Vec<Vec<u8>>) -> Self {
-        self.payload = payload;
-        self
-    }
-
-    /// Acquire: nodes within their restart grace are not asked (they must not vote).
-    pub(crate) fn settled_nodes_only(mut self) -> Self {
-        self.settled_nodes_only = true;
-        self
-    }
-
-    /// Sets the `counted` field (see there).
-    pub(crate) fn counting_only(mut self, counted: Vec<bool>) -> Self {
-        self.counted = Some(counted);
-        self
-    }
-
-    /// Sets the `readd_on` field (see there).
-    pub(crate) fn readding_on(mut self, nodes: Vec<bool>) -> Self {
-        self.readd_on = Some(nodes);
-        self
-    }
-
-    /// Sets the `epochs` field (see there).
-    pub(crate) fn with_epochs(mut self, epochs: Vec<Option<u64>>) -> Self {
-        self.epochs = Some(epochs);
-        self
-    }
-}
+use crate::voter::Voter;
 
 /// How long a round waits.
 #[derive(Debug, Clone)]
@@ -302,8 +177,8 @@ impl Round {
 }
 
 /// Sends `request` to every node in parallel, each bounded by `per_node_timeout`.
-pub(crate) async fn run(
-    nodes: &Arc<[Node]>,
+pub(crate) async fn run<V: Voter>(
+    nodes: &Arc<[V]>,
     background: &TaskTracker,
     request: Request,
     per_node_timeout: Duration,
@@ -329,10 +204,10 @@ pub(crate) async fn run(
 /// Every request starts with the round, so one deadline (`start + per_node_timeout`), one
 /// timer, bounds them all, instead of a timer per node. Only a request that first waits for a
 /// straggler of an earlier round carries its own timeout, started once it is sent. A node whose
-/// request times out becomes suspect (`Node::is_suspect`) until it answers again.
+/// request times out becomes suspect ([`Voter::is_suspect`]) until it answers again.
 #[allow(clippy::too_many_arguments)]
-pub(crate) async fn run_then(
-    nodes: &Arc<[Node]>,
+pub(crate) async fn run_then<V: Voter>(
+    nodes: &Arc<[V]>,
     background: &TaskTracker,
     request: Request,
     per_node_timeout: Duration,
@@ -342,7 +217,9 @@ pub(crate) async fn run_then(
 ) -> Round {
     let awake = Awake::now();
     let start = awake.instant();
-    let deadline = tokio::time::Instant::from_std(start) + per_node_timeout;
+    // On tokio's clock (the same as `start`'s outside tests), so the engine's timing can be
+    // tested in virtual time.
+    let deadline = tokio::time::Instant::now() + per_node_timeout;
     let prepared = Arc::new(Prepared::new(&request));
     let count = nodes.len();
     let ordered = Ordered::new(count);
@@ -372,7 +249,7 @@ pub(crate) async fn run_then(
                             let (nodes, prepared) = (nodes.clone(), prepared.clone());
                             let delivery = tracker.spawn(async move {
                                 match nodes.get(index) {
-                                    Some(node) => ask(node, &prepared, || {}).await,
+                                    Some(node) => node.ask(&prepared, || {}).await,
                                     None => (NodeOutcome::NoReply, None),
                                 }
                             });
@@ -381,12 +258,12 @@ pub(crate) async fn run_then(
                             })
                             .await
                         } else {
-                            tokio::time::timeout(per_node_timeout, ask(node, &prepared, queued))
+                            tokio::time::timeout(per_node_timeout, node.ask(&prepared, queued))
                                 .await
                         };
                         answer.unwrap_or_else(|_| timed_out(per_node_timeout))
                     }
-                    None => ask(node, &prepared, queued).await,
+                    None => node.ask(&prepared, queued).await,
                 },
                 None => (NodeOutcome::NoReply, None),
             };
@@ -582,8 +459,8 @@ where
 }
 
 /// Counts one node's answer in the tally, and in the logs and metrics.
-fn record(
-    nodes: &[Node],
+fn record<V: Voter>(
+    nodes: &[V],
     tally: &mut Tally,
     index: usize,
     outcome: &NodeOutcome,
@@ -612,454 +489,316 @@ fn timed_out(per_node_timeout: Duration) -> (NodeOutcome, Option<Grant>) {
     )
 }
 
-/// A request built once per round and sent to every node as is: the arguments are encoded
-/// once, not once per node.
-struct Prepared {
-    wire: Wire,
-    done: NodeOutcome,
-    settled_nodes_only: bool,
-    /// Keep a request we stopped waiting for running until its connection has taken it.
-    ///
-    /// The redis crate's multiplexed connection skips a queued request whose caller went away
-    /// before the connection's driver took it: behind a master that stopped reading (its
-    /// buffers full), a compare-and-delete whose timeout fired would never be sent, and the
-    /// released lock's key would outlive the master's recovery until its ttl. So a release
-    /// is never dropped: once we stop waiting, a background task keeps it alive until it is
-    /// answered or its connection breaks. Other requests may be dropped: an acquire or extend
-    /// that never reaches the server does no harm.
-    deliver_anyway: bool,
-}
-
-enum Wire {
-    Script {
-        script: &'static Script,
-        evalsha: redis::Cmd,
-        /// The same script with its last argument `1`, for the nodes marked (extend's re-add).
-        marked: Option<(Vec<bool>, redis::Cmd)>,
-        /// Append the server's `run_id` to the arguments (see `Lua::takes_run_id`).
-        run_id: bool,
-        /// Append each node's own value (see `Request::epochs`).
-        per_node: Option<Vec<Option<u64>>>,
-    },
-    SetIfAbsent(redis::Cmd),
-}
-
-impl Prepared {
-    fn new(request: &Request) -> Self {
-        let wire = match request.command {
-            Command::Script(lua) => {
-                let script = lua.script();
-                let mut evalsha = redis::cmd("EVALSHA");
-                evalsha
-                    .arg(script.get_hash())
-                    .arg(1 + request.extra_keys.len())
-                    .arg(request.key.as_slice());
-                for extra in &request.extra_keys {
-                    evalsha.arg(extra.as_slice());
-                }
-                evalsha.arg(request.token.as_str());
-                if let Some(number) = request.number {
-                    evalsha.arg(number);
-                }
-                for payload in &request.payload {
-                    evalsha.arg(payload.as_slice());
-                }
-                let marked = request.readd_on.as_ref().map(|nodes| {
-                    let mut marked = evalsha.clone();
-                    marked.arg("1");
-                    evalsha.arg("0");
-                    (nodes.clone(), marked)
-                });
-                Wire::Script {
-                    script,
-                    evalsha,
-                    marked,
-                    run_id: lua.takes_run_id(),
-                    per_node: request.epochs.clone(),
-                }
-            }
-            Command::SetIfAbsent => {
-                let mut set = redis::cmd("SET");
-                set.arg(request.key.as_slice())
-                    .arg(request.token.as_str())
-                    .arg("NX")
-                    .arg("PX")
-                    .arg(request.number.unwrap_or(0));
-                Wire::SetIfAbsent(set)
-            }
-        };
-        Self {
-            wire,
-            done: request.done.clone(),
-            settled_nodes_only: request.settled_nodes_only,
-            deliver_anyway: request.operation == Operation::Release,
-        }
-    }
-
-    /// Sends the request on `conn`; a script the server does not know (a restarted node, a
-    /// `SCRIPT FLUSH`) is loaded and sent once more.
-    async fn send(
-        &self,
-        conn: &mut MultiplexedConnection,
-        node: usize,
-        server_run: Option<&str>,
-    ) -> redis::RedisResult<Value> {
-        match &self.wire {
-            Wire::Script {
-                script,
-                evalsha,
-                marked,
-                run_id,
-                per_node,
-            } => {
-                let cmd = match marked {
-                    Some((nodes, marked)) if nodes.get(node) == Some(&true) => marked,
-                    _ => evalsha,
-                };
-                let extended;
-                let cmd = match (server_run.filter(|_| *run_id), per_node) {
-                    (Some(server_run), _) => {
-                        let mut with_run_id = cmd.clone();
-                        with_run_id.arg(server_run);
-                        extended = with_run_id;
-                        &extended
-                    }
-                    (None, Some(values)) => {
-                        let mut with_value = cmd.clone();
-                        match values.get(node).copied().flatten() {
-                            Some(value) => with_value.arg(value),
-                            None => with_value.arg(""),
-                        };
-                        extended = with_value;
-                        &extended
-                    }
-                    (None, None) => cmd,
-                };
-                match cmd.query_async(conn).await {
-                    Err(err)
-                        if err.kind() == redis::ErrorKind::Server(ServerErrorKind::NoScript) =>
-                    {
-                        script.load_async(conn).await?;
-                        cmd.query_async(conn).await
-                    }
-                    answer => answer,
-                }
-            }
-            Wire::SetIfAbsent(set) => set.query_async(conn).await,
-        }
-    }
-
-    /// Whether the request may be sent a second time (a script after `NOSCRIPT`): then it is
-    /// ordered on its connection only once answered, not once queued.
-    fn resendable(&self) -> bool {
-        matches!(self.wire, Wire::Script { .. })
-    }
-
-    /// Whether the request carries the server's `run_id`, so cannot go to a server that
-    /// would not say it.
-    fn needs_run_id(&self) -> bool {
-        matches!(self.wire, Wire::Script { run_id: true, .. })
-    }
-
-    fn classify(&self, reply: Value) -> (NodeOutcome, Option<Grant>) {
-        match self.wire {
-            Wire::Script { .. } => classify(reply, &self.done),
-            Wire::SetIfAbsent(_) => classify_set_if_absent(reply, &self.done),
-        }
-    }
-}
-
-/// Sends the request to one node and classifies its answer. Unbounded: the caller bounds it.
-/// `queued` runs once the request is handed to the node's connection (first in line behind
-/// what was handed before), whether or not it was answered yet.
-async fn ask(
-    node: &Node,
-    request: &Prepared,
-    queued: impl FnOnce(),
-) -> (NodeOutcome, Option<Grant>) {
-    let call = async {
-        let ready = node.connection().await?;
-        if request.settled_nodes_only {
-            node.check_settled(&ready)?;
-        }
-        if request.needs_run_id() && ready.run_id.is_none() {
-            return Err(NodeError::Unidentified);
-        }
-        let (mut conn, generation) = (ready.conn, ready.generation);
-        let send = request.send(&mut conn, node.id().index(), ready.run_id.as_deref());
-        tokio::pin!(send);
-        // The first poll hands the command to the connection's queue (or to the line of
-        // senders waiting for room in it, served in order).
-        let first = futures::poll!(send.as_mut());
-        queued();
-        let answer = match first {
-            std::task::Poll::Ready(answer) => answer,
-            std::task::Poll::Pending => send.await,
-        };
-        // Something came back from the server (or the connection broke): not hung.
-        node.set_suspect(false);
-        answer.map_err(|err| {
-            if breaks_connection(&err) {
-                node.report_broken(generation);
-            }
-            if err.kind() == redis::ErrorKind::Server(ServerErrorKind::ReadOnly) {
-                tracing::warn!(
-                    node = %node.id(),
-                    "node is a read-only replica: Redlock needs N independent masters, \
-                     a replica cannot vote and must not be listed"
-                );
-            }
-            NodeError::Redis(err)
-        })
-    };
-    match call.await {
-        Err(err) => (NodeOutcome::Failed(err), None),
-        Ok(reply) => request.classify(reply),
-    }
-}
-
-/// The reply to `SET key token NX PX ttl`: `OK` is a grant, nil another owner's key (its
-/// ttl unknown until the cleanup asks). Total, like [`classify`].
-pub(crate) fn classify_set_if_absent(
-    reply: Value,
-    done: &NodeOutcome,
-) -> (NodeOutcome, Option<Grant>) {
-    match reply {
-        Value::Okay => (done.clone(), None),
-        Value::Nil => (NodeOutcome::HeldByOther { expires_in: None }, None),
-        other => (unexpected(&other), None),
-    }
-}
-
-/// What one master's grant of a fenced acquire says.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub(crate) struct Grant {
-    /// The fence counter after the grant's increment.
-    pub(crate) counter: u64,
-    /// The master's re-seed epoch at the grant, which its confirm must name
-    /// (`scripts::CONFIRM_FENCE`).
-    pub(crate) epoch: u64,
-}
-
-/// What a script's reply says about the node, and what a fenced acquire's grant returned.
-/// Total: any reply shape, including ones no script of ours sends, is an outcome (an unexpected
-/// one is a failed vote), never a panic.
-pub(crate) fn classify(reply: Value, done: &NodeOutcome) -> (NodeOutcome, Option<Grant>) {
-    match reply {
-        Value::Int(code) => (classify_code(code, done), None),
-        Value::Array(items) => match items.as_slice() {
-            [Value::Int(-1), Value::Int(counter), Value::Int(epoch)] => {
-                match (u64::try_from(*counter), u64::try_from(*epoch)) {
-                    (Ok(counter), Ok(epoch)) => (done.clone(), Some(Grant { counter, epoch })),
-                    _ => (unexpected(&Value::Array(items)), None),
-                }
-            }
-            _ => (unexpected(&Value::Array(items)), None),
-        },
-        other => (unexpected(&other), None),
-    }
-}
-
-fn unexpected(reply: &Value) -> NodeOutcome {
-    let mut shown = format!("{reply:?}");
-    truncate_on_char_boundary(&mut shown, SHOWN_REPLY_LEN);
-    NodeOutcome::Failed(NodeError::UnexpectedReply(shown))
-}
-
-pub(crate) fn classify_code(code: i64, done: &NodeOutcome) -> NodeOutcome {
-    match ScriptReply::from_code(code) {
-        Some(ScriptReply::Done) => done.clone(),
-        Some(ScriptReply::Missing) => NodeOutcome::Missing,
-        Some(ScriptReply::Readded) => NodeOutcome::Readded,
-        Some(ScriptReply::Unseeded) => NodeOutcome::Failed(NodeError::Unseeded),
-        Some(ScriptReply::SeededSinceGrant) => NodeOutcome::Failed(NodeError::SeededSinceGrant),
-        Some(ScriptReply::Foreign { expires_in_ms }) => NodeOutcome::HeldByOther {
-            expires_in: expires_in_ms.map(Duration::from_millis),
-        },
-        None => NodeOutcome::Failed(NodeError::UnexpectedReply(code.to_string())),
-    }
-}
-
-/// How much of an unexpected reply a report keeps, in bytes.
-const SHOWN_REPLY_LEN: usize = 120;
-
-fn truncate_on_char_boundary(text: &mut String, max: usize) {
-    if text.len() > max {
-        let cut = (0..=max)
-            .rev()
-            .find(|i| text.is_char_boundary(*i))
-            .unwrap_or(0);
-        text.truncate(cut);
-    }
-}
-
+/// The engine's timing in virtual time (`tokio::time::pause`), with scripted voters instead of
+/// servers: each test names the mutation of the engine that makes it fail.
 #[cfg(test)]
 mod tests {
+    use std::collections::VecDeque;
+    use std::future::Future;
+    use std::sync::Mutex;
+    use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+
+    use tokio::time::Instant as Virtual;
+
     use super::*;
-    use rand::rngs::StdRng;
-    use rand::{RngExt, SeedableRng};
+    use crate::error::Operation;
+    use crate::node_id::NodeId;
+    use crate::request::Command;
+    use crate::scripts;
+    use crate::token::Token;
 
-    fn random_value(rng: &mut StdRng, depth: u32) -> Value {
-        let kinds = if depth == 0 { 8 } else { 12 };
-        match rng.random_range(0..kinds) {
-            0 => Value::Nil,
-            1 | 2 => Value::Int(match rng.random_range(0..4) {
-                0 => rng.random_range(-5..5),
-                1 => i64::MIN,
-                2 => i64::MAX,
-                _ => rng.random(),
-            }),
-            3 => Value::BulkString(
-                (0..rng.random_range(0..300))
-                    .map(|_| rng.random())
-                    .collect(),
-            ),
-            4 => Value::SimpleString("OK\r\n\u{fffd}é".repeat(rng.random_range(0..50))),
-            5 => Value::Okay,
-            6 => Value::Double(f64::from_bits(rng.random())),
-            7 => Value::Boolean(rng.random()),
-            8 => Value::Array(
-                (0..rng.random_range(0..4))
-                    .map(|_| random_value(rng, depth - 1))
-                    .collect(),
-            ),
-            9 => Value::Set(
-                (0..rng.random_range(0..4))
-                    .map(|_| random_value(rng, depth - 1))
-                    .collect(),
-            ),
-            10 => Value::Map(
-                (0..rng.random_range(0..3))
-                    .map(|_| (random_value(rng, depth - 1), random_value(rng, depth - 1)))
-                    .collect(),
-            ),
-            _ => Value::Attribute {
-                data: Box::new(random_value(rng, depth - 1)),
-                attributes: vec![(random_value(rng, depth - 1), random_value(rng, depth - 1))],
-            },
-        }
+    const TIMEOUT: Duration = Duration::from_millis(50);
+
+    /// What a scripted voter does with one request.
+    #[derive(Debug, Clone)]
+    enum Reply {
+        /// Answers with this outcome after this long.
+        After(Duration, NodeOutcome),
+        /// Never answers (a SIGSTOPped master).
+        Never,
     }
 
-    /// Property: every reply shape classifies without panicking; only the integers our scripts
-    /// send count as an answer, everything else is a failed vote with a bounded description.
-    #[test]
-    fn every_reply_shape_classifies() {
-        let mut rng = StdRng::seed_from_u64(0x5eed);
-        for _ in 0..100_000 {
-            let reply = random_value(&mut rng, 3);
-            let expected = match &reply {
-                Value::Int(-1) => "done",
-                Value::Int(-2) => "missing",
-                Value::Int(-5) => "readded",
-                Value::Int(-6) => "unseeded",
-                Value::Int(-7) => "seeded since grant",
-                Value::Int(n) if *n >= 0 || *n == -3 => "held",
-                Value::Array(items) => match items.as_slice() {
-                    [Value::Int(-1), Value::Int(f), Value::Int(e)] if *f >= 0 && *e >= 0 => "done",
-                    _ => "failed",
-                },
-                _ => "failed",
-            };
-            let (outcome, fence) = classify(reply.clone(), &NodeOutcome::Granted);
-            assert_eq!(
-                fence.is_some(),
-                matches!(&reply, Value::Array(_)) && expected == "done"
-            );
-            let got = match &outcome {
-                NodeOutcome::Granted => "done",
-                NodeOutcome::Missing => "missing",
-                NodeOutcome::Readded => "readded",
-                NodeOutcome::Failed(NodeError::Unseeded) => "unseeded",
-                NodeOutcome::Failed(NodeError::SeededSinceGrant) => "seeded since grant",
-                NodeOutcome::HeldByOther { .. } => "held",
-                NodeOutcome::Failed(NodeError::UnexpectedReply(shown)) => {
-                    assert!(shown.len() <= SHOWN_REPLY_LEN);
-                    "failed"
+    use Reply::{After, Never};
+
+    fn yes(after_ms: u64) -> Reply {
+        After(Duration::from_millis(after_ms), NodeOutcome::Granted)
+    }
+
+    fn no(after_ms: u64) -> Reply {
+        After(
+            Duration::from_millis(after_ms),
+            NodeOutcome::HeldByOther { expires_in: None },
+        )
+    }
+
+    /// A voter that answers each request as its script says, in order, and records when each
+    /// request was sent and how many answers it gave.
+    #[derive(Debug)]
+    struct Scripted {
+        id: NodeId,
+        suspect: AtomicBool,
+        replies: Mutex<VecDeque<Reply>>,
+        sent_at: Mutex<Vec<Virtual>>,
+        answered: AtomicUsize,
+    }
+
+    impl Voter for Scripted {
+        fn id(&self) -> &NodeId {
+            &self.id
+        }
+
+        fn is_suspect(&self) -> bool {
+            self.suspect.load(Ordering::Relaxed)
+        }
+
+        fn set_suspect(&self, suspect: bool) {
+            self.suspect.store(suspect, Ordering::Relaxed);
+        }
+
+        fn ask(
+            &self,
+            _request: &Prepared,
+            queued: impl FnOnce() + Send,
+        ) -> impl Future<Output = (NodeOutcome, Option<Grant>)> + Send {
+            self.sent_at.lock().expect("lock").push(Virtual::now());
+            let reply = self
+                .replies
+                .lock()
+                .expect("lock")
+                .pop_front()
+                .unwrap_or(Never);
+            async move {
+                queued();
+                match reply {
+                    After(delay, outcome) => {
+                        tokio::time::sleep(delay).await;
+                        self.set_suspect(false);
+                        self.answered.fetch_add(1, Ordering::Relaxed);
+                        (outcome, None)
+                    }
+                    Never => std::future::pending().await,
                 }
-                other => panic!("{reply:?} became {other:?}"),
-            };
-            assert_eq!(got, expected, "{reply:?}");
+            }
         }
     }
 
-    /// Property: every reply to the plain acquire classifies without panicking; only `OK` is
-    /// a grant, only nil a holder, anything else a failed vote.
-    #[test]
-    fn every_set_if_absent_reply_classifies() {
-        let mut rng = StdRng::seed_from_u64(0x5e7);
-        for _ in 0..100_000 {
-            let reply = random_value(&mut rng, 3);
-            let expected = match &reply {
-                Value::Okay => "done",
-                Value::Nil => "held",
-                _ => "failed",
-            };
-            let (outcome, fence) = classify_set_if_absent(reply.clone(), &NodeOutcome::Granted);
-            assert!(fence.is_none());
-            let got = match &outcome {
-                NodeOutcome::Granted => "done",
-                NodeOutcome::HeldByOther { expires_in: None } => "held",
-                NodeOutcome::Failed(NodeError::UnexpectedReply(shown)) => {
-                    assert!(shown.len() <= SHOWN_REPLY_LEN);
-                    "failed"
-                }
-                other => panic!("{reply:?} became {other:?}"),
-            };
-            assert_eq!(got, expected, "{reply:?}");
-        }
+    /// One voter per script; voter `i` answers its `k`-th request with `scripts[i][k]`.
+    fn voters(scripts: Vec<Vec<Reply>>) -> Arc<[Scripted]> {
+        scripts
+            .into_iter()
+            .enumerate()
+            .map(|(index, replies)| Scripted {
+                id: NodeId::new(index, format!("voter-{index}").into()),
+                suspect: AtomicBool::new(false),
+                replies: Mutex::new(replies.into()),
+                sent_at: Mutex::new(Vec::new()),
+                answered: AtomicUsize::new(0),
+            })
+            .collect()
     }
 
-    #[test]
-    fn held_replies_carry_the_remaining_ttl() {
-        let (held, _) = classify(Value::Int(1500), &NodeOutcome::Released);
+    fn acquire() -> Request {
+        Request::new(
+            Operation::Acquire,
+            Command::SetIfAbsent,
+            b"k",
+            &Token::generate(),
+            NodeOutcome::Granted,
+        )
+        .with_number(1000)
+    }
+
+    fn release() -> Request {
+        Request::new(
+            Operation::Release,
+            Command::Script(&scripts::RELEASE),
+            b"k",
+            &Token::generate(),
+            NodeOutcome::Released,
+        )
+    }
+
+    fn outcomes(round: &Round) -> Vec<String> {
+        round
+            .report
+            .iter()
+            .map(|n| n.outcome().to_string())
+            .collect()
+    }
+
+    /// `at` is `expected` after `t0`, to the timer wheel's millisecond.
+    fn assert_at(t0: Virtual, at: Virtual, expected: Duration) {
+        let elapsed = at - t0;
         assert!(
-            matches!(held, NodeOutcome::HeldByOther { expires_in: Some(d) } if d == Duration::from_millis(1500))
+            elapsed >= expected && elapsed <= expected + Duration::from_millis(1),
+            "at {elapsed:?}, expected {expected:?}"
         );
-        let (forever, _) = classify(Value::Int(-3), &NodeOutcome::Released);
-        assert!(matches!(
-            forever,
-            NodeOutcome::HeldByOther { expires_in: None }
-        ));
-        assert!(matches!(
-            classify(Value::Int(-1), &NodeOutcome::Released),
-            (NodeOutcome::Released, None)
-        ));
-        let fenced = classify(
-            Value::Array(vec![Value::Int(-1), Value::Int(41), Value::Int(3)]),
-            &NodeOutcome::Granted,
-        );
-        assert!(matches!(
-            fenced,
-            (
-                NodeOutcome::Granted,
-                Some(Grant {
-                    counter: 41,
-                    epoch: 3
-                })
-            )
-        ));
-        for bad in [[-1, -5, 0], [-1, 5, -1]] {
-            let negative = classify(
-                Value::Array(bad.iter().map(|n| Value::Int(*n)).collect()),
-                &NodeOutcome::Granted,
-            );
-            assert!(matches!(negative, (NodeOutcome::Failed(_), None)));
-        }
-        // The reply of the fenced acquire before re-seeding (no epoch) is not a grant.
-        let old = classify(
-            Value::Array(vec![Value::Int(-1), Value::Int(41)]),
-            &NodeOutcome::Granted,
-        );
-        assert!(matches!(old, (NodeOutcome::Failed(_), None)));
     }
 
-    #[test]
-    fn truncation_respects_utf8() {
-        let mut s = "é".repeat(100);
-        truncate_on_char_boundary(&mut s, 121);
-        assert_eq!(s.len(), 120);
-        let mut short = String::from("abc");
-        truncate_on_char_boundary(&mut short, 120);
-        assert_eq!(short, "abc");
+    /// Mutation: deciding only once every voter answered (`Wait::UntilDecided` finished when
+    /// all answers are in) makes the round end at the deadline instead of at 1 ms.
+    #[tokio::test(start_paused = true)]
+    async fn a_round_is_decided_at_the_majority_while_the_rest_hang() {
+        let nodes = voters(vec![
+            vec![yes(1)],
+            vec![yes(1)],
+            vec![yes(1)],
+            vec![Never],
+            vec![Never],
+        ]);
+        let tracker = TaskTracker::new();
+        let t0 = Virtual::now();
+        let round = run(&nodes, &tracker, acquire(), TIMEOUT, Wait::UntilDecided).await;
+        assert_at(t0, Virtual::now(), Duration::from_millis(1));
+        assert_eq!(round.tally.decision(), Decision::Won);
+        assert!(round.stragglers.is_some(), "two requests still out");
+        let outcomes = outcomes(&round);
+        assert!(
+            outcomes[3].contains("no reply") && outcomes[4].contains("no reply"),
+            "{outcomes:?}"
+        );
+        // The stragglers run on in the tracked background until the round's one deadline,
+        // when the hung voters become suspect and the background work ends.
+        assert!(!nodes[3].is_suspect());
+        tracker.close();
+        tracker.wait().await;
+        assert_at(t0, Virtual::now(), TIMEOUT);
+        assert!(nodes[3].is_suspect() && nodes[4].is_suspect());
+        assert!(!nodes[0].is_suspect());
+    }
+
+    /// Mutation: not marking a timed-out voter suspect (`record` without `set_suspect(true)`)
+    /// fails the suspect check; a timer per request started late would end the round after
+    /// the deadline.
+    #[tokio::test(start_paused = true)]
+    async fn one_deadline_times_out_every_hung_voter_and_makes_it_suspect() {
+        let nodes = voters(vec![
+            vec![yes(1)],
+            vec![yes(2)],
+            vec![Never],
+            vec![Never],
+            vec![Never],
+        ]);
+        let tracker = TaskTracker::new();
+        let t0 = Virtual::now();
+        let round = run(&nodes, &tracker, acquire(), TIMEOUT, Wait::UntilDecided).await;
+        assert_at(t0, Virtual::now(), TIMEOUT);
+        assert_eq!(round.tally.decision(), Decision::Lost);
+        let outcomes = outcomes(&round);
+        for outcome in &outcomes[2..] {
+            assert!(outcome.contains("no reply within 50ms"), "{outcomes:?}");
+        }
+        assert!(nodes[2..].iter().all(Voter::is_suspect));
+        assert!(!nodes[0].is_suspect());
+        assert!(round.stragglers.is_none(), "nothing left running");
+    }
+
+    /// Mutation: waiting for suspect voters too (`Wait::ForAll` without `|| node.is_suspect()`)
+    /// makes the second round wait 30 ms for the suspect voter.
+    #[tokio::test(start_paused = true)]
+    async fn waiting_for_all_waits_for_a_slow_voter_but_not_for_a_suspect_one() {
+        let fast = || vec![yes(1), yes(1)];
+        let nodes = voters(vec![fast(), fast(), fast(), fast(), vec![yes(30), yes(30)]]);
+        let tracker = TaskTracker::new();
+        let t0 = Virtual::now();
+        let round = run(&nodes, &tracker, acquire(), TIMEOUT, Wait::ForAll).await;
+        assert_at(t0, Virtual::now(), Duration::from_millis(30));
+        assert_eq!(round.report.votes(), vec![Vote::Yes; 5]);
+
+        nodes[4].set_suspect(true);
+        let t1 = Virtual::now();
+        let round = run(&nodes, &tracker, acquire(), TIMEOUT, Wait::ForAll).await;
+        assert_at(t1, Virtual::now(), Duration::from_millis(1));
+        assert_eq!(
+            round.report.votes()[4],
+            Vote::Failed,
+            "reported as no reply"
+        );
+        // Its request goes on in the background, and its answer clears the suspicion.
+        tracker.close();
+        tracker.wait().await;
+        assert!(!nodes[4].is_suspect());
+    }
+
+    /// Mutation: skipping suspect voters before the round is decided (`Wait::ForAll` finished
+    /// when every voter answered or is suspect, decided or not) ends the round open at 1 ms.
+    #[tokio::test(start_paused = true)]
+    async fn a_suspect_voter_is_waited_for_while_its_answer_decides_the_round() {
+        let nodes = voters(vec![
+            vec![yes(1)],
+            vec![yes(1)],
+            vec![no(1)],
+            vec![no(1)],
+            vec![yes(30)],
+        ]);
+        nodes[4].set_suspect(true);
+        let tracker = TaskTracker::new();
+        let t0 = Virtual::now();
+        let round = run(&nodes, &tracker, acquire(), TIMEOUT, Wait::ForAll).await;
+        assert_at(t0, Virtual::now(), Duration::from_millis(30));
+        assert_eq!(round.tally.decision(), Decision::Won);
+    }
+
+    /// Mutation: dropping a release's request at the deadline like any other
+    /// (`Prepared::deliver_anyway` false) leaves the slow voter's delete unsent.
+    #[tokio::test(start_paused = true)]
+    async fn a_release_is_settled_at_the_majority_and_its_slow_deletes_still_delivered() {
+        let slow = || vec![After(Duration::from_millis(200), NodeOutcome::Released)];
+        let released = || vec![After(Duration::from_millis(1), NodeOutcome::Released)];
+        let nodes = voters(vec![released(), released(), released(), slow(), slow()]);
+        let tracker = TaskTracker::new();
+        let t0 = Virtual::now();
+        let wait = Wait::UntilSettled {
+            kind: RoundKind::Release,
+            validity_left: true,
+            granted: None,
+        };
+        let round = run(&nodes, &tracker, release(), TIMEOUT, wait).await;
+        assert_at(t0, Virtual::now(), Duration::from_millis(1));
+        assert_eq!(round.tally.decision(), Decision::Won);
+        tracker.close();
+        tracker.wait().await;
+        assert_at(t0, Virtual::now(), Duration::from_millis(200));
+        assert_eq!(nodes[3].answered.load(Ordering::Relaxed), 1);
+        assert_eq!(nodes[4].answered.load(Ordering::Relaxed), 1);
+    }
+
+    /// A delete behind a straggler of the same lock is sent once the straggler is ordered on
+    /// its voter's connection: a `SET` at once (queued is enough), a script only once answered
+    /// (a `NOSCRIPT` answer sends it again).
+    ///
+    /// Mutation: marking a `SET` ordered only once answered (`Prepared::resendable` always
+    /// true) sends the delete behind it at 20 ms instead of at 1 ms; marking a
+    /// script ordered when queued (`Prepared::resendable` false) sends the delete behind the
+    /// script at 1 ms instead of at 20 ms.
+    #[tokio::test(start_paused = true)]
+    async fn a_delete_waits_only_until_the_straggler_on_its_voter_is_ordered() {
+        for (first, sent_after) in [(acquire(), 1), (release(), 20)] {
+            let replies = |first_ms| vec![yes(first_ms), yes(1)];
+            let nodes = voters(vec![
+                replies(1),
+                replies(1),
+                replies(1),
+                replies(20),
+                replies(20),
+            ]);
+            let tracker = TaskTracker::new();
+            let t0 = Virtual::now();
+            let round = run(&nodes, &tracker, first, TIMEOUT, Wait::UntilDecided).await;
+            let stragglers = round.stragglers.expect("two requests still out");
+            let delete = run_then(
+                &nodes,
+                &tracker,
+                release(),
+                TIMEOUT,
+                Wait::ForAll,
+                Some(&stragglers),
+                || {},
+            );
+            let _ = delete.await;
+            let sent = nodes[4].sent_at.lock().expect("lock").clone();
+            assert_eq!(sent.len(), 2);
+            assert_at(t0, sent[1], Duration::from_millis(sent_after));
+        }
     }
 }

@@ -14,7 +14,7 @@
 //! | `{-1, f, e}` | fenced acquire: the key was set, the fence counter is now `f`, the re-seed epoch is `e` |
 //!
 //! A round sends `EVALSHA` and, on `NOSCRIPT` (a restarted node, a `SCRIPT FLUSH`), loads the
-//! script and sends it once more (`round::Prepared::send`). The plain acquire is not a script:
+//! script and sends it once more (`request::Prepared::send`). The plain acquire is not a script:
 //! `SET NX PX` is atomic on its own, and a script would cost the server about five times the
 //! CPU (measured with `redis-benchmark`; see the README's Performance section).
 
@@ -28,7 +28,7 @@ pub(crate) struct Lua {
     code: &'static str,
     script: OnceLock<Script>,
     /// The script's last argument is the `run_id` of the server it runs on, which differs
-    /// from node to node: the round appends it per node (`round::Prepared::send`).
+    /// from node to node: the round appends it per node (`request::Prepared::send`).
     takes_run_id: bool,
 }
 
@@ -157,7 +157,7 @@ return ttl
 /// `{-1, counter}`; when it is taken, the holder's remaining ttl. A per-resource counter left
 /// by an older version is folded into the slot's counter first (the larger wins) and deleted,
 /// so tokens never go back across the upgrade. (The plain acquire is no script: it sends
-/// `SET NX PX` and `PTTL` as two native commands, see `round::Command`.)
+/// `SET NX PX` and `PTTL` as two native commands, see `request::Command`.)
 pub(crate) static ACQUIRE_FENCED: Lua = Lua::with_run_id(
     r"
 local seed = redis.call('HMGET', KEYS[3], 'run', 'epoch')

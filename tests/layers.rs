@@ -35,7 +35,7 @@ const LAYERS: &[(&str, &[&str])] = &[
         ],
     ),
     ("io", &["node", "waiting", "reseed"]),
-    ("engine", &["round", "query"]),
+    ("engine", &["request", "voter", "round", "query"]),
     (
         "protocol",
         &[

@@ -1,0 +1,537 @@
+//! What a round sends: the typed request (a command on a key with its arguments), its wire
+//! form built once per round, and the classification of every reply into a node outcome.
+
+use std::time::Duration;
+
+use redis::aio::MultiplexedConnection;
+use redis::{Script, ServerErrorKind, Value};
+
+use crate::error::Operation;
+use crate::node_error::NodeError;
+use crate::report::NodeOutcome;
+use crate::scripts::{Lua, ScriptReply};
+use crate::token::Token;
+
+/// The command a round runs on every node.
+#[derive(Debug, Clone, Copy)]
+pub(crate) enum Command {
+    /// One of our scripts (`EVALSHA`, loaded on `NOSCRIPT` and sent again).
+    Script(&'static Lua),
+    /// The plain acquire: `SET key token NX PX ttl`, one native command. A refusal does not
+    /// say when the holder's key expires; the cleanup after a failed round does (its
+    /// compare-and-delete answers with the holder's ttl, see `Report::learn_expiries`).
+    SetIfAbsent,
+}
+
+impl Command {
+    pub(crate) fn name(self) -> &'static str {
+        match self {
+            Self::Script(lua) => lua.script().get_hash(),
+            Self::SetIfAbsent => "SET NX PX",
+        }
+    }
+}
+
+/// What to send to every node.
+#[derive(Debug)]
+pub(crate) struct Request {
+    pub(crate) command: Command,
+    pub(crate) key: Vec<u8>,
+    /// `KEYS[2]…`, for the scripts that take them: the fence counter (and an older version's
+    /// per-resource counter), or the leader info.
+    pub(crate) extra_keys: Vec<Vec<u8>>,
+    pub(crate) token: String,
+    /// The numeric argument (`ARGV[2]`): the ttl in ms, or the fencing token to confirm.
+    pub(crate) number: Option<u64>,
+    /// Bytes arguments after the others (leader info; release channel and release id).
+    pub(crate) payload: Vec<Vec<u8>>,
+    /// What a node that did what we asked is reported as.
+    pub(crate) done: NodeOutcome,
+    /// Skip nodes still within their restart grace (acquire only: they must not vote).
+    pub(crate) settled_nodes_only: bool,
+    /// The nodes whose "done" counts toward the majority (the fencing confirm: the masters
+    /// that granted before the acquire was decided); a "done" from any other node is reported
+    /// as [`NodeOutcome::LateGrant`] and counts as no vote. `None`: every node counts.
+    pub(crate) counted: Option<Vec<bool>>,
+    /// Extend: the nodes to re-add a missing key on (`ARGV[3]` = `1`; `0` elsewhere). `None`:
+    /// no such argument.
+    pub(crate) readd_on: Option<Vec<bool>>,
+    /// Fenced confirm: each master's re-seed epoch at its grant, sent as the last argument to
+    /// that master (empty where unknown, which the script never counts). `None`: no such
+    /// argument.
+    pub(crate) epochs: Option<Vec<Option<u64>>>,
+    /// For metrics.
+    pub(crate) operation: Operation,
+}
+
+impl Request {
+    /// `command` on `key` for `operation`, with `token` as the first argument; a node that did
+    /// what was asked is reported as `done`. Every other part is empty until set below.
+    pub(crate) fn new(
+        operation: Operation,
+        command: Command,
+        key: &[u8],
+        token: &Token,
+        done: NodeOutcome,
+    ) -> Self {
+        Self {
+            command,
+            key: key.to_vec(),
+            extra_keys: Vec::new(),
+            token: token.expose().to_owned(),
+            number: None,
+            payload: Vec::new(),
+            done,
+            settled_nodes_only: false,
+            counted: None,
+            readd_on: None,
+            epochs: None,
+            operation,
+        }
+    }
+
+    /// Sets the `extra_keys` field (see there).
+    pub(crate) fn with_extra_keys(mut self, keys: Vec<Vec<u8>>) -> Self {
+        self.extra_keys = keys;
+        self
+    }
+
+    /// Sets the `number` field (see there).
+    pub(crate) fn with_number(mut self, number: u64) -> Self {
+        self.number = Some(number);
+        self
+    }
+
+    /// Sets the `payload` field (see there).
+    pub(crate) fn with_payload(mut self, payload: Vec<Vec<u8>>) -> Self {
+        self.payload = payload;
+        self
+    }
+
+    /// Acquire: nodes within their restart grace are not asked (they must not vote).
+    pub(crate) fn settled_nodes_only(mut self) -> Self {
+        self.settled_nodes_only = true;
+        self
+    }
+
+    /// Sets the `counted` field (see there).
+    pub(crate) fn counting_only(mut self, counted: Vec<bool>) -> Self {
+        self.counted = Some(counted);
+        self
+    }
+
+    /// Sets the `readd_on` field (see there).
+    pub(crate) fn readding_on(mut self, nodes: Vec<bool>) -> Self {
+        self.readd_on = Some(nodes);
+        self
+    }
+
+    /// Sets the `epochs` field (see there).
+    pub(crate) fn with_epochs(mut self, epochs: Vec<Option<u64>>) -> Self {
+        self.epochs = Some(epochs);
+        self
+    }
+}
+
+/// A request built once per round and sent to every node as is: the arguments are encoded
+/// once, not once per node.
+pub(crate) struct Prepared {
+    wire: Wire,
+    done: NodeOutcome,
+    pub(crate) settled_nodes_only: bool,
+    /// Keep a request we stopped waiting for running until its connection has taken it.
+    ///
+    /// The redis crate's multiplexed connection skips a queued request whose caller went away
+    /// before the connection's driver took it: behind a master that stopped reading (its
+    /// buffers full), a compare-and-delete whose timeout fired would never be sent, and the
+    /// released lock's key would outlive the master's recovery until its ttl. So a release
+    /// is never dropped: once we stop waiting, a background task keeps it alive until it is
+    /// answered or its connection breaks. Other requests may be dropped: an acquire or extend
+    /// that never reaches the server does no harm.
+    pub(crate) deliver_anyway: bool,
+}
+
+enum Wire {
+    Script {
+        script: &'static Script,
+        evalsha: redis::Cmd,
+        /// The same script with its last argument `1`, for the nodes marked (extend's re-add).
+        marked: Option<(Vec<bool>, redis::Cmd)>,
+        /// Append the server's `run_id` to the arguments (see `Lua::takes_run_id`).
+        run_id: bool,
+        /// Append each node's own value (see `Request::epochs`).
+        per_node: Option<Vec<Option<u64>>>,
+    },
+    SetIfAbsent(redis::Cmd),
+}
+
+impl Prepared {
+    pub(crate) fn new(request: &Request) -> Self {
+        let wire = match request.command {
+            Command::Script(lua) => {
+                let script = lua.script();
+                let mut evalsha = redis::cmd("EVALSHA");
+                evalsha
+                    .arg(script.get_hash())
+                    .arg(1 + request.extra_keys.len())
+                    .arg(request.key.as_slice());
+                for extra in &request.extra_keys {
+                    evalsha.arg(extra.as_slice());
+                }
+                evalsha.arg(request.token.as_str());
+                if let Some(number) = request.number {
+                    evalsha.arg(number);
+                }
+                for payload in &request.payload {
+                    evalsha.arg(payload.as_slice());
+                }
+                let marked = request.readd_on.as_ref().map(|nodes| {
+                    let mut marked = evalsha.clone();
+                    marked.arg("1");
+                    evalsha.arg("0");
+                    (nodes.clone(), marked)
+                });
+                Wire::Script {
+                    script,
+                    evalsha,
+                    marked,
+                    run_id: lua.takes_run_id(),
+                    per_node: request.epochs.clone(),
+                }
+            }
+            Command::SetIfAbsent => {
+                let mut set = redis::cmd("SET");
+                set.arg(request.key.as_slice())
+                    .arg(request.token.as_str())
+                    .arg("NX")
+                    .arg("PX")
+                    .arg(request.number.unwrap_or(0));
+                Wire::SetIfAbsent(set)
+            }
+        };
+        Self {
+            wire,
+            done: request.done.clone(),
+            settled_nodes_only: request.settled_nodes_only,
+            deliver_anyway: request.operation == Operation::Release,
+        }
+    }
+
+    /// Sends the request on `conn`; a script the server does not know (a restarted node, a
+    /// `SCRIPT FLUSH`) is loaded and sent once more.
+    pub(crate) async fn send(
+        &self,
+        conn: &mut MultiplexedConnection,
+        node: usize,
+        server_run: Option<&str>,
+    ) -> redis::RedisResult<Value> {
+        match &self.wire {
+            Wire::Script {
+                script,
+                evalsha,
+                marked,
+                run_id,
+                per_node,
+            } => {
+                let cmd = match marked {
+                    Some((nodes, marked)) if nodes.get(node) == Some(&true) => marked,
+                    _ => evalsha,
+                };
+                let extended;
+                let cmd = match (server_run.filter(|_| *run_id), per_node) {
+                    (Some(server_run), _) => {
+                        let mut with_run_id = cmd.clone();
+                        with_run_id.arg(server_run);
+                        extended = with_run_id;
+                        &extended
+                    }
+                    (None, Some(values)) => {
+                        let mut with_value = cmd.clone();
+                        match values.get(node).copied().flatten() {
+                            Some(value) => with_value.arg(value),
+                            None => with_value.arg(""),
+                        };
+                        extended = with_value;
+                        &extended
+                    }
+                    (None, None) => cmd,
+                };
+                match cmd.query_async(conn).await {
+                    Err(err)
+                        if err.kind() == redis::ErrorKind::Server(ServerErrorKind::NoScript) =>
+                    {
+                        script.load_async(conn).await?;
+                        cmd.query_async(conn).await
+                    }
+                    answer => answer,
+                }
+            }
+            Wire::SetIfAbsent(set) => set.query_async(conn).await,
+        }
+    }
+
+    /// Whether the request may be sent a second time (a script after `NOSCRIPT`): then it is
+    /// ordered on its connection only once answered, not once queued.
+    pub(crate) fn resendable(&self) -> bool {
+        matches!(self.wire, Wire::Script { .. })
+    }
+
+    /// Whether the request carries the server's `run_id`, so cannot go to a server that
+    /// would not say it.
+    pub(crate) fn needs_run_id(&self) -> bool {
+        matches!(self.wire, Wire::Script { run_id: true, .. })
+    }
+
+    pub(crate) fn classify(&self, reply: Value) -> (NodeOutcome, Option<Grant>) {
+        match self.wire {
+            Wire::Script { .. } => classify(reply, &self.done),
+            Wire::SetIfAbsent(_) => classify_set_if_absent(reply, &self.done),
+        }
+    }
+}
+
+/// The reply to `SET key token NX PX ttl`: `OK` is a grant, nil another owner's key (its
+/// ttl unknown until the cleanup asks). Total, like [`classify`].
+pub(crate) fn classify_set_if_absent(
+    reply: Value,
+    done: &NodeOutcome,
+) -> (NodeOutcome, Option<Grant>) {
+    match reply {
+        Value::Okay => (done.clone(), None),
+        Value::Nil => (NodeOutcome::HeldByOther { expires_in: None }, None),
+        other => (unexpected(&other), None),
+    }
+}
+
+/// What one master's grant of a fenced acquire says.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub(crate) struct Grant {
+    /// The fence counter after the grant's increment.
+    pub(crate) counter: u64,
+    /// The master's re-seed epoch at the grant, which its confirm must name
+    /// (`scripts::CONFIRM_FENCE`).
+    pub(crate) epoch: u64,
+}
+
+/// What a script's reply says about the node, and what a fenced acquire's grant returned.
+/// Total: any reply shape, including ones no script of ours sends, is an outcome (an unexpected
+/// one is a failed vote), never a panic.
+pub(crate) fn classify(reply: Value, done: &NodeOutcome) -> (NodeOutcome, Option<Grant>) {
+    match reply {
+        Value::Int(code) => (classify_code(code, done), None),
+        Value::Array(items) => match items.as_slice() {
+            [Value::Int(-1), Value::Int(counter), Value::Int(epoch)] => {
+                match (u64::try_from(*counter), u64::try_from(*epoch)) {
+                    (Ok(counter), Ok(epoch)) => (done.clone(), Some(Grant { counter, epoch })),
+                    _ => (unexpected(&Value::Array(items)), None),
+                }
+            }
+            _ => (unexpected(&Value::Array(items)), None),
+        },
+        other => (unexpected(&other), None),
+    }
+}
+
+fn unexpected(reply: &Value) -> NodeOutcome {
+    let mut shown = format!("{reply:?}");
+    truncate_on_char_boundary(&mut shown, SHOWN_REPLY_LEN);
+    NodeOutcome::Failed(NodeError::UnexpectedReply(shown))
+}
+
+pub(crate) fn classify_code(code: i64, done: &NodeOutcome) -> NodeOutcome {
+    match ScriptReply::from_code(code) {
+        Some(ScriptReply::Done) => done.clone(),
+        Some(ScriptReply::Missing) => NodeOutcome::Missing,
+        Some(ScriptReply::Readded) => NodeOutcome::Readded,
+        Some(ScriptReply::Unseeded) => NodeOutcome::Failed(NodeError::Unseeded),
+        Some(ScriptReply::SeededSinceGrant) => NodeOutcome::Failed(NodeError::SeededSinceGrant),
+        Some(ScriptReply::Foreign { expires_in_ms }) => NodeOutcome::HeldByOther {
+            expires_in: expires_in_ms.map(Duration::from_millis),
+        },
+        None => NodeOutcome::Failed(NodeError::UnexpectedReply(code.to_string())),
+    }
+}
+
+/// How much of an unexpected reply a report keeps, in bytes.
+const SHOWN_REPLY_LEN: usize = 120;
+
+fn truncate_on_char_boundary(text: &mut String, max: usize) {
+    if text.len() > max {
+        let cut = (0..=max)
+            .rev()
+            .find(|i| text.is_char_boundary(*i))
+            .unwrap_or(0);
+        text.truncate(cut);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use rand::rngs::StdRng;
+    use rand::{RngExt, SeedableRng};
+
+    fn random_value(rng: &mut StdRng, depth: u32) -> Value {
+        let kinds = if depth == 0 { 8 } else { 12 };
+        match rng.random_range(0..kinds) {
+            0 => Value::Nil,
+            1 | 2 => Value::Int(match rng.random_range(0..4) {
+                0 => rng.random_range(-5..5),
+                1 => i64::MIN,
+                2 => i64::MAX,
+                _ => rng.random(),
+            }),
+            3 => Value::BulkString(
+                (0..rng.random_range(0..300))
+                    .map(|_| rng.random())
+                    .collect(),
+            ),
+            4 => Value::SimpleString("OK\r\n\u{fffd}é".repeat(rng.random_range(0..50))),
+            5 => Value::Okay,
+            6 => Value::Double(f64::from_bits(rng.random())),
+            7 => Value::Boolean(rng.random()),
+            8 => Value::Array(
+                (0..rng.random_range(0..4))
+                    .map(|_| random_value(rng, depth - 1))
+                    .collect(),
+            ),
+            9 => Value::Set(
+                (0..rng.random_range(0..4))
+                    .map(|_| random_value(rng, depth - 1))
+                    .collect(),
+            ),
+            10 => Value::Map(
+                (0..rng.random_range(0..3))
+                    .map(|_| (random_value(rng, depth - 1), random_value(rng, depth - 1)))
+                    .collect(),
+            ),
+            _ => Value::Attribute {
+                data: Box::new(random_value(rng, depth - 1)),
+                attributes: vec![(random_value(rng, depth - 1), random_value(rng, depth - 1))],
+            },
+        }
+    }
+
+    /// Property: every reply shape classifies without panicking; only the integers our scripts
+    /// send count as an answer, everything else is a failed vote with a bounded description.
+    #[test]
+    fn every_reply_shape_classifies() {
+        let mut rng = StdRng::seed_from_u64(0x5eed);
+        for _ in 0..100_000 {
+            let reply = random_value(&mut rng, 3);
+            let expected = match &reply {
+                Value::Int(-1) => "done",
+                Value::Int(-2) => "missing",
+                Value::Int(-5) => "readded",
+                Value::Int(-6) => "unseeded",
+                Value::Int(-7) => "seeded since grant",
+                Value::Int(n) if *n >= 0 || *n == -3 => "held",
+                Value::Array(items) => match items.as_slice() {
+                    [Value::Int(-1), Value::Int(f), Value::Int(e)] if *f >= 0 && *e >= 0 => "done",
+                    _ => "failed",
+                },
+                _ => "failed",
+            };
+            let (outcome, fence) = classify(reply.clone(), &NodeOutcome::Granted);
+            assert_eq!(
+                fence.is_some(),
+                matches!(&reply, Value::Array(_)) && expected == "done"
+            );
+            let got = match &outcome {
+                NodeOutcome::Granted => "done",
+                NodeOutcome::Missing => "missing",
+                NodeOutcome::Readded => "readded",
+                NodeOutcome::Failed(NodeError::Unseeded) => "unseeded",
+                NodeOutcome::Failed(NodeError::SeededSinceGrant) => "seeded since grant",
+                NodeOutcome::HeldByOther { .. } => "held",
+                NodeOutcome::Failed(NodeError::UnexpectedReply(shown)) => {
+                    assert!(shown.len() <= SHOWN_REPLY_LEN);
+                    "failed"
+                }
+                other => panic!("{reply:?} became {other:?}"),
+            };
+            assert_eq!(got, expected, "{reply:?}");
+        }
+    }
+
+    /// Property: every reply to the plain acquire classifies without panicking; only `OK` is
+    /// a grant, only nil a holder, anything else a failed vote.
+    #[test]
+    fn every_set_if_absent_reply_classifies() {
+        let mut rng = StdRng::seed_from_u64(0x5e7);
+        for _ in 0..100_000 {
+            let reply = random_value(&mut rng, 3);
+            let expected = match &reply {
+                Value::Okay => "done",
+                Value::Nil => "held",
+                _ => "failed",
+            };
+            let (outcome, fence) = classify_set_if_absent(reply.clone(), &NodeOutcome::Granted);
+            assert!(fence.is_none());
+            let got = match &outcome {
+                NodeOutcome::Granted => "done",
+                NodeOutcome::HeldByOther { expires_in: None } => "held",
+                NodeOutcome::Failed(NodeError::UnexpectedReply(shown)) => {
+                    assert!(shown.len() <= SHOWN_REPLY_LEN);
+                    "failed"
+                }
+                other => panic!("{reply:?} became {other:?}"),
+            };
+            assert_eq!(got, expected, "{reply:?}");
+        }
+    }
+
+    #[test]
+    fn held_replies_carry_the_remaining_ttl() {
+        let (held, _) = classify(Value::Int(1500), &NodeOutcome::Released);
+        assert!(
+            matches!(held, NodeOutcome::HeldByOther { expires_in: Some(d) } if d == Duration::from_millis(1500))
+        );
+        let (forever, _) = classify(Value::Int(-3), &NodeOutcome::Released);
+        assert!(matches!(
+            forever,
+            NodeOutcome::HeldByOther { expires_in: None }
+        ));
+        assert!(matches!(
+            classify(Value::Int(-1), &NodeOutcome::Released),
+            (NodeOutcome::Released, None)
+        ));
+        let fenced = classify(
+            Value::Array(vec![Value::Int(-1), Value::Int(41), Value::Int(3)]),
+            &NodeOutcome::Granted,
+        );
+        assert!(matches!(
+            fenced,
+            (
+                NodeOutcome::Granted,
+                Some(Grant {
+                    counter: 41,
+                    epoch: 3
+                })
+            )
+        ));
+        for bad in [[-1, -5, 0], [-1, 5, -1]] {
+            let negative = classify(
+                Value::Array(bad.iter().map(|n| Value::Int(*n)).collect()),
+                &NodeOutcome::Granted,
+            );
+            assert!(matches!(negative, (NodeOutcome::Failed(_), None)));
+        }
+        // The reply of the fenced acquire before re-seeding (no epoch) is not a grant.
+        let old = classify(
+            Value::Array(vec![Value::Int(-1), Value::Int(41)]),
+            &NodeOutcome::Granted,
+        );
+        assert!(matches!(old, (NodeOutcome::Failed(_), None)));
+    }
+
+    #[test]
+    fn truncation_respects_utf8() {
+        let mut s = "é".repeat(100);
+        truncate_on_char_boundary(&mut s, 121);
+        assert_eq!(s.len(), 120);
+        let mut short = String::from("abc");
+        truncate_on_char_boundary(&mut short, 120);
+        assert_eq!(short, "abc");
+    }
+}
