@@ -3,8 +3,8 @@
 //! Redlock for Rust: a distributed lock over N independent Redis masters that is trusted only
 //! when a majority (N/2+1) granted it in time.
 //!
-//! One acquire sends `SET key token NX PX ttl` (as a script) to every master at once, each
-//! request with its own short timeout, and decides the moment a majority has answered either
+//! One acquire sends a plain `SET key token NX PX ttl` to every master at once, all bounded
+//! by one short per-node timeout, and decides the moment a majority has answered either
 //! way. The lock is returned only with a majority of grants and validity left:
 //! `validity = ttl − elapsed − (ttl × drift_factor + 2 ms)`, measured on the monotonic clock
 //! from before the first request. A failed round deletes its key from *every* node with an
@@ -26,6 +26,17 @@
 //! ```
 //!
 //! See the README for the guarantees and the assumptions they rest on.
+//!
+//! # Features
+//!
+//! - `tls`: `rediss://` nodes over TLS (rustls with the ring provider). Certificates are
+//!   verified unless a URL ends in `#insecure`. Without it a `rediss://` node is a
+//!   configuration error.
+//! - `metrics`: counters, histograms and a gauge through the `metrics` facade (names in the
+//!   README).
+//!
+//! The `redquorum` command is its own package, `redquorum-cli`; real local `redis-server`
+//! masters for tests are `redquorum-testkit`.
 
 #![cfg_attr(not(test), forbid(clippy::panic))]
 #![cfg_attr(

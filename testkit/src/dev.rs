@@ -16,8 +16,9 @@ use std::time::{Duration, Instant};
 use nix::sys::signal::{Signal, kill};
 use nix::unistd::Pid;
 
-/// The recommended configuration every dev node starts from.
-const REDIS_CONF: &str = include_str!("../../deploy/redis.conf");
+/// The recommended configuration every dev node starts from: `deploy/redis.conf` (linked as
+/// `testkit/redis.conf`, so the packaged crate carries a copy).
+const REDIS_CONF: &str = include_str!("../redis.conf");
 /// Ports tried first, so URLs stay the same from one `dev up` to the next.
 const FIRST_PORT: u16 = 7101;
 const START_TIMEOUT: Duration = Duration::from_secs(10);
