@@ -1,8 +1,8 @@
 //! Re-seeding the fence counter of a master that started since it was last seeded.
 //!
 //! Fencing tokens grow from one holder to the next because the next holder's majority meets
-//! the last one's in a master whose counter already reached the last token (design §4). A
-//! master that restarts without its counters (no `appendfsync always`, or an old snapshot)
+//! the last one's in a master whose counter already reached the last token (`DESIGN.md`
+//! §5). A master that restarts without its counters (no `appendfsync always`, or an old snapshot)
 //! breaks that: if it is the only master the two majorities share, the next token can be
 //! lower. So a master's counter enters a token only while a marker next to it names the
 //! server's current run (`run_id`, new at every start): the fenced acquire answers

@@ -228,8 +228,8 @@ return -1
 /// Which answers confirm the token is the client's rule, not the script's: only masters that
 /// granted the lock before the acquire was decided count (`confirm::confirm_fence`). A master
 /// whose grant landed after the decision holds our key too, but its counter never entered T;
-/// counting it let two holders share a token, or a later one get a lower token (design §4,
-/// "Correction"; `crate::model` finds it with the old rule).
+/// counting it let two holders share a token, or a later one get a lower token (`DESIGN.md`
+/// §5; `crate::model` finds it with the old rule).
 pub(crate) static CONFIRM_FENCE: Lua = Lua::new(compare_and!(
     "if ARGV[3] ~= '' and \
          (tonumber(redis.call('HGET', KEYS[3], 'epoch')) or 0) ~= tonumber(ARGV[3]) then \

@@ -417,7 +417,7 @@ async fn distinct_resources_leave_at_most_one_counter_per_hash_slot() {
     }
 }
 
-/// A master that restarts empty must not lower the next token (design §4, `crate::reseed`).
+/// A master that restarts empty must not lower the next token (`DESIGN.md` §5, `crate::reseed`).
 ///
 /// Three masters, each behind a proxy. The first fenced lock seeds every master's counter.
 /// Tokens 2 to 6 are then handed out while Z is cut off, so X and Y count to 6 and Z stays at
