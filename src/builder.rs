@@ -35,7 +35,7 @@ use crate::shared::Shared;
 ///     .key_prefix("locks:")
 ///     .retry(redquorum::RetryPolicy::default().max_attempts(Some(5)))
 ///     .build()?;
-/// # let _ = rl; Ok(()) }
+/// # Ok(()) }
 /// ```
 #[derive(Debug)]
 #[must_use = "a builder does nothing until build() is called"]
@@ -68,12 +68,6 @@ impl Builder {
 
     /// The share of the ttl allowed for clock drift between client and servers, in `[0, 1)`.
     /// The allowance is `ttl × factor + 2 ms`.
-    ///
-    /// ```
-    /// # let b = redquorum::RedLock::builder(["redis://127.0.0.1:7001"]);
-    /// let b = b.drift_factor(0.05); // clocks may run 5 % apart
-    /// # let _ = b;
-    /// ```
     pub fn drift_factor(mut self, factor: f64) -> Self {
         self.config.drift_factor = factor;
         self
@@ -81,13 +75,6 @@ impl Builder {
 
     /// How long to wait for any one node's reply before counting it as failed. The default is
     /// derived from each call's ttl (see the table above); it must leave room in the ttl.
-    ///
-    /// ```
-    /// # use std::time::Duration;
-    /// # let b = redquorum::RedLock::builder(["redis://127.0.0.1:7001"]);
-    /// let b = b.per_node_timeout(Duration::from_millis(25));
-    /// # let _ = b;
-    /// ```
     pub fn per_node_timeout(mut self, timeout: Duration) -> Self {
         self.config.per_node_timeout = Some(timeout);
         self
@@ -95,13 +82,6 @@ impl Builder {
 
     /// How long one background connection attempt may take. Callers never wait for longer than
     /// their per-node timeout; this only bounds the background task.
-    ///
-    /// ```
-    /// # use std::time::Duration;
-    /// # let b = redquorum::RedLock::builder(["redis://127.0.0.1:7001"]);
-    /// let b = b.connect_timeout(Duration::from_millis(500));
-    /// # let _ = b;
-    /// ```
     pub fn connect_timeout(mut self, timeout: Duration) -> Self {
         self.config.connect_timeout = timeout;
         self
@@ -110,37 +90,18 @@ impl Builder {
     /// Never return a lock with less validity than this (the default, zero, accepts any
     /// positive validity). Raising it makes a slow round fail rather than hand out a lock too
     /// short to use.
-    ///
-    /// ```
-    /// # use std::time::Duration;
-    /// # let b = redquorum::RedLock::builder(["redis://127.0.0.1:7001"]);
-    /// let b = b.min_validity(Duration::from_millis(500));
-    /// # let _ = b;
-    /// ```
     pub fn min_validity(mut self, min: Duration) -> Self {
         self.config.min_validity = min;
         self
     }
 
     /// The prefix of every key redquorum writes (binary-safe).
-    ///
-    /// ```
-    /// # let b = redquorum::RedLock::builder(["redis://127.0.0.1:7001"]);
-    /// let b = b.key_prefix("billing:locks:");
-    /// # let _ = b;
-    /// ```
     pub fn key_prefix(mut self, prefix: impl AsRef<[u8]>) -> Self {
         self.config.key_prefix = prefix.as_ref().to_vec();
         self
     }
 
     /// The retry policy of [`RedLock::acquire`](crate::RedLock::acquire).
-    ///
-    /// ```
-    /// # let b = redquorum::RedLock::builder(["redis://127.0.0.1:7001"]);
-    /// let b = b.retry(redquorum::RetryPolicy::default().max_attempts(Some(3)));
-    /// # let _ = b;
-    /// ```
     pub fn retry(mut self, policy: RetryPolicy) -> Self {
         self.config.retry = policy;
         self
@@ -156,13 +117,6 @@ impl Builder {
     /// `grace` is reported as [`NodeError::RecentlyRestarted`](crate::NodeError::RecentlyRestarted)
     /// for acquire (extend and release still go to it). The price: after restarts, fewer masters
     /// vote for up to `grace`, and the ACL user needs `+info`.
-    ///
-    /// ```
-    /// # use std::time::Duration;
-    /// # let b = redquorum::RedLock::builder(["redis://127.0.0.1:7001"]);
-    /// let b = b.restart_grace(Duration::from_secs(30));
-    /// # let _ = b;
-    /// ```
     pub fn restart_grace(mut self, grace: Duration) -> Self {
         self.config.restart_grace = Some(grace);
         self
@@ -178,12 +132,6 @@ impl Builder {
     /// no clock is involved. It needs counters that survive restarts (`appendfsync always`).
     ///
     /// Costs one more round trip per acquire, and the ACL user needs `+incr`.
-    ///
-    /// ```
-    /// # let b = redquorum::RedLock::builder(["redis://127.0.0.1:7001"]);
-    /// let b = b.fencing(true);
-    /// # let _ = b;
-    /// ```
     pub fn fencing(mut self, enabled: bool) -> Self {
         self.config.fencing = enabled;
         self
@@ -198,24 +146,12 @@ impl Builder {
     /// as the nodes reported it. Timed retries remain the fallback, so a lost message only
     /// costs a delay. The ACL user needs `+publish +subscribe +unsubscribe` and the channel
     /// pattern; without them waiting degrades to timed retries.
-    ///
-    /// ```
-    /// # let b = redquorum::RedLock::builder(["redis://127.0.0.1:7001"]);
-    /// let b = b.wait_for_release(false); // timed retries only
-    /// # let _ = b;
-    /// ```
     pub fn wait_for_release(mut self, enabled: bool) -> Self {
         self.config.wait_for_release = enabled;
         self
     }
 
     /// Seeds the random retry delays, so a test run can be replayed exactly.
-    ///
-    /// ```
-    /// # let b = redquorum::RedLock::builder(["redis://127.0.0.1:7001"]);
-    /// let b = b.retry_seed(7);
-    /// # let _ = b;
-    /// ```
     pub fn retry_seed(mut self, seed: u64) -> Self {
         self.retry_seed = Some(seed);
         self

@@ -7,7 +7,6 @@ use crate::node_id::NodeId;
 /// A configuration or argument error, found before any I/O.
 ///
 /// ```
-/// # use std::time::Duration;
 /// let err = redquorum::RedLock::new(Vec::<&str>::new()).unwrap_err();
 /// assert!(matches!(err, redquorum::Error::Config(redquorum::ConfigError::NoNodes)));
 /// ```

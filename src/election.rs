@@ -189,6 +189,10 @@ impl Election {
     ///
     /// Must be called inside a tokio runtime.
     ///
+    /// # Panics
+    /// Outside a tokio runtime: the polling runs as a task on it (`tokio::spawn` panics
+    /// there).
+    ///
     /// ```no_run
     /// # async fn demo(election: redquorum::Election) {
     /// let mut leaders = election.observe();
@@ -270,19 +274,11 @@ pub struct Leadership {
 
 impl Leadership {
     /// The term: this leadership's fencing token.
-    ///
-    /// ```no_run
-    /// # fn demo(l: &redquorum::Leadership) { let _ = l.term(); }
-    /// ```
     pub fn term(&self) -> u64 {
         self.term
     }
 
     /// The advertised value.
-    ///
-    /// ```no_run
-    /// # fn demo(l: &redquorum::Leadership) { let _ = l.value(); }
-    /// ```
     pub fn value(&self) -> &[u8] {
         &self.value
     }
@@ -300,10 +296,6 @@ impl Leadership {
     }
 
     /// A cloneable view of the deadline and the loss signal.
-    ///
-    /// ```no_run
-    /// # fn demo(l: &redquorum::Leadership) { let signal = l.signal(); }
-    /// ```
     pub fn signal(&self) -> LeaseSignal {
         self.lease.signal()
     }

@@ -60,64 +60,36 @@ pub enum Error {
 
 impl Error {
     /// The lock is held by another owner.
-    ///
-    /// ```
-    /// # fn demo(e: redquorum::Error) { if e.is_conflict() { println!("busy"); } }
-    /// ```
     pub fn is_conflict(&self) -> bool {
         matches!(self, Self::Conflict(_))
     }
 
     /// Too many nodes failed for a majority.
-    ///
-    /// ```
-    /// # fn demo(e: redquorum::Error) { if e.is_no_quorum() { println!("outage"); } }
-    /// ```
     pub fn is_no_quorum(&self) -> bool {
         matches!(self, Self::NoQuorum(_))
     }
 
     /// A majority granted too late to leave any validity.
-    ///
-    /// ```
-    /// # fn demo(e: redquorum::Error) { if e.is_validity_exhausted() { println!("slow"); } }
-    /// ```
     pub fn is_validity_exhausted(&self) -> bool {
         matches!(self, Self::ValidityExhausted(_))
     }
 
     /// The lock had expired before it was extended or released.
-    ///
-    /// ```
-    /// # fn demo(e: redquorum::Error) { if e.is_expired() { println!("may have overlapped"); } }
-    /// ```
     pub fn is_expired(&self) -> bool {
         matches!(self, Self::Expired(_))
     }
 
     /// An election has no leader.
-    ///
-    /// ```
-    /// # fn demo(e: redquorum::Error) { if e.is_no_leader() { println!("nobody leads"); } }
-    /// ```
     pub fn is_no_leader(&self) -> bool {
         matches!(self, Self::NoLeader { .. })
     }
 
     /// A lease was lost while work ran under it.
-    ///
-    /// ```
-    /// # fn demo(e: redquorum::Error) { if e.is_lease_lost() { println!("work cancelled"); } }
-    /// ```
     pub fn is_lease_lost(&self) -> bool {
         matches!(self, Self::LeaseLost { .. })
     }
 
     /// The configuration or the arguments are invalid.
-    ///
-    /// ```
-    /// # fn demo(e: redquorum::Error) { if e.is_config() { println!("fix the call"); } }
-    /// ```
     pub fn is_config(&self) -> bool {
         matches!(self, Self::Config(_))
     }
@@ -297,46 +269,26 @@ impl Failure {
     }
 
     /// The operation that failed.
-    ///
-    /// ```
-    /// # fn demo(f: &redquorum::Failure) { let _ = f.operation(); }
-    /// ```
     pub fn operation(&self) -> Operation {
         self.operation
     }
 
     /// The resource, with bytes that are not printable ASCII escaped.
-    ///
-    /// ```
-    /// # fn demo(f: &redquorum::Failure) { println!("{}", f.resource()); }
-    /// ```
     pub fn resource(&self) -> &str {
         &self.resource
     }
 
     /// How many rounds were tried (1 without retries).
-    ///
-    /// ```
-    /// # fn demo(f: &redquorum::Failure) { assert!(f.attempts() >= 1); }
-    /// ```
     pub fn attempts(&self) -> u32 {
         self.attempts
     }
 
     /// Time from the start of the call to the failure (all rounds and retry delays).
-    ///
-    /// ```
-    /// # fn demo(f: &redquorum::Failure) { println!("{:?}", f.elapsed()); }
-    /// ```
     pub fn elapsed(&self) -> Duration {
         self.elapsed
     }
 
     /// Every node's answer in the last round.
-    ///
-    /// ```
-    /// # fn demo(f: &redquorum::Failure) { println!("{}", f.report()); }
-    /// ```
     pub fn report(&self) -> &Report {
         &self.report
     }

@@ -4,7 +4,7 @@ use crate::error::Operation;
 use crate::node_error::NodeError;
 use crate::report::{NodeOutcome, Report};
 use crate::request::{Command, Request};
-use crate::round::{self, Round, Wait};
+use crate::round::{self, Round, Stragglers, Wait};
 use crate::scripts;
 use crate::settings::Timing;
 use crate::shared::Shared;
@@ -17,6 +17,13 @@ use crate::verdict::{Rejection, RoundKind};
 /// then get it re-added (while the lock is valid, which the caller checked); a node that did
 /// and lost it is evidence for the verdict, never re-added.
 ///
+/// On a node where a request of an earlier round of this lock is still running (`after`),
+/// the renewal is sent once that request is ordered on the node's connection, so the
+/// renewal's own stragglers, which the lock's release is then ordered behind, come after it:
+/// a re-add can never land behind the release's delete.
+///
+/// Returns the round whatever the verdict: its stragglers outlive a rejection too.
+///
 /// # Cancel safety
 /// Dropping the future stops waiting: a renewal that still lands only keeps our own key
 /// longer, which the lock's release deletes.
@@ -27,7 +34,8 @@ pub(crate) async fn extend(
     companion: Option<&[u8]>,
     granted: &Report,
     timing: &Timing,
-) -> Result<Round, (Rejection, Report)> {
+    after: Option<&Stragglers>,
+) -> (Round, Result<(), Rejection>) {
     let readd_on: Vec<bool> = granted
         .iter()
         .map(|r| never_took_our_key(r.outcome()))
@@ -50,22 +58,22 @@ pub(crate) async fn extend(
     .with_extra_keys(companion.iter().map(|k| k.to_vec()).collect())
     .with_number(timing.ttl_ms)
     .readding_on(readd_on);
-    let round = round::run(
+    let round = round::run_then(
         &shared.nodes,
         &shared.background,
         request,
         timing.per_node_timeout,
         wait,
+        after,
+        || {},
     )
     .await;
-    match round.judge(
+    let verdict = round.judge(
         RoundKind::Renew,
         timing.validity_after(round.elapsed()).is_some(),
         Some(&granted.votes()),
-    ) {
-        Ok(()) => Ok(round),
-        Err(rejection) => Err((rejection, round.report)),
-    }
+    );
+    (round, verdict)
 }
 
 /// Whether a node's last answer says for certain that our key never got there: another

@@ -37,10 +37,6 @@ pub struct Holding {
 impl Holding {
     /// The first 8 hex digits of the holder's token (enough to tell holders apart in a
     /// listing, not enough to release someone else's lock), or `None` when the key is absent.
-    ///
-    /// ```no_run
-    /// # fn demo(h: &redquorum::Holding) { if let Some(who) = h.holder() { println!("{who}"); } }
-    /// ```
     pub fn holder(&self) -> Option<String> {
         self.token
             .as_ref()
@@ -49,29 +45,17 @@ impl Holding {
 
     /// The key's remaining time to live on this node (`None`: no key, or a key without expiry,
     /// which redquorum never writes).
-    ///
-    /// ```no_run
-    /// # fn demo(h: &redquorum::Holding) { let _ = h.ttl(); }
-    /// ```
     pub fn ttl(&self) -> Option<Duration> {
         self.ttl
     }
 
     /// The resource's fence counter on this node, when fencing or elections ever used it.
-    ///
-    /// ```no_run
-    /// # fn demo(h: &redquorum::Holding) { let _ = h.fence(); }
-    /// ```
     pub fn fence(&self) -> Option<u64> {
         self.fence
     }
 
     /// The leader advertised on this node by an election on this resource, when the
     /// advertisement belongs to the current holder.
-    ///
-    /// ```no_run
-    /// # fn demo(h: &redquorum::Holding) { if let Some(l) = h.leader() { println!("term {}", l.term()); } }
-    /// ```
     pub fn leader(&self) -> Option<&Leader> {
         self.leader.as_ref()
     }
@@ -96,28 +80,16 @@ pub struct NodeInspection {
 
 impl NodeInspection {
     /// The node.
-    ///
-    /// ```no_run
-    /// # fn demo(n: &redquorum::NodeInspection) { println!("{}", n.node().address()); }
-    /// ```
     pub fn node(&self) -> &NodeId {
         &self.node
     }
 
     /// What it holds, or why it could not be read.
-    ///
-    /// ```no_run
-    /// # fn demo(n: &redquorum::NodeInspection) { let _ = n.state().is_ok(); }
-    /// ```
     pub fn state(&self) -> Result<&Holding, &NodeError> {
         self.state.as_ref()
     }
 
     /// How long the node took to answer (or to fail).
-    ///
-    /// ```no_run
-    /// # fn demo(n: &redquorum::NodeInspection) { let _ = n.latency(); }
-    /// ```
     pub fn latency(&self) -> Duration {
         self.latency
     }
@@ -146,47 +118,27 @@ pub struct Inspection {
 
 impl Inspection {
     /// Each node's answer, in configuration order.
-    ///
-    /// ```no_run
-    /// # fn demo(i: &redquorum::Inspection) { println!("{} nodes", i.nodes().len()); }
-    /// ```
     pub fn nodes(&self) -> &[NodeInspection] {
         &self.nodes
     }
 
     /// The majority needed (N/2+1).
-    ///
-    /// ```no_run
-    /// # fn demo(i: &redquorum::Inspection) { assert!(i.quorum() >= 1); }
-    /// ```
     pub fn quorum(&self) -> usize {
         self.quorum
     }
 
     /// How many nodes answered.
-    ///
-    /// ```no_run
-    /// # fn demo(i: &redquorum::Inspection) { println!("{} answered", i.reachable()); }
-    /// ```
     pub fn reachable(&self) -> usize {
         self.nodes.iter().filter(|n| n.state.is_ok()).count()
     }
 
     /// The holder (first 8 hex digits of its token) whose key is on at least a majority of
     /// nodes, if any.
-    ///
-    /// ```no_run
-    /// # fn demo(i: &redquorum::Inspection) { let _ = i.majority_holder(); }
-    /// ```
     pub fn majority_holder(&self) -> Option<String> {
         self.majority_holding().and_then(Holding::holder)
     }
 
     /// The leader advertised by the majority holder, if it is an election's leader.
-    ///
-    /// ```no_run
-    /// # fn demo(i: &redquorum::Inspection) { let _ = i.majority_leader(); }
-    /// ```
     pub fn majority_leader(&self) -> Option<&Leader> {
         let holding = self.majority_holding()?;
         let token = holding.token.as_ref()?;
@@ -201,19 +153,11 @@ impl Inspection {
     }
 
     /// True when a majority of nodes answered and hold no key for the resource.
-    ///
-    /// ```no_run
-    /// # fn demo(i: &redquorum::Inspection) { let _ = i.free_on_majority(); }
-    /// ```
     pub fn free_on_majority(&self) -> bool {
         self.holdings().filter(|h| h.token.is_none()).count() >= self.quorum
     }
 
     /// The highest fence counter seen on any node (a lower bound for the next token).
-    ///
-    /// ```no_run
-    /// # fn demo(i: &redquorum::Inspection) { let _ = i.highest_fence(); }
-    /// ```
     pub fn highest_fence(&self) -> Option<u64> {
         self.holdings().filter_map(|h| h.fence).max()
     }

@@ -34,19 +34,11 @@ pub struct Leader {
 impl Leader {
     /// The value the leader advertises (its address, its name…), as given to
     /// [`Election::campaign`](crate::Election::campaign) or [`Leadership::proclaim`](crate::Leadership::proclaim).
-    ///
-    /// ```no_run
-    /// # fn demo(l: &redquorum::Leader) { let _ = l.value(); }
-    /// ```
     pub fn value(&self) -> &[u8] {
         &self.value
     }
 
     /// The leader's term (its fencing token).
-    ///
-    /// ```no_run
-    /// # fn demo(l: &redquorum::Leader) { assert!(l.term() > 0); }
-    /// ```
     pub fn term(&self) -> u64 {
         self.term
     }

@@ -28,7 +28,7 @@ use crate::report::Report;
 /// let options = redquorum::LeaseOptions::default()
 ///     .renew_every(Duration::from_secs(2))?
 ///     .max_hold(Some(Duration::from_secs(3600)));
-/// # let _ = options; Ok(()) }
+/// # Ok(()) }
 /// ```
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct LeaseOptions {
@@ -51,7 +51,7 @@ impl LeaseOptions {
     /// # fn main() -> Result<(), redquorum::ConfigError> {
     /// let o = redquorum::LeaseOptions::default().renew_every(Duration::from_millis(500))?;
     /// assert!(redquorum::LeaseOptions::default().renew_every(Duration::MAX).is_err());
-    /// # let _ = o; Ok(()) }
+    /// # Ok(()) }
     /// ```
     pub fn renew_every(mut self, interval: Duration) -> Result<Self, crate::ConfigError> {
         if interval.is_zero() {
@@ -69,23 +69,12 @@ impl LeaseOptions {
     }
 
     /// Stop renewing after this many extensions; the lease is then lost at its deadline.
-    ///
-    /// ```
-    /// let o = redquorum::LeaseOptions::default().max_extensions(Some(100));
-    /// # let _ = o;
-    /// ```
     pub fn max_extensions(mut self, max: Option<u32>) -> Self {
         self.max_extensions = max;
         self
     }
 
     /// Stop renewing once the lease has been held this long; it is then lost at its deadline.
-    ///
-    /// ```
-    /// # use std::time::Duration;
-    /// let o = redquorum::LeaseOptions::default().max_hold(Some(Duration::from_secs(60)));
-    /// # let _ = o;
-    /// ```
     pub fn max_hold(mut self, max: Option<Duration>) -> Self {
         self.max_hold = max;
         self
@@ -136,20 +125,12 @@ impl LeaseSignal {
     }
 
     /// True once the lease is lost.
-    ///
-    /// ```
-    /// # fn demo(signal: &redquorum::LeaseSignal) { if signal.is_lost() { return; } }
-    /// ```
     pub fn is_lost(&self) -> bool {
         self.lost.borrow().is_some() || self.valid_until.borrow().passed()
     }
 
     /// The current local deadline (moves forward with every successful extension, and
     /// earlier by any suspend of the host, see [`Lock::valid_until`]).
-    ///
-    /// ```
-    /// # fn demo(signal: &redquorum::LeaseSignal) { let _ = signal.valid_until(); }
-    /// ```
     pub fn valid_until(&self) -> Instant {
         self.valid_until.borrow().instant()
     }
@@ -214,11 +195,13 @@ impl Lock {
     ///
     /// Must be called inside a tokio runtime (the renewals run as a task on it).
     ///
+    /// # Panics
+    /// Outside a tokio runtime (`tokio::spawn` panics there). A `Lock` comes from an async
+    /// acquire, so this only happens when a lock is moved to a thread without a runtime.
+    ///
     /// ```no_run
-    /// # use std::time::Duration;
     /// # async fn demo(lock: redquorum::Lock) {
     /// let lease = lock.into_lease(redquorum::LeaseOptions::default());
-    /// # drop(lease);
     /// # }
     /// ```
     pub fn into_lease(self, options: LeaseOptions) -> Lease {
@@ -254,28 +237,16 @@ impl Lease {
     }
 
     /// True once the lease is lost or its deadline has passed.
-    ///
-    /// ```no_run
-    /// # fn demo(lease: &redquorum::Lease) { if lease.is_lost() { return; } }
-    /// ```
     pub fn is_lost(&self) -> bool {
         self.signal.is_lost()
     }
 
     /// The current local deadline.
-    ///
-    /// ```no_run
-    /// # fn demo(lease: &redquorum::Lease) { let _ = lease.valid_until(); }
-    /// ```
     pub fn valid_until(&self) -> Instant {
         self.signal.valid_until()
     }
 
     /// A cloneable view (deadline and loss signal) to hand to the protected work.
-    ///
-    /// ```no_run
-    /// # fn demo(lease: &redquorum::Lease) { let signal = lease.signal(); }
-    /// ```
     pub fn signal(&self) -> LeaseSignal {
         self.signal.clone()
     }
@@ -310,10 +281,6 @@ impl Lease {
     }
 
     /// The resource, for messages.
-    ///
-    /// ```no_run
-    /// # fn demo(lease: &redquorum::Lease) { println!("{}", lease.resource_display()); }
-    /// ```
     pub fn resource_display(&self) -> &str {
         &self.resource
     }

@@ -38,6 +38,8 @@
 //! The `redquorum` command is its own package, `redquorum-cli`; real local `redis-server`
 //! masters for tests are `redquorum-testkit`.
 
+// Doc tests deny warnings but the two every `# async fn demo(…)` example trips (as tokio does).
+#![doc(test(attr(deny(warnings), allow(dead_code, unused_variables))))]
 #![cfg_attr(not(test), forbid(clippy::panic))]
 #![cfg_attr(
     not(test),

@@ -51,7 +51,8 @@ pub struct Lock {
     deadline: Deadline,
     report: Report,
     attempts: u32,
-    /// Acquire requests still running when the lock was granted; release waits for them.
+    /// Requests of the lock's last round (the acquire, or the last extend) still running when
+    /// it was decided; the next extend and the release are ordered behind them per node.
     stragglers: Option<Stragglers>,
     released: bool,
     /// Still counted in the `redquorum_locks_held` gauge.
@@ -82,19 +83,11 @@ impl Lock {
     }
 
     /// The resource this lock holds, as given to `acquire`.
-    ///
-    /// ```
-    /// # fn demo(lock: &redquorum::Lock) { assert!(!lock.resource().is_empty()); }
-    /// ```
     pub fn resource(&self) -> &[u8] {
         &self.resource
     }
 
     /// The resource for messages, with non-printable bytes escaped.
-    ///
-    /// ```
-    /// # fn demo(lock: &redquorum::Lock) { println!("holding {}", lock.resource_display()); }
-    /// ```
     pub fn resource_display(&self) -> String {
         crate::resource::display(&self.resource)
     }
@@ -120,46 +113,26 @@ impl Lock {
     }
 
     /// Validity left now (zero once [`valid_until`](Self::valid_until) has passed).
-    ///
-    /// ```
-    /// # fn demo(lock: &redquorum::Lock) { println!("{:?} left", lock.remaining()); }
-    /// ```
     pub fn remaining(&self) -> Duration {
         self.deadline.remaining()
     }
 
     /// True once [`valid_until`](Self::valid_until) has passed.
-    ///
-    /// ```
-    /// # fn demo(lock: &redquorum::Lock) { if lock.is_expired() { return; } }
-    /// ```
     pub fn is_expired(&self) -> bool {
         self.deadline.passed()
     }
 
     /// The ttl of the last successful acquire or extend, in whole milliseconds.
-    ///
-    /// ```
-    /// # fn demo(lock: &redquorum::Lock) { assert!(lock.ttl() > lock.remaining()); }
-    /// ```
     pub fn ttl(&self) -> Duration {
         self.timing.ttl
     }
 
     /// The random token stored in this lock's keys (shown abbreviated by `Display`).
-    ///
-    /// ```
-    /// # fn demo(lock: &redquorum::Lock) { println!("token {}", lock.token()); }
-    /// ```
     pub fn token(&self) -> &Token {
         &self.token
     }
 
     /// Every node's answer in the round that acquired or last extended the lock.
-    ///
-    /// ```
-    /// # fn demo(lock: &redquorum::Lock) { println!("{}", lock.report()); }
-    /// ```
     pub fn report(&self) -> &Report {
         &self.report
     }
@@ -186,10 +159,6 @@ impl Lock {
     }
 
     /// How many acquire rounds it took to get the lock.
-    ///
-    /// ```
-    /// # fn demo(lock: &redquorum::Lock) { assert!(lock.attempts() >= 1); }
-    /// ```
     pub fn attempts(&self) -> u32 {
         self.attempts
     }
@@ -254,13 +223,14 @@ impl Lock {
                 Report::default(),
             ));
         }
-        let renewed = extend(
+        let (mut round, verdict) = extend(
             &self.shared,
             &self.key,
             &self.token,
             self.companion.as_deref(),
             &self.report,
             &timing,
+            self.stragglers.as_ref(),
         )
         .instrument(tracing::debug_span!(
             "redquorum.extend",
@@ -268,15 +238,19 @@ impl Lock {
             ttl_ms = timing.ttl_ms,
         ))
         .await;
-        match renewed {
-            Ok(round) => {
+        // The release (or the next renewal) is ordered behind this round's requests still
+        // out, as they are behind the earlier rounds' (`extend` waited for those): with none
+        // left, every earlier one is ordered too.
+        self.stragglers = round.stragglers.take();
+        match verdict {
+            Ok(()) => {
                 self.deadline = round.valid_until(&timing);
                 self.timing = timing;
                 self.report = round.report;
                 Ok(())
             }
-            Err((rejection, report)) => {
-                Err(self.failure(rejection, Operation::Extend, started, report))
+            Err(rejection) => {
+                Err(self.failure(rejection, Operation::Extend, started, round.report))
             }
         }
     }

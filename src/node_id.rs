@@ -25,19 +25,11 @@ impl NodeId {
     }
 
     /// Zero-based position of the node in the configured list.
-    ///
-    /// ```
-    /// # fn demo(r: &redquorum::NodeReport) { let _first: bool = r.node().index() == 0; }
-    /// ```
     pub fn index(&self) -> usize {
         self.index
     }
 
     /// `host:port` (or the socket path) of the node, without user name or password.
-    ///
-    /// ```
-    /// # fn demo(r: &redquorum::NodeReport) { println!("{}", r.node().address()); }
-    /// ```
     pub fn address(&self) -> &str {
         &self.address
     }

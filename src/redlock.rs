@@ -72,15 +72,6 @@ impl RedLock {
     }
 
     /// A [`Builder`] over `nodes`, to change the defaults before [`Builder::build`].
-    ///
-    /// ```
-    /// # fn main() -> Result<(), redquorum::Error> {
-    /// use std::time::Duration;
-    /// let rl = redquorum::RedLock::builder(["redis://127.0.0.1:7001"])
-    ///     .per_node_timeout(Duration::from_millis(20))
-    ///     .build()?;
-    /// # let _ = rl; Ok(()) }
-    /// ```
     pub fn builder<I>(nodes: I) -> Builder
     where
         I: IntoIterator,
@@ -95,19 +86,11 @@ impl RedLock {
     }
 
     /// How many nodes this client uses.
-    ///
-    /// ```
-    /// # fn demo(rl: redquorum::RedLock) { assert!(rl.node_count() >= 1); }
-    /// ```
     pub fn node_count(&self) -> usize {
         self.shared.nodes.len()
     }
 
     /// How many nodes must agree: `node_count() / 2 + 1`.
-    ///
-    /// ```
-    /// # fn demo(rl: redquorum::RedLock) { assert!(2 * rl.quorum() > rl.node_count()); }
-    /// ```
     pub fn quorum(&self) -> usize {
         quorum::quorum(self.node_count())
     }
@@ -416,12 +399,6 @@ impl Builder {
     /// # Errors
     /// [`Error::Config`] for no nodes, a malformed node, the same server listed twice, a drift
     /// factor outside `[0, 1)`, a zero timeout, or a retry policy with no attempt.
-    ///
-    /// ```
-    /// # fn main() -> Result<(), redquorum::Error> {
-    /// let rl = redquorum::RedLock::builder(["redis://127.0.0.1:7001"]).build()?;
-    /// # let _ = rl; Ok(()) }
-    /// ```
     pub fn build(self) -> Result<RedLock> {
         Ok(RedLock {
             shared: Arc::new(self.into_shared()?),

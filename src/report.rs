@@ -156,29 +156,17 @@ impl NodeReport {
     }
 
     /// Which node.
-    ///
-    /// ```
-    /// # fn demo(r: &redquorum::NodeReport) { let _ = r.node().address(); }
-    /// ```
     pub fn node(&self) -> &NodeId {
         &self.node
     }
 
     /// What it answered.
-    ///
-    /// ```
-    /// # fn demo(r: &redquorum::NodeReport) { let _ = r.outcome().is_success(); }
-    /// ```
     pub fn outcome(&self) -> &NodeOutcome {
         &self.outcome
     }
 
     /// Time from the start of the round to this node's answer (to the decision, for
     /// [`NodeOutcome::NoReply`]).
-    ///
-    /// ```
-    /// # fn demo(r: &redquorum::NodeReport) { let _ = r.latency().as_micros(); }
-    /// ```
     pub fn latency(&self) -> Duration {
         self.latency
     }
@@ -206,28 +194,16 @@ impl Report {
     }
 
     /// The per-node lines, in configured order.
-    ///
-    /// ```
-    /// # fn demo(report: &redquorum::Report) { for r in report.iter() { let _ = r.node(); } }
-    /// ```
     pub fn iter(&self) -> std::slice::Iter<'_, NodeReport> {
         self.nodes.iter()
     }
 
     /// How many nodes are in the report (all configured nodes).
-    ///
-    /// ```
-    /// # fn demo(report: &redquorum::Report) { assert!(report.len() >= report.successes()); }
-    /// ```
     pub fn len(&self) -> usize {
         self.nodes.len()
     }
 
     /// True when no node was asked (an operation refused before any I/O).
-    ///
-    /// ```
-    /// # fn demo(report: &redquorum::Report) { if report.is_empty() { println!("no I/O"); } }
-    /// ```
     pub fn is_empty(&self) -> bool {
         self.nodes.is_empty()
     }
@@ -238,10 +214,6 @@ impl Report {
     }
 
     /// How many nodes counted toward the majority.
-    ///
-    /// ```
-    /// # fn demo(report: &redquorum::Report) { println!("{} yes", report.successes()); }
-    /// ```
     pub fn successes(&self) -> usize {
         self.nodes.iter().filter(|r| r.outcome.is_success()).count()
     }

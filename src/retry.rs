@@ -32,7 +32,6 @@ use rand::{RngExt, SeedableRng};
 ///     .delay(Duration::from_millis(100))
 ///     .jitter(Duration::from_millis(100));
 /// let impatient = RetryPolicy::once();
-/// # let _ = (patient, impatient);
 /// ```
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct RetryPolicy {
@@ -51,57 +50,29 @@ impl RetryPolicy {
     pub const DEFAULT_JITTER: Duration = Duration::from_millis(150);
 
     /// A single round, no retry.
-    ///
-    /// ```
-    /// let p = redquorum::RetryPolicy::once();
-    /// # let _ = p;
-    /// ```
     pub fn once() -> Self {
         Self::default().max_attempts(Some(1))
     }
 
     /// At most this many rounds (`None`: no limit; then set a `max_wait`).
-    ///
-    /// ```
-    /// let p = redquorum::RetryPolicy::default().max_attempts(Some(3));
-    /// # let _ = p;
-    /// ```
     pub fn max_attempts(mut self, attempts: Option<u32>) -> Self {
         self.max_attempts = attempts;
         self
     }
 
     /// Start no round later than this long after the call began (`None`: no deadline).
-    ///
-    /// ```
-    /// # use std::time::Duration;
-    /// let p = redquorum::RetryPolicy::default().max_wait(Some(Duration::from_secs(5)));
-    /// # let _ = p;
-    /// ```
     pub fn max_wait(mut self, wait: Option<Duration>) -> Self {
         self.max_wait = wait;
         self
     }
 
     /// The fixed part of the wait between rounds.
-    ///
-    /// ```
-    /// # use std::time::Duration;
-    /// let p = redquorum::RetryPolicy::default().delay(Duration::from_millis(20));
-    /// # let _ = p;
-    /// ```
     pub fn delay(mut self, delay: Duration) -> Self {
         self.delay = delay;
         self
     }
 
     /// The random part of the wait between rounds: up to this much is added to `delay`.
-    ///
-    /// ```
-    /// # use std::time::Duration;
-    /// let p = redquorum::RetryPolicy::default().jitter(Duration::from_millis(50));
-    /// # let _ = p;
-    /// ```
     pub fn jitter(mut self, jitter: Duration) -> Self {
         self.jitter = jitter;
         self

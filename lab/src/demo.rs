@@ -495,32 +495,48 @@ impl Summary {
     }
 
     fn print(&self, t0: Instant) {
-        println!("\nsummary after {:.1} s", self.elapsed.as_secs_f64());
         println!(
-            "  leaderships: {} (A {}, B {}, C {}), terms {} to {}, each higher than the one before: {}",
+            "\nwhat the demo showed, in {:.0} s:",
+            self.elapsed.as_secs_f64()
+        );
+        println!(
+            "  {} times a candidate became leader (A {}, B {}, C {}).",
             self.leaderships(),
             self.per_candidate[0],
             self.per_candidate[1],
             self.per_candidate[2],
-            self.first_term.map_or("-".into(), |t| t.to_string()),
-            self.last_term.map_or("-".into(), |t| t.to_string()),
-            if self.terms_increase { "yes" } else { "NO" },
         );
-        println!("  overlapping leaderships: {}", self.overlaps);
         println!(
-            "  leaderships lost to failures (stepped down by the deadline): {}",
+            "  Two leaders at the same time: {}.",
+            match self.overlaps {
+                0 => "never".to_owned(),
+                n => format!("{n} times: THE LOCK LIED"),
+            }
+        );
+        match (self.first_term, self.last_term) {
+            (Some(first), Some(last)) => println!(
+                "  Each new leader got a higher term (its fencing token) than the one before: \
+                 {} (from {first} to {last}).",
+                if self.terms_increase { "yes" } else { "NO" },
+            ),
+            _ => println!("  Nobody became leader."),
+        }
+        println!(
+            "  Leaders that lost their majority to failing masters and stepped down by their \
+             deadline, before anyone else could lead: {}.",
             self.lost
         );
         match (self.handover_ms(0.5), self.handover_ms(1.0)) {
             (Some(p50), Some(max)) => println!(
-                "  hand-overs after a resignation: {}, p50 {p50:.0} ms, max {max:.0} ms",
+                "  When a leader resigned, the next one led {p50:.0} ms later (typical; at \
+                 most {max:.0} ms, over {} hand-overs).",
                 self.handovers.len()
             ),
-            _ => println!("  hand-overs after a resignation: none"),
+            _ => println!("  No leader resigned while another candidate waited."),
         }
         if let Some((gap, from, to)) = self.longest_gap {
             println!(
-                "  longest time without a leader: {:.2} s (from {:.1} s to {:.1} s)",
+                "  The longest time without a leader was {:.1} s (from {:.1} s to {:.1} s).",
                 gap.as_secs_f64(),
                 from.duration_since(t0).as_secs_f64(),
                 to.duration_since(t0).as_secs_f64()
