@@ -21,7 +21,6 @@ use crate::confirm::confirm_fence;
 use crate::deadline::Deadline;
 use crate::error::{Error, Failure, Operation};
 use crate::node_error::NodeError;
-use crate::release::release_channel;
 use crate::report::{NodeOutcome, Report};
 use crate::request::{Command, Request};
 use crate::reseed;
@@ -79,7 +78,7 @@ pub(crate) async fn acquire(
     let mut attempts = 0u32;
     let mut subscription: Option<Subscription> = None;
     let mut reseed_retries_left = RESEED_RETRIES;
-    let channel = release_channel(&key);
+    let channel = resource::release_channel(&key);
     if shared.config.wait_for_release
         && policy.attempts_limit() != Some(1)
         && shared.releases.has_waiters(&channel)

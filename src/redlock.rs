@@ -228,8 +228,9 @@ impl RedLock {
     /// # Ok(()) }
     /// ```
     pub async fn acquire(&self, resource: impl AsRef<[u8]>, ttl: Duration) -> Result<Lock> {
-        let policy = self.shared.config.retry.clone();
-        self.acquire_with(resource, ttl, &policy).await
+        let config = &self.shared.config;
+        self.acquire_checked(resource.as_ref(), ttl, &config.retry, config.fencing)
+            .await
     }
 
     /// Takes `resource` for `ttl`, retrying for up to `max_wait` (no limit on the number of

@@ -5,6 +5,7 @@ use std::time::Duration;
 use crate::error::Operation;
 use crate::report::{NodeOutcome, Report};
 use crate::request::{Command, Request};
+use crate::resource;
 use crate::round::{self, Round, Stragglers, Wait};
 use crate::scripts;
 use crate::shared::Shared;
@@ -91,7 +92,10 @@ async fn delete_everywhere(
 ) -> Round {
     // The channel and the release id, or two empty arguments: publish nothing.
     let (channel, release_id) = if wake_waiters {
-        (release_channel(key), token.release_id().into_bytes())
+        (
+            resource::release_channel(key),
+            token.release_id().into_bytes(),
+        )
     } else {
         (Vec::new(), Vec::new())
     };
@@ -120,11 +124,4 @@ async fn delete_everywhere(
         },
     )
     .await
-}
-
-/// The channel releases of the lock `key` are published on: `key:released`.
-pub(crate) fn release_channel(key: &[u8]) -> Vec<u8> {
-    let mut channel = key.to_vec();
-    channel.extend_from_slice(b":released");
-    channel
 }

@@ -154,6 +154,14 @@ pub(crate) fn leader_key(prefix: &[u8], resource: &[u8]) -> Vec<u8> {
     key
 }
 
+/// The channel releases of the lock `key` are published on: `key:released` (a pub/sub
+/// channel, not a key: it lives in no slot and is never stored).
+pub(crate) fn release_channel(key: &[u8]) -> Vec<u8> {
+    let mut channel = key.to_vec();
+    channel.extend_from_slice(b":released");
+    channel
+}
+
 /// A resource name for messages: UTF-8 shown as is, other bytes escaped.
 pub(crate) fn display(resource: &[u8]) -> String {
     resource.escape_ascii().to_string()

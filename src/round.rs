@@ -197,12 +197,13 @@ pub(crate) async fn run<V: Voter>(
 }
 
 /// As [`run`]. With `after`, a node's request is sent only once that node's straggler from an
-/// earlier round is ordered on its connection (see [`Stragglers`]). `sent` runs as soon as the requests that need not wait for a straggler are
-/// queued on their connections, before any answer. Whatever is sent on the same connections
+/// earlier round is ordered on its connection (see [`Stragglers`]). `sent` runs as soon as the
+/// requests that need not wait for a straggler are queued on their connections, before any
+/// answer. Whatever is sent on the same connections
 /// after that reaches each node behind this round's request.
 ///
-/// Every request starts with the round, so one deadline (`start + per_node_timeout`), one
-/// timer, bounds them all, instead of a timer per node. Only a request that first waits for a
+/// Every request starts with the round, so one deadline (`per_node_timeout` after the start,
+/// on tokio's clock), one timer, bounds them all, instead of a timer per node. Only a request that first waits for a
 /// straggler of an earlier round carries its own timeout, started once it is sent. A node whose
 /// request times out becomes suspect ([`Voter::is_suspect`]) until it answers again.
 #[allow(clippy::too_many_arguments)]
@@ -223,12 +224,19 @@ pub(crate) async fn run_then<V: Voter>(
     let prepared = Arc::new(Prepared::new(&request));
     let count = nodes.len();
     let ordered = Ordered::new(count);
-    let waits = |index: usize| after.is_some_and(|a| a.unordered(index));
+    // Which requests wait for an earlier round's straggler on their node, decided once: the
+    // answer changes as those stragglers get ordered, and every use below (which set a
+    // request is in, what it waits for, whether the deadline times it out, whether it is a
+    // straggler of this round) must agree.
+    let waits: Vec<bool> = (0..count)
+        .map(|index| after.is_some_and(|a| a.unordered(index)))
+        .collect();
+    let waits = |index: usize| waits.get(index).copied().unwrap_or(false);
     let node_request = |index: usize| {
         let nodes = nodes.clone();
         let tracker = background.clone();
         let prepared = prepared.clone();
-        let after = after.filter(|a| a.unordered(index)).cloned();
+        let after = after.filter(|_| waits(index)).cloned();
         let mark = MarkOnDrop {
             ordered: ordered.clone(),
             index,
@@ -668,8 +676,7 @@ mod tests {
     }
 
     /// Mutation: not marking a timed-out voter suspect (`record` without `set_suspect(true)`)
-    /// fails the suspect check; a timer per request started late would end the round after
-    /// the deadline.
+    /// fails the suspect check.
     #[tokio::test(start_paused = true)]
     async fn one_deadline_times_out_every_hung_voter_and_makes_it_suspect() {
         let nodes = voters(vec![
@@ -761,6 +768,49 @@ mod tests {
         assert_at(t0, Virtual::now(), Duration::from_millis(200));
         assert_eq!(nodes[3].answered.load(Ordering::Relaxed), 1);
         assert_eq!(nodes[4].answered.load(Ordering::Relaxed), 1);
+    }
+
+    /// A request that waits for an earlier round's straggler on its voter carries its own
+    /// timeout from when it is sent: this round's deadline does not time it out, even once the
+    /// straggler it waited for is ordered.
+    ///
+    /// Mutation: deciding afresh at the deadline whether a request waits (`waits` re-evaluated
+    /// per use, as before) records voter 4's running request as timed out at 51 ms, makes the
+    /// voter suspect and leaves its request out of the round's stragglers.
+    #[tokio::test(start_paused = true)]
+    async fn a_request_behind_a_straggler_is_not_timed_out_by_the_rounds_deadline() {
+        let nodes = voters(vec![
+            vec![yes(1), yes(1)],
+            vec![yes(1), yes(1)],
+            vec![yes(1), yes(1)],
+            vec![yes(1), Never],
+            vec![yes(30), yes(40)],
+        ]);
+        let tracker = TaskTracker::new();
+        let t0 = Virtual::now();
+        // Voters 0 to 3 answer the first round, voter 4 (suspect, so not waited for) is its
+        // one straggler: a script, ordered only once answered, at 30 ms.
+        nodes[4].set_suspect(true);
+        let first = run(&nodes, &tracker, release(), TIMEOUT, Wait::ForAll).await;
+        let stragglers = first.stragglers.expect("voter 4 still out");
+        assert_at(t0, Virtual::now(), Duration::from_millis(1));
+        let second = run_then(
+            &nodes,
+            &tracker,
+            release(),
+            TIMEOUT,
+            Wait::ForAll,
+            Some(&stragglers),
+            || {},
+        )
+        .await;
+        // Voter 3 timed out at the deadline (51 ms); voter 4's request, sent at 30 ms,
+        // answered at 70 ms.
+        assert_at(t0, Virtual::now(), Duration::from_millis(70));
+        let outcomes = outcomes(&second);
+        assert!(outcomes[3].contains("no reply within 50ms"), "{outcomes:?}");
+        assert_eq!(second.report.votes()[4], Vote::Yes, "{outcomes:?}");
+        assert!(nodes[3].is_suspect() && !nodes[4].is_suspect());
     }
 
     /// A delete behind a straggler of the same lock is sent once the straggler is ordered on

@@ -29,8 +29,9 @@ pub(crate) trait Voter: Send + Sync + 'static {
 
     /// Sends `request` and classifies the answer. Unbounded: the caller bounds it. `queued`
     /// runs once the request is handed to the voter's connection (first in line behind what
-    /// was handed before), whether or not it was answered yet. An answer of any kind clears
-    /// the voter's suspicion.
+    /// was handed before), whether or not it was answered yet. Whatever comes back once the
+    /// request was sent (a reply, an error, a broken connection) clears the voter's suspicion;
+    /// a failure before sending (no connection yet, restart grace) does not.
     ///
     /// # Cancel safety
     /// Dropping the future abandons the request; one already queued on the connection may
@@ -55,60 +56,49 @@ impl Voter for Node {
         Node::set_suspect(self, suspect);
     }
 
-    fn ask(
+    async fn ask(
         &self,
         request: &Prepared,
         queued: impl FnOnce() + Send,
-    ) -> impl Future<Output = (NodeOutcome, Option<Grant>)> + Send {
-        ask(self, request, queued)
-    }
-}
-
-/// Sends the request to one node and classifies its answer. Unbounded: the caller bounds it.
-/// `queued` runs once the request is handed to the node's connection (first in line behind
-/// what was handed before), whether or not it was answered yet.
-async fn ask(
-    node: &Node,
-    request: &Prepared,
-    queued: impl FnOnce() + Send,
-) -> (NodeOutcome, Option<Grant>) {
-    let call = async {
-        let ready = node.connection().await?;
-        if request.settled_nodes_only {
-            node.check_settled(&ready)?;
-        }
-        if request.needs_run_id() && ready.run_id.is_none() {
-            return Err(NodeError::Unidentified);
-        }
-        let (mut conn, generation) = (ready.conn, ready.generation);
-        let send = request.send(&mut conn, node.id().index(), ready.run_id.as_deref());
-        tokio::pin!(send);
-        // The first poll hands the command to the connection's queue (or to the line of
-        // senders waiting for room in it, served in order).
-        let first = futures::poll!(send.as_mut());
-        queued();
-        let answer = match first {
-            std::task::Poll::Ready(answer) => answer,
-            std::task::Poll::Pending => send.await,
+    ) -> (NodeOutcome, Option<Grant>) {
+        let call = async {
+            let ready = self.connection().await?;
+            if request.settled_nodes_only {
+                self.check_settled(&ready)?;
+            }
+            if request.needs_run_id() && ready.run_id.is_none() {
+                return Err(NodeError::Unidentified);
+            }
+            let (mut conn, generation) = (ready.conn, ready.generation);
+            let send = request.send(&mut conn, self.id().index(), ready.run_id.as_deref());
+            tokio::pin!(send);
+            // The first poll hands the command to the connection's queue (or to the line of
+            // senders waiting for room in it, served in order).
+            let first = futures::poll!(send.as_mut());
+            queued();
+            let answer = match first {
+                std::task::Poll::Ready(answer) => answer,
+                std::task::Poll::Pending => send.await,
+            };
+            // Something came back from the server (or the connection broke): not hung.
+            self.set_suspect(false);
+            answer.map_err(|err| {
+                if breaks_connection(&err) {
+                    self.report_broken(generation);
+                }
+                if err.kind() == redis::ErrorKind::Server(ServerErrorKind::ReadOnly) {
+                    tracing::warn!(
+                        node = %self.id(),
+                        "node is a read-only replica: Redlock needs N independent masters, \
+                         a replica cannot vote and must not be listed"
+                    );
+                }
+                NodeError::Redis(err)
+            })
         };
-        // Something came back from the server (or the connection broke): not hung.
-        node.set_suspect(false);
-        answer.map_err(|err| {
-            if breaks_connection(&err) {
-                node.report_broken(generation);
-            }
-            if err.kind() == redis::ErrorKind::Server(ServerErrorKind::ReadOnly) {
-                tracing::warn!(
-                    node = %node.id(),
-                    "node is a read-only replica: Redlock needs N independent masters, \
-                     a replica cannot vote and must not be listed"
-                );
-            }
-            NodeError::Redis(err)
-        })
-    };
-    match call.await {
-        Err(err) => (NodeOutcome::Failed(err), None),
-        Ok(reply) => request.classify(reply),
+        match call.await {
+            Err(err) => (NodeOutcome::Failed(err), None),
+            Ok(reply) => request.classify(reply),
+        }
     }
 }

@@ -94,6 +94,10 @@ fn clients_trusting(cluster: &Cluster, ca: &Path) -> Vec<redis::Client> {
         .collect()
 }
 
+/// How long a connection (TLS handshake, `INFO`, script loads) may take in these tests: a
+/// debug build of rustls under load is slow, and what is tested is verification, not speed.
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
+
 #[tokio::test]
 async fn locks_over_tls_with_verified_certificates() {
     let dir = tempfile::tempdir().expect("tmp");
@@ -102,6 +106,7 @@ async fn locks_over_tls_with_verified_certificates() {
     assert!(cluster.urls().iter().all(|u| u.starts_with("rediss://")));
     let rl = RedLock::builder(clients_trusting(&cluster, &files.ca))
         .per_node_timeout(NODE_TIMEOUT)
+        .connect_timeout(CONNECT_TIMEOUT)
         .build()
         .expect("config");
     // Connected first, as in the insecure case below.
@@ -171,10 +176,12 @@ async fn certificates_are_verified_by_default_and_a_wrong_ca_is_a_clear_node_err
         .collect();
     let rl = RedLock::builder(&insecure)
         .per_node_timeout(NODE_TIMEOUT)
+        .connect_timeout(CONNECT_TIMEOUT)
         .build()
         .expect("config");
     // Connected first: a TLS handshake, INFO and the script loads in a debug build on a
-    // loaded machine can take longer than one round's per-node timeout.
+    // loaded machine can take longer than one round's per-node timeout, and under two CPU
+    // hogs longer than the default 1 s connect timeout (CI caught that).
     rl.connect().await.expect("insecure mode connects");
     rl.try_acquire("secure", TTL)
         .await
