@@ -263,8 +263,8 @@ impl Lock {
     /// their connections and finish in the background (a hung master's when it wakes); their
     /// lines in the report say "no reply". Call [`RedLock::settle`](crate::RedLock::settle)
     /// before the process exits, or keys left on those nodes wait for their ttl. On a node
-    /// where the lock's acquire was still running, the delete is queued behind it on the same
-    /// connection, never waiting for other nodes. A release that began after the deadline is
+    /// where the lock's last acquire or extend was still running, the delete is queued behind
+    /// it on the same connection, never waiting for other nodes. A release that began after the deadline is
     /// `Expired` whatever the answers, and waits for every node but a suspect one (a request
     /// to it timed out and it has not answered since), so its report shows who holds the lock.
     ///

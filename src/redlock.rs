@@ -72,6 +72,15 @@ impl RedLock {
     }
 
     /// A [`Builder`] over `nodes`, to change the defaults before [`Builder::build`].
+    ///
+    /// ```
+    /// # fn main() -> Result<(), redquorum::Error> {
+    /// use std::time::Duration;
+    /// let rl = redquorum::RedLock::builder(["redis://127.0.0.1:7001"])
+    ///     .per_node_timeout(Duration::from_millis(20))
+    ///     .build()?;
+    /// # Ok(()) }
+    /// ```
     pub fn builder<I>(nodes: I) -> Builder
     where
         I: IntoIterator,

@@ -199,13 +199,14 @@ pub(crate) async fn run<V: Voter>(
 /// As [`run`]. With `after`, a node's request is sent only once that node's straggler from an
 /// earlier round is ordered on its connection (see [`Stragglers`]). `sent` runs as soon as the
 /// requests that need not wait for a straggler are queued on their connections, before any
-/// answer. Whatever is sent on the same connections
-/// after that reaches each node behind this round's request.
+/// answer. Whatever is sent on the same connections after that reaches each node behind this
+/// round's request.
 ///
 /// Every request starts with the round, so one deadline (`per_node_timeout` after the start,
-/// on tokio's clock), one timer, bounds them all, instead of a timer per node. Only a request that first waits for a
-/// straggler of an earlier round carries its own timeout, started once it is sent. A node whose
-/// request times out becomes suspect ([`Voter::is_suspect`]) until it answers again.
+/// on tokio's clock), one timer, bounds them all, instead of a timer per node. Only a request
+/// that first waits for a straggler of an earlier round carries its own timeout, started once
+/// it is sent. A node whose request times out becomes suspect ([`Voter::is_suspect`]) until it
+/// answers again.
 #[allow(clippy::too_many_arguments)]
 pub(crate) async fn run_then<V: Voter>(
     nodes: &Arc<[V]>,
