@@ -312,14 +312,8 @@ fn retry_delay(
     now: Instant,
     holder_left: Option<Duration>,
 ) -> Duration {
-    let mut delay = policy.next_delay(&shared.jitter);
-    if let Some(left) = holder_left {
-        delay = delay.min(left + Duration::from_millis(1));
-    }
-    if let Some(d) = deadline {
-        delay = delay.min(d.saturating_duration_since(now));
-    }
-    delay
+    let wait_left = deadline.map(|d| d.saturating_duration_since(now));
+    policy.delay_before_next(&shared.jitter, holder_left, wait_left)
 }
 
 /// The earliest expiry of another owner's key, as the nodes reported it in a round.

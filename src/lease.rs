@@ -210,7 +210,17 @@ impl Lock {
         let shared = Arc::new(Shared { valid_until, lost });
         let resource = self.resource_display();
         let (stop, stop_rx) = oneshot::channel();
-        let task = tokio::spawn(keep_alive(self, options, shared, stop_rx));
+        let renewed = {
+            let shared = shared.clone();
+            move |lock: &Lock| {
+                shared.valid_until.send_replace(lock.deadline());
+            }
+        };
+        let lose = move |reason: LostReason| {
+            tracing::warn!(%reason, "lease lost");
+            shared.lost.send_replace(Some(reason));
+        };
+        let task = tokio::spawn(keep_alive(self, options, renewed, lose, stop_rx));
         Lease {
             signal: LeaseSignal {
                 valid_until: valid_rx,
@@ -296,44 +306,81 @@ impl Drop for Lease {
     }
 }
 
-/// Renews `lock` until told to stop, lost, or past a limit; returns the lock.
-async fn keep_alive(
-    mut lock: Lock,
+/// What the keep-alive task needs of its lock. A seam, so the schedule below is tested in
+/// virtual time (`tokio::time::pause`) with a scripted lock and no servers; [`Lock`] is the
+/// one implementation outside the tests.
+trait Renewable: Send + 'static {
+    /// The ttl each renewal asks for.
+    fn ttl(&self) -> Duration;
+    /// The local deadline, on tokio's clock (the same clock as `std`'s outside paused tests).
+    fn valid_until(&self) -> tokio::time::Instant;
+    /// Whether the deadline has passed, read anew: a suspend of the host brings it forward.
+    fn is_expired(&self) -> bool;
+    /// One extension round.
+    fn extend(&mut self, ttl: Duration) -> impl Future<Output = Result<()>> + Send;
+}
+
+impl Renewable for Lock {
+    fn ttl(&self) -> Duration {
+        Lock::ttl(self)
+    }
+
+    fn valid_until(&self) -> tokio::time::Instant {
+        Lock::valid_until(self).into()
+    }
+
+    fn is_expired(&self) -> bool {
+        Lock::is_expired(self)
+    }
+
+    fn extend(&mut self, ttl: Duration) -> impl Future<Output = Result<()>> + Send {
+        Lock::extend(self, ttl)
+    }
+}
+
+/// Renews `lock` until told to stop, lost, or past a limit; returns the lock. Every
+/// successful extension is passed to `renewed`, a loss (once) to `lose`.
+///
+/// The schedule: renew every `interval` (a third of the ttl by default); after a failed
+/// extension, try again after a quarter of the interval; give up at the deadline, even while
+/// an extension hangs; lose at once when an extension finds the lock gone.
+async fn keep_alive<L: Renewable>(
+    mut lock: L,
     options: LeaseOptions,
-    shared: Arc<Shared>,
+    renewed: impl Fn(&L) + Send,
+    lose: impl Fn(LostReason) + Send,
     mut stop: oneshot::Receiver<()>,
-) -> Lock {
+) -> L {
     let ttl = lock.ttl();
     let interval = options
         .renew_every
         .unwrap_or(ttl / 3)
         .max(Duration::from_millis(1));
-    let held_since = Instant::now();
+    let held_since = tokio::time::Instant::now();
     let mut extensions = 0u32;
     // Checked: an interval past the deadline only means the lease is lost there.
-    let after = |interval: Duration| Instant::now().checked_add(interval);
+    let after = |interval: Duration| tokio::time::Instant::now().checked_add(interval);
     let mut next_renewal = after(interval).unwrap_or_else(|| lock.valid_until());
-    let lose = |reason: LostReason| {
-        tracing::warn!(%reason, "lease lost");
-        shared.lost.send_replace(Some(reason));
+    let limit_reached = |extensions: u32| {
+        options.max_extensions.is_some_and(|max| extensions >= max)
+            || options
+                .max_hold
+                .is_some_and(|max| held_since.elapsed() >= max)
     };
     loop {
         let deadline = lock.valid_until();
-        let limit_reached = options.max_extensions.is_some_and(|max| extensions >= max)
-            || options
-                .max_hold
-                .is_some_and(|max| held_since.elapsed() >= max);
-        let wake = if limit_reached {
+        let wake = if limit_reached(extensions) {
             deadline
         } else {
             next_renewal.min(deadline)
         };
         tokio::select! {
             _ = &mut stop => return lock,
-            _ = tokio::time::sleep_until(wake.into()) => {}
+            _ = tokio::time::sleep_until(wake) => {}
         }
-        // Checked anew rather than against `deadline`: a suspend of the host since brings
-        // the deadline forward, and the timers above did not run while it slept.
+        // Both checked anew on waking: `max_hold` may have passed during the sleep, and a
+        // suspend of the host brings the deadline forward (the timers did not run meanwhile).
+        let limit_reached = limit_reached(extensions);
         if lock.is_expired() {
             lose(if limit_reached {
                 LostReason::LimitReached
@@ -342,15 +389,19 @@ async fn keep_alive(
             });
             return wait_for_stop(lock, stop).await;
         }
+        if limit_reached {
+            // No renewal past a limit: sleep on to the deadline.
+            continue;
+        }
         // The extension may hang; the deadline does not wait for it.
         let extended = tokio::select! {
             _ = &mut stop => return lock,
-            result = tokio::time::timeout_at(deadline.into(), lock.extend(ttl)) => result,
+            result = tokio::time::timeout_at(deadline, lock.extend(ttl)) => result,
         };
         match extended {
             Ok(Ok(())) => {
                 extensions = extensions.saturating_add(1);
-                shared.valid_until.send_replace(lock.deadline());
+                renewed(&lock);
                 next_renewal = after(interval).unwrap_or_else(|| lock.valid_until());
             }
             Ok(Err(e)) if e.is_expired() => {
@@ -373,7 +424,282 @@ async fn keep_alive(
 
 /// After a loss: keep the lock (so `release` can report on it) until the lease is released or
 /// dropped; no more renewals.
-async fn wait_for_stop(lock: Lock, stop: oneshot::Receiver<()>) -> Lock {
+async fn wait_for_stop<L>(lock: L, stop: oneshot::Receiver<()>) -> L {
     let _ = stop.await;
     lock
+}
+
+/// The keep-alive schedule in virtual time: a scripted lock, no servers. Each test names the
+/// mutation of `keep_alive` that makes it fail (run, and recorded in `tests/MUTATIONS.md`).
+#[cfg(test)]
+mod tests {
+    use std::collections::VecDeque;
+    use std::sync::Mutex;
+
+    use tokio::time::Instant;
+
+    use super::*;
+    use crate::error::{Failure, Operation};
+
+    /// What one scripted extension does, after `took` of virtual time.
+    #[derive(Clone, Copy)]
+    enum Step {
+        /// Succeeds: the deadline becomes the extension's start + ttl.
+        Renew { took: Duration },
+        /// Fails with an outage (nodes down): worth retrying.
+        Fail { took: Duration },
+        /// Finds the lock gone.
+        Gone { took: Duration },
+        /// Never answers.
+        Hang,
+    }
+
+    /// A lock whose extensions follow a script (then succeed at once), recording when each
+    /// was called, in virtual time since the test began.
+    struct Scripted {
+        ttl: Duration,
+        valid_until: Instant,
+        script: VecDeque<Step>,
+        began: Instant,
+        calls: Arc<Mutex<Vec<Duration>>>,
+    }
+
+    impl Renewable for Scripted {
+        fn ttl(&self) -> Duration {
+            self.ttl
+        }
+
+        fn valid_until(&self) -> Instant {
+            self.valid_until
+        }
+
+        fn is_expired(&self) -> bool {
+            Instant::now() >= self.valid_until
+        }
+
+        fn extend(&mut self, ttl: Duration) -> impl Future<Output = Result<()>> + Send {
+            let started = Instant::now();
+            if let Ok(mut calls) = self.calls.lock() {
+                calls.push(started - self.began);
+            }
+            let step = self.script.pop_front().unwrap_or(Step::Renew {
+                took: Duration::ZERO,
+            });
+            let valid_until = &mut self.valid_until;
+            async move {
+                let failure = || {
+                    Box::new(Failure::new(
+                        Operation::Extend,
+                        b"r",
+                        1,
+                        Duration::ZERO,
+                        Report::default(),
+                    ))
+                };
+                match step {
+                    Step::Renew { took } => {
+                        tokio::time::sleep(took).await;
+                        *valid_until = started + ttl;
+                        Ok(())
+                    }
+                    Step::Fail { took } => {
+                        tokio::time::sleep(took).await;
+                        Err(Error::NoQuorum(failure()))
+                    }
+                    Step::Gone { took } => {
+                        tokio::time::sleep(took).await;
+                        Err(Error::Expired(failure()))
+                    }
+                    Step::Hang => std::future::pending().await,
+                }
+            }
+        }
+    }
+
+    const TTL: Duration = Duration::from_secs(30);
+
+    fn secs(s: u64) -> Duration {
+        Duration::from_secs(s)
+    }
+
+    /// What a lease run showed: when each extension was asked for, and when (and why) the
+    /// lease was lost, in virtual time since it began.
+    #[derive(Debug)]
+    struct Run {
+        calls: Vec<Duration>,
+        renewals: Vec<Duration>,
+        lost: Option<(Duration, LostReason)>,
+    }
+
+    /// Runs a lease over a fresh `TTL` lock with `script`, for `watch` of virtual time, then
+    /// stops it.
+    async fn run(script: &[Step], options: LeaseOptions, watch: Duration) -> Run {
+        let began = Instant::now();
+        let calls = Arc::new(Mutex::new(Vec::new()));
+        let lock = Scripted {
+            ttl: TTL,
+            valid_until: began + TTL,
+            script: script.iter().copied().collect(),
+            began,
+            calls: calls.clone(),
+        };
+        let renewals = Arc::new(Mutex::new(Vec::new()));
+        let lost = Arc::new(Mutex::new(None));
+        let (stop, stop_rx) = oneshot::channel();
+        let task = tokio::spawn(keep_alive(
+            lock,
+            options,
+            {
+                let renewals = renewals.clone();
+                move |_: &Scripted| renewals.lock().expect("not poisoned").push(began.elapsed())
+            },
+            {
+                let lost = lost.clone();
+                move |reason| {
+                    let mut lost = lost.lock().expect("not poisoned");
+                    assert!(lost.is_none(), "lost twice");
+                    *lost = Some((began.elapsed(), reason));
+                }
+            },
+            stop_rx,
+        ));
+        tokio::time::sleep(watch).await;
+        stop.send(()).expect("the task waits for stop");
+        task.await.expect("the keep-alive task ends");
+        let calls = calls.lock().expect("not poisoned").clone();
+        let renewals = renewals.lock().expect("not poisoned").clone();
+        let lost = lost.lock().expect("not poisoned").take();
+        Run {
+            calls,
+            renewals,
+            lost,
+        }
+    }
+
+    /// Mutation: renewing every `ttl / 2` (or `ttl`) instead of `ttl / 3`.
+    #[tokio::test(start_paused = true)]
+    async fn renews_every_third_of_the_ttl() {
+        let run = run(&[], LeaseOptions::default(), secs(95)).await;
+        assert_eq!(
+            run.calls,
+            [
+                secs(10),
+                secs(20),
+                secs(30),
+                secs(40),
+                secs(50),
+                secs(60),
+                secs(70),
+                secs(80),
+                secs(90)
+            ]
+        );
+        assert_eq!(run.renewals, run.calls);
+        assert!(run.lost.is_none(), "{run:?}");
+    }
+
+    /// The next renewal is counted from the end of the last one, not the start.
+    /// Mutation: computing `next_renewal` before the extension.
+    #[tokio::test(start_paused = true)]
+    async fn a_slow_renewal_pushes_the_next_one_back() {
+        let run = run(
+            &[Step::Renew { took: secs(4) }],
+            LeaseOptions::default(),
+            secs(30),
+        )
+        .await;
+        assert_eq!(run.calls, [secs(10), secs(24)]);
+        assert_eq!(run.renewals, [secs(14), secs(24)]);
+    }
+
+    /// Mutation: retrying after a full interval (or not at all) after a failure.
+    #[tokio::test(start_paused = true)]
+    async fn a_failed_renewal_is_retried_after_a_quarter_interval() {
+        let script = [Step::Fail { took: secs(1) }, Step::Fail { took: secs(1) }];
+        let run = run(&script, LeaseOptions::default(), secs(20)).await;
+        // 10: fails at 11, retried at 11 + 2.5; fails at 14.5, retried at 17: renewed.
+        assert_eq!(
+            run.calls,
+            [secs(10), Duration::from_millis(13_500), secs(17)]
+        );
+        assert_eq!(run.renewals, [secs(17)]);
+        assert!(run.lost.is_none(), "{run:?}");
+    }
+
+    /// Failures until the deadline: lost exactly at the deadline, with retries until then.
+    /// Mutation: losing on the first failure (`Ok(Err(e))` treated as gone) fails it.
+    #[tokio::test(start_paused = true)]
+    async fn failures_until_the_deadline_lose_it_at_the_deadline() {
+        let script = [Step::Fail {
+            took: Duration::ZERO,
+        }; 16];
+        let run = run(&script, LeaseOptions::default(), secs(40)).await;
+        // 10, then every 2.5 s: 12.5 … 27.5; the retry due at 30 is the deadline itself.
+        assert_eq!(run.calls.len(), 8, "{run:?}");
+        assert!(run.renewals.is_empty());
+        let (at, reason) = run.lost.expect("lost");
+        assert_eq!(at, TTL);
+        assert!(matches!(reason, LostReason::DeadlinePassed), "{reason:?}");
+    }
+
+    /// A hanging extension does not hold the loss back past the deadline.
+    /// Mutation: awaiting `lock.extend(ttl)` without `timeout_at(deadline, …)`.
+    #[tokio::test(start_paused = true)]
+    async fn a_hanging_renewal_is_lost_at_the_deadline() {
+        let run = run(&[Step::Hang], LeaseOptions::default(), secs(60)).await;
+        assert_eq!(run.calls, [secs(10)]);
+        let (at, reason) = run.lost.expect("lost");
+        assert_eq!(at, TTL);
+        assert!(matches!(reason, LostReason::DeadlinePassed), "{reason:?}");
+    }
+
+    /// Mutation: treating "gone" like any failure (retrying until the deadline).
+    #[tokio::test(start_paused = true)]
+    async fn a_renewal_that_finds_the_lock_gone_loses_it_at_once() {
+        let run = run(
+            &[Step::Gone { took: secs(1) }],
+            LeaseOptions::default(),
+            secs(60),
+        )
+        .await;
+        assert_eq!(run.calls, [secs(10)]);
+        let (at, reason) = run.lost.expect("lost");
+        assert_eq!(at, secs(11));
+        assert!(matches!(reason, LostReason::Gone(_)), "{reason:?}");
+    }
+
+    /// Mutation: `extensions >= max` → `extensions > max` (one renewal too many).
+    #[tokio::test(start_paused = true)]
+    async fn max_extensions_stops_renewing_and_loses_at_the_deadline() {
+        let options = LeaseOptions::default().max_extensions(Some(2));
+        let run = run(&[], options, secs(80)).await;
+        assert_eq!(run.calls, [secs(10), secs(20)]);
+        let (at, reason) = run.lost.expect("lost");
+        assert_eq!(at, secs(50));
+        assert!(matches!(reason, LostReason::LimitReached), "{reason:?}");
+    }
+
+    /// No renewal once `max_hold` has passed, even one already scheduled (the renewal due at
+    /// 30 s, after 25 s of holding, is not made: it was, before this test).
+    /// Mutation: ignoring `max_hold`, or checking it only before the sleep.
+    #[tokio::test(start_paused = true)]
+    async fn max_hold_stops_renewing_and_loses_at_the_deadline() {
+        let options = LeaseOptions::default().max_hold(Some(secs(25)));
+        let run = run(&[], options, secs(80)).await;
+        assert_eq!(run.calls, [secs(10), secs(20)]);
+        let (at, reason) = run.lost.expect("lost");
+        assert_eq!(at, secs(50));
+        assert!(matches!(reason, LostReason::LimitReached), "{reason:?}");
+    }
+
+    /// Stopping while an extension hangs returns the lock at once, lost or not.
+    /// Mutation: a plain `.await` of the extension instead of the `select!` with `stop`.
+    #[tokio::test(start_paused = true)]
+    async fn stop_interrupts_a_hanging_renewal() {
+        let began = Instant::now();
+        let run = run(&[Step::Hang], LeaseOptions::default(), secs(15)).await;
+        assert_eq!(run.calls, [secs(10)]);
+        assert!(run.lost.is_none(), "{run:?}");
+        assert_eq!(began.elapsed(), secs(15));
+    }
 }

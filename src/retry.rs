@@ -100,6 +100,25 @@ impl RetryPolicy {
         };
         self.delay.saturating_add(Duration::from_nanos(extra))
     }
+
+    /// The wait before the next round: [`next_delay`](Self::next_delay), but never past the
+    /// holder's expiry as the nodes reported it (`holder_left`, plus 1 ms so the key is gone
+    /// when the round lands), nor past what is left of the call's wait (`wait_left`).
+    pub(crate) fn delay_before_next(
+        &self,
+        rng: &Jitter,
+        holder_left: Option<Duration>,
+        wait_left: Option<Duration>,
+    ) -> Duration {
+        let mut delay = self.next_delay(rng);
+        if let Some(left) = holder_left {
+            delay = delay.min(left.saturating_add(Duration::from_millis(1)));
+        }
+        if let Some(left) = wait_left {
+            delay = delay.min(left);
+        }
+        delay
+    }
 }
 
 impl Default for RetryPolicy {
@@ -173,6 +192,36 @@ mod tests {
         let dc: Vec<_> = (0..20).map(|_| policy.next_delay(&c)).collect();
         assert_eq!(da, db);
         assert_ne!(da, dc);
+    }
+
+    /// Mutation: dropping either cap (the holder's expiry or the wait left).
+    #[test]
+    fn a_retry_waits_no_longer_than_the_holder_or_the_call() {
+        let policy = RetryPolicy::default()
+            .delay(Duration::from_millis(100))
+            .jitter(Duration::ZERO);
+        let rng = Jitter::new(None);
+        let ms = Duration::from_millis;
+        assert_eq!(policy.delay_before_next(&rng, None, None), ms(100));
+        assert_eq!(policy.delay_before_next(&rng, Some(ms(30)), None), ms(31));
+        assert_eq!(policy.delay_before_next(&rng, Some(ms(500)), None), ms(100));
+        assert_eq!(policy.delay_before_next(&rng, None, Some(ms(20))), ms(20));
+        assert_eq!(
+            policy.delay_before_next(&rng, Some(ms(30)), Some(ms(20))),
+            ms(20)
+        );
+        assert_eq!(
+            policy.delay_before_next(&rng, Some(ms(10)), Some(ms(20))),
+            ms(11)
+        );
+        assert_eq!(
+            policy.delay_before_next(&rng, Some(Duration::MAX), None),
+            ms(100)
+        );
+        assert_eq!(
+            policy.delay_before_next(&rng, None, Some(Duration::ZERO)),
+            Duration::ZERO
+        );
     }
 
     #[test]
