@@ -16,17 +16,17 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use crate::cleanup::Cleanup;
 use crate::confirm::confirm_fence;
-use crate::deadline::Deadline;
 use crate::error::{Error, Failure, Operation};
 use crate::node_error::NodeError;
+use crate::quorum::Deadline;
+use crate::release::release_everywhere;
 use crate::report::{NodeOutcome, Report};
 use crate::request::{Command, Request};
 use crate::reseed;
 use crate::resource;
 use crate::retry::RetryPolicy;
-use crate::round::{self, Round, Wait};
+use crate::round::{self, Round, Stragglers, Wait};
 use crate::scripts;
 use crate::settings::Timing;
 use crate::shared::Shared;
@@ -325,4 +325,97 @@ fn holder_expires_in(report: &Report) -> Option<Duration> {
             _ => None,
         })
         .min()
+}
+
+// Step 4: undoing a round that did not produce a lock, even when its caller goes away.
+
+/// While armed, owns the duty to delete one round's key from every node.
+///
+/// [`Cleanup::run`] does it inline; if the guard is dropped while armed (the acquire future was
+/// cancelled mid-round), it spawns the same compare-and-delete on the current tokio runtime.
+/// Compare-and-delete only removes a key that still holds this round's token, so running it
+/// twice, or after the key expired, is harmless.
+#[derive(Debug)]
+pub(crate) struct Cleanup {
+    armed: Option<Arc<Shared>>,
+    key: Vec<u8>,
+    token: Token,
+    per_node_timeout: Duration,
+    after: Option<Stragglers>,
+    wake_waiters: bool,
+}
+
+impl Cleanup {
+    pub(crate) fn arm(
+        shared: Arc<Shared>,
+        key: Vec<u8>,
+        token: Token,
+        per_node_timeout: Duration,
+        wake_waiters: bool,
+    ) -> Self {
+        Self {
+            armed: Some(shared),
+            key,
+            token,
+            per_node_timeout,
+            after: None,
+            wake_waiters,
+        }
+    }
+
+    /// Requests of the round still running in the background: on their nodes, the delete is
+    /// sent only after them.
+    pub(crate) fn after(&mut self, stragglers: Option<Stragglers>) {
+        self.after = stragglers;
+    }
+
+    /// The keys now belong to a lock that will release them itself.
+    pub(crate) fn disarm(mut self) {
+        self.armed = None;
+    }
+
+    /// Deletes the keys now, waiting for every node (each bounded by the per-node timeout),
+    /// and returns the compare-and-delete's report: on nodes where another owner holds the
+    /// key, it says for how much longer. If this future is dropped part-way, `Drop` spawns the
+    /// cleanup again.
+    pub(crate) async fn run(mut self) -> Report {
+        let Some(shared) = &self.armed else {
+            return Report::default();
+        };
+        let round = release_everywhere(
+            shared,
+            &self.key,
+            &self.token,
+            self.per_node_timeout,
+            self.after.as_ref(),
+            self.wake_waiters,
+        )
+        .await;
+        tracing::debug!(report = %round.report, "cleaned up after a failed round");
+        self.armed = None;
+        round.report
+    }
+}
+
+impl Drop for Cleanup {
+    fn drop(&mut self) {
+        let Some(shared) = self.armed.take() else {
+            return;
+        };
+        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+            tracing::warn!(
+                "acquire cancelled with no tokio runtime left; its keys expire with their ttl"
+            );
+            return;
+        };
+        let key = std::mem::take(&mut self.key);
+        let token = self.token.clone();
+        let timeout = self.per_node_timeout;
+        let after = self.after.take();
+        let wake_waiters = self.wake_waiters;
+        let tracker = shared.clone();
+        tracker.spawn_cleanup(&runtime, async move {
+            release_everywhere(&shared, &key, &token, timeout, after.as_ref(), wake_waiters).await;
+        });
+    }
 }

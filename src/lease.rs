@@ -7,9 +7,9 @@ use tokio::sync::{oneshot, watch};
 use tokio::task::JoinHandle;
 
 use crate::Result;
-use crate::deadline::Deadline;
 use crate::error::{Error, LostReason};
 use crate::lock::Lock;
+use crate::quorum::Deadline;
 use crate::report::Report;
 
 /// How a [`Lease`] renews its lock.

@@ -48,10 +48,8 @@
 
 mod acquire;
 mod builder;
-mod cleanup;
 mod config_error;
 mod confirm;
-mod deadline;
 mod election;
 mod error;
 mod extend;

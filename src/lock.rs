@@ -8,11 +8,10 @@ use tracing::Instrument;
 use std::sync::Arc;
 
 use crate::Result;
-use crate::acquire::Acquired;
-use crate::cleanup::Cleanup;
-use crate::deadline::Deadline;
+use crate::acquire::{Acquired, Cleanup};
 use crate::error::{Error, Failure, Operation};
 use crate::extend::extend;
+use crate::quorum::Deadline;
 use crate::release::release;
 use crate::report::Report;
 use crate::round::Stragglers;

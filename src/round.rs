@@ -8,9 +8,8 @@ use futures::stream::FuturesUnordered;
 use tokio::sync::watch;
 use tokio_util::task::TaskTracker;
 
-use crate::deadline::{Awake, Deadline};
 use crate::node_error::NodeError;
-use crate::quorum::{Decision, Tally, Vote};
+use crate::quorum::{Awake, Deadline, Decision, Tally, Vote};
 use crate::report::{NodeOutcome, NodeReport, Report};
 use crate::request::{Grant, Prepared, Request};
 use crate::settings::Timing;
@@ -152,7 +151,7 @@ impl Round {
 
     /// The local deadline of a lock this round took or renewed: `ttl − drift` after the
     /// round's first send, brought forward by any suspend of the host since then
-    /// (`crate::deadline`).
+    /// (`crate::quorum::Deadline`).
     /// This round's one verdict (`crate::verdict`): `granted` is how each node answered the
     /// round that granted or last renewed a held lock (`None` for an acquire).
     pub(crate) fn judge(

@@ -19,7 +19,6 @@ const LAYERS: &[(&str, &[&str])] = &[
         "core",
         &[
             "quorum",
-            "deadline",
             "retry",
             "token",
             "scripts",
@@ -41,7 +40,6 @@ const LAYERS: &[(&str, &[&str])] = &[
         &[
             "shared",
             "release",
-            "cleanup",
             "confirm",
             "acquire",
             "extend",
