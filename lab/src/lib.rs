@@ -5,16 +5,20 @@
 //!   pauses and restarts masters; a live timeline, then a summary (`bash .ci/demo`).
 //! - [`bench()`]: the performance table, every figure next to the [`baseline`] measured in the
 //!   same run on the same masters.
+//! - [`contend()`]: one lock handed around between separate processes, optionally next to
+//!   another client's workers on the same masters.
 //! - [`baseline`]: the raw floor any Redlock client must do, on the `redis` crate alone; the
 //!   criterion benches (`benches/redlock.rs`) measure against it too.
 
 pub mod baseline;
 mod bench;
+mod contend;
 mod cpu;
 mod demo;
 mod error;
 mod stop;
 
 pub use bench::bench;
+pub use contend::{Contention, Worker, contend, worker};
 pub use demo::demo;
 pub use error::LabError;

@@ -37,6 +37,35 @@ enum Experiment {
         #[arg(long)]
         quick: bool,
     },
+    /// One lock handed around between separate processes: each worker process takes it in a
+    /// loop, holds it 0..=--hold-max-ms and releases it, for --seconds. Prints acquisitions,
+    /// how busy the lock was, per-process counts, the longest wait and overlaps (must be 0).
+    /// With --against BIN, BIN's workers (same arguments, same output: see
+    /// lab/rslock-contender) are measured after redquorum's, on the same masters.
+    Contend {
+        #[arg(long, default_value_t = 4)]
+        processes: usize,
+        #[arg(long, default_value_t = 20)]
+        seconds: u64,
+        #[arg(long, default_value_t = 5.0)]
+        hold_max_ms: f64,
+        #[arg(long)]
+        against: Option<std::path::PathBuf>,
+    },
+    /// One worker of `contend` (run by it, not by hand).
+    #[command(hide = true)]
+    ContendWorker {
+        #[arg(long, value_delimiter = ',')]
+        nodes: Vec<String>,
+        #[arg(long)]
+        process: usize,
+        #[arg(long)]
+        start_ns: u64,
+        #[arg(long)]
+        seconds: u64,
+        #[arg(long)]
+        hold_max_us: u64,
+    },
 }
 
 fn main() -> ExitCode {
@@ -56,6 +85,37 @@ fn main() -> ExitCode {
         match lab.experiment {
             Experiment::Demo { quick } => redquorum_lab::demo(quick, lab.json).await,
             Experiment::Bench { quick } => redquorum_lab::bench(quick, lab.json).await,
+            Experiment::Contend {
+                processes,
+                seconds,
+                hold_max_ms,
+                against,
+            } => {
+                let run = redquorum_lab::Contention {
+                    processes,
+                    seconds,
+                    hold_max: std::time::Duration::try_from_secs_f64(hold_max_ms / 1e3)
+                        .unwrap_or_default(),
+                    against,
+                };
+                redquorum_lab::contend(run, lab.json).await
+            }
+            Experiment::ContendWorker {
+                nodes,
+                process,
+                start_ns,
+                seconds,
+                hold_max_us,
+            } => {
+                redquorum_lab::worker(redquorum_lab::Worker {
+                    nodes,
+                    process,
+                    start_ns,
+                    seconds,
+                    hold_max_us,
+                })
+                .await
+            }
         }
     });
     match result {

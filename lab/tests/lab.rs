@@ -1,5 +1,6 @@
 //! The lab's `redquorum-lab` binary, run for real: the demo on a local dev cluster it starts and
-//! stops, and the bench on memory-only masters it starts and stops (also when interrupted).
+//! stops, the bench on memory-only masters it starts and stops (also when interrupted), and
+//! the cross-process contention.
 
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
@@ -138,6 +139,47 @@ fn the_bench_measures_every_section_and_stops_its_masters() {
     assert!(
         bench_state(dir.path()).is_none(),
         "the bench left its masters' state behind"
+    );
+}
+
+/// `contend` runs worker processes against each other on its own masters: every process got
+/// the lock, no two held it at once (an overlap is a safety failure, not a speed figure), and
+/// its masters are gone afterwards.
+#[test]
+fn processes_contending_for_one_lock_never_overlap() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let (code, out, err) = output(lab(dir.path()).env("TMPDIR", dir.path()).args([
+        "--json",
+        "contend",
+        "--processes",
+        "3",
+        "--seconds",
+        "2",
+    ]));
+    assert_eq!(code, 0, "{err}");
+    let figures: serde_json::Value = serde_json::from_str(&out).expect("JSON figures");
+    let ours = &figures[0];
+    assert_eq!(ours["client"], "redquorum", "{figures}");
+    assert_eq!(ours["overlaps"], 0, "{figures}");
+    let per_process: Vec<u64> = ours["per_process"]
+        .as_array()
+        .expect("per-process counts")
+        .iter()
+        .filter_map(serde_json::Value::as_u64)
+        .collect();
+    assert_eq!(per_process.len(), 3, "{figures}");
+    assert!(per_process.iter().all(|&n| n > 0), "{figures}");
+    let busy = ours["busy"].as_f64().unwrap_or(-1.0);
+    assert!((0.0..=1.0).contains(&busy), "{figures}");
+    assert!(
+        std::fs::read_dir(dir.path())
+            .expect("read TMPDIR")
+            .flatten()
+            .all(|e| !e
+                .file_name()
+                .to_string_lossy()
+                .starts_with("redquorum-contend-")),
+        "contend left its masters' state behind"
     );
 }
 

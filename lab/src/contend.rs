@@ -1,0 +1,423 @@
+//! `redquorum-lab contend`: one lock handed around between separate processes.
+//!
+//! The in-process hand-off of `redquorum-lab bench` cannot show what happens between
+//! processes, where waiters learn of a release only through the masters. Here `processes`
+//! worker processes each take one resource in a loop for a fixed time, hold it for a random
+//! 0..=`hold_max` and release it. Each worker prints its turns (asked, acquired, release
+//! called, on `CLOCK_MONOTONIC`, which every process of the host shares) as one JSON line;
+//! this process merges them into the figures: acquisitions, the share of the time the lock was
+//! held ("busy"), per-process counts, the longest wait and the overlaps (two holders at once:
+//! must be 0).
+//!
+//! The same run can measure another client on the same masters: `--against BIN` runs `BIN`
+//! as the workers instead, with the same arguments and the same output (the rslock contender
+//! in `lab/rslock-contender/` speaks it).
+
+use std::process::Stdio;
+use std::time::Duration;
+
+use rand::RngExt;
+use redquorum::{RedLock, RetryPolicy};
+use serde_json::{Value, json};
+use tokio::io::AsyncReadExt;
+
+use crate::error::LabError;
+use crate::stop::{StopSignals, exit_code};
+use redquorum_testkit::DevCluster;
+
+const NODES: usize = 5;
+/// The ttl every worker asks for: far above any hold, so a lock never lapses while held.
+const TTL: Duration = Duration::from_secs(1);
+/// The resource the workers contend for.
+const RESOURCE: &str = "contend:one";
+/// How long the workers get to start and connect before the measured window opens.
+const START_AFTER: Duration = Duration::from_secs(3);
+
+/// What to run.
+#[derive(Debug, Clone)]
+pub struct Contention {
+    /// How many worker processes contend.
+    pub processes: usize,
+    /// The measured window.
+    pub seconds: u64,
+    /// Each hold lasts a random 0..=this.
+    pub hold_max: Duration,
+    /// Another client's worker binary, measured after redquorum on the same masters.
+    pub against: Option<std::path::PathBuf>,
+}
+
+/// Runs redquorum's workers (and `against`'s, if given) and prints the figures (`--json`: as
+/// JSON on stdout). Its masters are stopped on every way out; SIGINT, SIGTERM or SIGHUP stop
+/// it early (the workers end with their window anyway).
+///
+/// # Errors
+/// When the masters cannot be started or a worker fails.
+pub async fn contend(run: Contention, as_json: bool) -> Result<u8, LabError> {
+    let mut signals = StopSignals::listen()?;
+    let dir = std::env::temp_dir().join(format!("redquorum-contend-{}", std::process::id()));
+    let cluster = tokio::task::spawn_blocking(move || DevCluster::start_memory_only(dir, NODES))
+        .await
+        .map_err(|e| LabError::new(e.to_string()))??;
+    let urls = cluster.urls();
+    let result = tokio::select! {
+        result = measure(&urls, &run) => Ok(result),
+        signal = signals.recv() => Err(signal),
+    };
+    cluster.down()?;
+    let figures = match result {
+        Ok(figures) => figures?,
+        Err(signal) => return Ok(exit_code(signal)),
+    };
+    if as_json {
+        println!(
+            "{:#}",
+            Value::Array(figures.iter().map(Figures::to_json).collect())
+        );
+    } else {
+        print(&figures, &run);
+    }
+    Ok(0)
+}
+
+async fn measure(urls: &[String], run: &Contention) -> Result<Vec<Figures>, LabError> {
+    let mut figures = vec![measure_one("redquorum", None, urls, run).await?];
+    if let Some(bin) = &run.against {
+        let name = bin
+            .file_stem()
+            .map_or_else(|| "other".to_owned(), |s| s.to_string_lossy().into_owned());
+        figures.push(measure_one(&name, Some(bin), urls, run).await?);
+    }
+    Ok(figures)
+}
+
+/// Starts the workers, waits for their lines, and merges them.
+async fn measure_one(
+    client: &str,
+    bin: Option<&std::path::Path>,
+    urls: &[String],
+    run: &Contention,
+) -> Result<Figures, LabError> {
+    let start_ns = monotonic_ns()?.saturating_add(nanos(START_AFTER));
+    let program = match bin {
+        Some(bin) => bin.to_path_buf(),
+        None => std::env::current_exe()?,
+    };
+    let mut children = Vec::new();
+    for process in 0..run.processes {
+        let mut command = tokio::process::Command::new(&program);
+        if bin.is_none() {
+            command.arg("contend-worker");
+        }
+        command
+            .args(["--nodes", &urls.join(",")])
+            .args(["--process", &process.to_string()])
+            .args(["--start-ns", &start_ns.to_string()])
+            .args(["--seconds", &run.seconds.to_string()])
+            .args(["--hold-max-us", &run.hold_max.as_micros().to_string()])
+            .stdout(Stdio::piped())
+            .kill_on_drop(true);
+        children.push(command.spawn()?);
+    }
+    let mut turns = Vec::new();
+    let mut rounds = 0u64;
+    let mut counted_rounds = true;
+    for (process, mut child) in children.into_iter().enumerate() {
+        let mut out = String::new();
+        if let Some(stdout) = child.stdout.as_mut() {
+            stdout.read_to_string(&mut out).await?;
+        }
+        let status = child.wait().await?;
+        if !status.success() {
+            return Err(LabError::new(format!(
+                "contend: {client} worker {process} failed: {status}"
+            )));
+        }
+        let line: Value = serde_json::from_str(out.trim())
+            .map_err(|e| LabError::new(format!("contend: worker {process}'s output: {e}")))?;
+        for t in line["turns"].as_array().into_iter().flatten() {
+            let at = |i: usize| t.get(i).and_then(Value::as_u64).unwrap_or(0);
+            turns.push(Turn {
+                process,
+                asked: at(0),
+                acquired: at(1),
+                released: at(2),
+            });
+        }
+        match line["rounds"].as_u64() {
+            Some(n) => rounds += n,
+            None => counted_rounds = false,
+        }
+    }
+    Ok(Figures::of(
+        client,
+        turns,
+        run.processes,
+        (
+            start_ns,
+            start_ns.saturating_add(run.seconds.saturating_mul(1_000_000_000)),
+        ),
+        counted_rounds.then_some(rounds),
+    ))
+}
+
+/// One acquisition, in nanoseconds on `CLOCK_MONOTONIC`.
+#[derive(Debug, Clone, Copy)]
+struct Turn {
+    process: usize,
+    asked: u64,
+    acquired: u64,
+    /// When the holder called release: the next holder may only acquire after it.
+    released: u64,
+}
+
+/// One client's figures.
+#[derive(Debug)]
+struct Figures {
+    client: String,
+    acquisitions: usize,
+    per_process: Vec<usize>,
+    /// Share of the window during which the lock was held.
+    busy: f64,
+    mean_hold_ms: f64,
+    longest_wait_ms: f64,
+    /// Turns whose acquire returned before the previous holder called release.
+    overlaps: usize,
+    /// Rounds per acquisition (redquorum's workers count them).
+    rounds_per_acquisition: Option<f64>,
+}
+
+impl Figures {
+    #[allow(clippy::cast_precision_loss)]
+    fn of(
+        client: &str,
+        mut turns: Vec<Turn>,
+        processes: usize,
+        (from, to): (u64, u64),
+        rounds: Option<u64>,
+    ) -> Self {
+        turns.sort_by_key(|t| t.acquired);
+        let overlaps = turns
+            .windows(2)
+            .filter(|w| matches!(w, [a, b] if b.acquired < a.released))
+            .count();
+        let mut per_process = vec![0; processes];
+        for t in &turns {
+            if let Some(n) = per_process.get_mut(t.process) {
+                *n += 1;
+            }
+        }
+        let held: u64 = turns
+            .iter()
+            .map(|t| t.released.min(to).saturating_sub(t.acquired.max(from)))
+            .sum();
+        let count = turns.len().max(1) as f64;
+        Self {
+            client: client.to_owned(),
+            acquisitions: turns.len(),
+            per_process,
+            busy: held as f64 / to.saturating_sub(from).max(1) as f64,
+            mean_hold_ms: turns
+                .iter()
+                .map(|t| t.released.saturating_sub(t.acquired) as f64)
+                .sum::<f64>()
+                / count
+                / 1e6,
+            longest_wait_ms: turns
+                .iter()
+                .map(|t| t.acquired.saturating_sub(t.asked))
+                .max()
+                .unwrap_or(0) as f64
+                / 1e6,
+            overlaps,
+            rounds_per_acquisition: rounds.map(|r| r as f64 / count),
+        }
+    }
+
+    /// (max − min) / mean of the per-process counts.
+    #[allow(clippy::cast_precision_loss)]
+    fn spread(&self) -> f64 {
+        let max = self.per_process.iter().max().copied().unwrap_or(0) as f64;
+        let min = self.per_process.iter().min().copied().unwrap_or(0) as f64;
+        let mean =
+            self.per_process.iter().sum::<usize>() as f64 / self.per_process.len().max(1) as f64;
+        if mean > 0.0 { (max - min) / mean } else { 0.0 }
+    }
+
+    fn to_json(&self) -> Value {
+        json!({
+            "client": self.client,
+            "acquisitions": self.acquisitions,
+            "per_process": self.per_process,
+            "spread": self.spread(),
+            "busy": self.busy,
+            "mean_hold_ms": self.mean_hold_ms,
+            "longest_wait_ms": self.longest_wait_ms,
+            "overlaps": self.overlaps,
+            "rounds_per_acquisition": self.rounds_per_acquisition,
+        })
+    }
+}
+
+#[allow(clippy::cast_precision_loss)]
+fn print(figures: &[Figures], run: &Contention) {
+    println!(
+        "redquorum-lab contend: {} processes, one lock, holds of 0–{} ms, {} s, on {NODES} local masters (memory only)",
+        run.processes,
+        run.hold_max.as_secs_f64() * 1e3,
+        run.seconds
+    );
+    println!(
+        "  client          acquisitions   busy   per process (spread)                 longest wait   bound   rounds/acq   overlaps"
+    );
+    for f in figures {
+        // The fairness bound of the target: 2 × mean hold × the other waiters.
+        let bound = 2.0 * f.mean_hold_ms * (run.processes.saturating_sub(1)) as f64;
+        println!(
+            "  {:<15} {:>12} {:>5.1}%   {:<28} ({:>4.1}%) {:>10.1} ms {:>5.1} ms {:>12} {:>10}",
+            f.client,
+            f.acquisitions,
+            f.busy * 100.0,
+            format!("{:?}", f.per_process),
+            f.spread() * 100.0,
+            f.longest_wait_ms,
+            bound,
+            f.rounds_per_acquisition
+                .map_or_else(|| "-".to_owned(), |r| format!("{r:.2}")),
+            f.overlaps,
+        );
+    }
+    if let [ours, theirs] = figures {
+        let bound = 2.0 * ours.mean_hold_ms * (run.processes.saturating_sub(1)) as f64;
+        println!(
+            "  targets: acquisitions ≥ {}'s ({} vs {}): {}; busy ≥ {}'s: {}; per-process counts within 10% (spread {:.1}%): {}; longest wait ≤ bound ({:.1} ≤ {:.1} ms): {}",
+            theirs.client,
+            ours.acquisitions,
+            theirs.acquisitions,
+            verdict(ours.acquisitions >= theirs.acquisitions),
+            theirs.client,
+            verdict(ours.busy >= theirs.busy),
+            ours.spread() * 100.0,
+            verdict(ours.spread() <= 0.10),
+            ours.longest_wait_ms,
+            bound,
+            verdict(ours.longest_wait_ms <= bound),
+        );
+    }
+}
+
+fn verdict(met: bool) -> &'static str {
+    if met { "met" } else { "NOT MET" }
+}
+
+/// The worker's arguments, as `contend` passes them (also to `--against` binaries).
+#[derive(Debug, Clone)]
+pub struct Worker {
+    /// The masters' URLs.
+    pub nodes: Vec<String>,
+    /// This worker's number, for its warm-up resource.
+    pub process: usize,
+    /// When the window opens, on `CLOCK_MONOTONIC`.
+    pub start_ns: u64,
+    /// How long the window stays open.
+    pub seconds: u64,
+    /// Each hold lasts a random 0..=this many µs.
+    pub hold_max_us: u64,
+}
+
+/// One redquorum worker: waits for the window, takes the lock in a loop until it closes,
+/// prints its turns as one JSON line.
+///
+/// # Errors
+/// When the client cannot be built or an operation fails for any reason but the window
+/// closing.
+pub async fn worker(args: Worker) -> Result<u8, LabError> {
+    let rl = RedLock::builder(&args.nodes)
+        .per_node_timeout(Duration::from_millis(50))
+        .build()?;
+    // Connect (and load the scripts) before the window opens.
+    rl.acquire(&format!("contend:warm-up:{}", args.process), TTL)
+        .await?
+        .release()
+        .await?;
+    let end_ns = args
+        .start_ns
+        .saturating_add(args.seconds.saturating_mul(1_000_000_000));
+    sleep_until_ns(args.start_ns).await?;
+    let mut turns = Vec::new();
+    let mut rounds = 0u64;
+    loop {
+        let asked = monotonic_ns()?;
+        if asked >= end_ns {
+            break;
+        }
+        let policy = RetryPolicy::default()
+            .max_attempts(None)
+            .max_wait(Some(Duration::from_nanos(end_ns - asked)));
+        let lock = match rl.acquire_with(RESOURCE, TTL, &policy).await {
+            Ok(lock) => lock,
+            Err(e) if e.is_conflict() && monotonic_ns()? >= end_ns => break,
+            Err(e) => return Err(e.into()),
+        };
+        let acquired = monotonic_ns()?;
+        rounds += u64::from(lock.attempts());
+        let hold = rand::rng().random_range(0..=args.hold_max_us);
+        tokio::time::sleep(Duration::from_micros(hold)).await;
+        let released = monotonic_ns()?;
+        lock.release().await?;
+        turns.push([asked, acquired, released]);
+    }
+    rl.settle(Duration::from_secs(5)).await;
+    println!("{}", json!({ "turns": turns, "rounds": rounds }));
+    Ok(0)
+}
+
+fn nanos(d: Duration) -> u64 {
+    u64::try_from(d.as_nanos()).unwrap_or(u64::MAX)
+}
+
+/// `CLOCK_MONOTONIC` in nanoseconds: one clock for every process of the host.
+fn monotonic_ns() -> Result<u64, LabError> {
+    let now = nix::time::clock_gettime(nix::time::ClockId::CLOCK_MONOTONIC)
+        .map_err(|e| LabError::new(format!("CLOCK_MONOTONIC: {e}")))?;
+    let secs = u64::try_from(now.tv_sec()).unwrap_or(0);
+    let nanos = u64::try_from(now.tv_nsec()).unwrap_or(0);
+    Ok(secs.saturating_mul(1_000_000_000).saturating_add(nanos))
+}
+
+async fn sleep_until_ns(at: u64) -> Result<(), LabError> {
+    let now = monotonic_ns()?;
+    tokio::time::sleep(Duration::from_nanos(at.saturating_sub(now))).await;
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn turn(process: usize, acquired: u64, released: u64) -> Turn {
+        Turn {
+            process,
+            asked: acquired.saturating_sub(5),
+            acquired,
+            released,
+        }
+    }
+
+    #[test]
+    fn figures_count_busy_time_overlaps_and_spread() {
+        let turns = vec![
+            turn(0, 10, 30),
+            turn(1, 30, 50),
+            turn(0, 45, 60), // acquired before 1 called release: an overlap
+            turn(1, 70, 90),
+        ];
+        let f = Figures::of("x", turns, 2, (0, 100), Some(8));
+        assert_eq!(f.acquisitions, 4);
+        assert_eq!(f.per_process, [2, 2]);
+        assert_eq!(f.overlaps, 1);
+        assert!((f.busy - 0.75).abs() < 1e-9, "{}", f.busy);
+        assert!((f.longest_wait_ms - 5e-6).abs() < 1e-12);
+        assert_eq!(f.rounds_per_acquisition, Some(2.0));
+        assert!(f.spread().abs() < 1e-9);
+    }
+}
