@@ -20,7 +20,7 @@ use crate::confirm::confirm_fence;
 use crate::error::{Error, Failure, Operation};
 use crate::node_error::NodeError;
 use crate::quorum::Deadline;
-use crate::release::release_everywhere;
+use crate::release::{Delete, release_everywhere};
 use crate::report::{NodeOutcome, Report};
 use crate::request::{Command, Request};
 use crate::reseed;
@@ -79,31 +79,35 @@ pub(crate) async fn acquire(
     let mut subscription: Option<Subscription> = None;
     let mut reseed_retries_left = RESEED_RETRIES;
     let channel = resource::release_channel(&key);
-    if shared.config.wait_for_release
-        && policy.attempts_limit() != Some(1)
-        && shared.releases.has_waiters(&channel)
-    {
-        // Others of this client already wait for this resource: queue behind them (each
-        // release wakes the longest waiter) rather than race them for it.
-        let watch = shared.releases.subscribe(channel.clone()).await;
-        let delay = retry_delay(shared, policy, deadline, Instant::now(), None);
-        tokio::select! {
-            _ = tokio::time::sleep(delay) => {}
-            _ = watch.notify().notified() => tracing::debug!("woken by a release, first in line"),
+    let waits = shared.config.wait_for_release && policy.attempts_limit() != Some(1);
+    // A waiting acquire queues on the nodes for its turn (`Queue`); a fenced one does not
+    // (its round is the fenced script) and races for the lock when it is released.
+    let mut queue = (waits && !fencing).then(|| Queue::new(shared, &key, timing, policy));
+    if waits && shared.releases.has_waiters(&channel) {
+        // Others of this client already wait for this resource: queue behind them rather than
+        // race them for it.
+        match queue.as_mut() {
+            // From the first round on.
+            Some(queue) => queue.join(shared, &channel).await,
+            None => {
+                let watch = shared.releases.subscribe(channel.clone(), "").await;
+                let delay = retry_delay(shared, policy, deadline, Instant::now(), None);
+                tokio::select! {
+                    () = tokio::time::sleep(delay) => {}
+                    () = watch.woken() => tracing::debug!("woken by a release, first in line"),
+                }
+                subscription = Some(watch);
+            }
         }
-        subscription = Some(watch);
     }
     loop {
         attempts = attempts.saturating_add(1);
-        // Armed before the attempt, so a release published while it runs is not missed.
-        let notify = subscription.as_ref().map(|s| s.notify().clone());
-        let mut released = notify.as_ref().map(|n| Box::pin(n.notified()));
-        if let Some(r) = released.as_mut() {
-            r.as_mut().enable();
-        }
-        let failed = match round(shared, resource, &key, timing, fencing).await {
+        let failed = match round(shared, resource, &key, timing, fencing, queue.as_mut()).await {
             Ok((round, token, fencing_token)) => {
                 tracing::debug!(attempts, elapsed = ?round.elapsed(), fencing_token, "acquired");
+                if let Some(queue) = queue.take() {
+                    queue.leave_after(&round);
+                }
                 return Ok(Acquired {
                     deadline: round.valid_until(timing),
                     key,
@@ -129,6 +133,9 @@ pub(crate) async fn acquire(
         let now = Instant::now();
         let past_deadline = deadline.is_some_and(|d| now >= d);
         if out_of_attempts || past_deadline {
+            if let Some(queue) = queue.take() {
+                queue.leave().await;
+            }
             let failure = Failure::new(
                 Operation::Acquire,
                 resource,
@@ -149,24 +156,194 @@ pub(crate) async fn acquire(
             .report
             .iter()
             .any(|r| matches!(r.outcome(), NodeOutcome::HeldByOther { .. }));
-        let mut late: Option<Arc<tokio::sync::Notify>> = None;
-        if held && subscription.is_none() && shared.config.wait_for_release {
-            let watch = shared.releases.subscribe(channel.clone()).await;
-            late = Some(watch.notify().clone());
-            subscription = Some(watch);
+        if held && subscription.is_none() && queue.is_none() && shared.config.wait_for_release {
+            subscription = Some(shared.releases.subscribe(channel.clone(), "").await);
         }
         tracing::debug!(attempts, ?delay, "acquire round failed, retrying");
+        // A wake-up given while the round ran is kept for the first to wait (`Notify`).
+        let watch = queue
+            .as_ref()
+            .and_then(|q| q.subscription.as_ref())
+            .or(subscription.as_ref());
         let woken = async {
-            match (released, &late) {
-                (Some(r), _) => r.await,
-                (None, Some(n)) => n.notified().await,
-                (None, None) => std::future::pending().await,
+            match watch {
+                Some(watch) => watch.woken().await,
+                None => std::future::pending().await,
             }
         };
         tokio::select! {
-            _ = tokio::time::sleep(delay) => {}
-            _ = woken => tracing::debug!("woken by a release"),
+            () = tokio::time::sleep(delay) => {}
+            () = woken => tracing::debug!("woken by a release"),
         }
+    }
+}
+
+/// A waiting acquire's place in the lock's queue on the nodes (`scripts::QUEUED_ACQUIRE`): a
+/// release hands the lock to the first live waiter, so waiters are served in turn and a
+/// releaser's next acquire cannot take the lock from them. It joins with the cleanup of its
+/// first refused round (`scripts::UNDO_AND_QUEUE`) and leaves when dropped: on success, on
+/// giving up, or cancelled, a tracked background round (`RedLock::settle` waits for it)
+/// removes it from every node.
+#[derive(Debug)]
+struct Queue {
+    shared: Arc<Shared>,
+    key: Vec<u8>,
+    /// Not secret: release messages name it.
+    waiter: String,
+    /// How long a registration stays live without another round.
+    live_ms: u64,
+    per_node_timeout: Duration,
+    /// Whether any round may have queued it on a node (then dropping it must leave).
+    joined: bool,
+    /// Its release messages, subscribed before it first joins: a hand-off to it is never
+    /// published before it listens.
+    subscription: Option<Subscription>,
+}
+
+impl Queue {
+    fn new(shared: &Arc<Shared>, key: &[u8], timing: &Timing, policy: &RetryPolicy) -> Self {
+        // Live across the longest sleep between two rounds, twice, and their rounds.
+        let live = policy
+            .longest_delay()
+            .saturating_add(timing.per_node_timeout)
+            .saturating_mul(2)
+            .max(Duration::from_millis(100));
+        Self {
+            shared: shared.clone(),
+            key: key.to_vec(),
+            waiter: shared.releases.new_waiter_id(),
+            live_ms: u64::try_from(live.as_millis()).unwrap_or(u64::MAX),
+            per_node_timeout: timing.per_node_timeout,
+            joined: false,
+            subscription: None,
+        }
+    }
+
+    /// Listens for the hand-offs to this waiter, then counts as joined: the next round
+    /// (`QUEUED_ACQUIRE`) or the cleanup under way (`UNDO_AND_QUEUE`) queues it.
+    ///
+    /// # Cancel safety
+    /// Dropped part-way, it has joined nowhere yet.
+    async fn join(&mut self, shared: &Shared, channel: &[u8]) {
+        if self.subscription.is_none() {
+            let watch = shared
+                .releases
+                .subscribe(channel.to_vec(), &self.waiter)
+                .await;
+            self.subscription = Some(watch);
+        }
+        self.joined = true;
+    }
+
+    /// The queue's keys, and the waiter's id and liveness, as a queued script's arguments.
+    fn arguments(&self) -> (Vec<Vec<u8>>, Vec<Vec<u8>>) {
+        (
+            resource::queue_keys(&self.key).into(),
+            vec![
+                self.waiter.clone().into_bytes(),
+                self.live_ms.to_string().into_bytes(),
+            ],
+        )
+    }
+}
+
+impl Queue {
+    /// The round that takes this waiter out of the queue on every node (`scripts::DEQUEUE`).
+    fn leave_request(&self) -> Request {
+        let (keys, _) = self.arguments();
+        Request::for_waiter(
+            Operation::Release,
+            &scripts::DEQUEUE,
+            &self.key,
+            &self.waiter,
+            NodeOutcome::Released,
+        )
+        .with_extra_keys(keys)
+    }
+
+    /// Leaves the queue after `won`, the round that took the lock, in the background (not to
+    /// delay the holder): each node that granted it has already dropped this waiter
+    /// (`QUEUED_ACQUIRE`), so only when a node did not, or a straggler of the round does not,
+    /// is a round needed to leave.
+    fn leave_after(mut self, won: &Round) {
+        if !std::mem::take(&mut self.joined) {
+            return;
+        }
+        let answered_all_granted = won
+            .report
+            .iter()
+            .all(|r| matches!(r.outcome(), NodeOutcome::Granted | NodeOutcome::NoReply));
+        let stragglers = won.stragglers.clone();
+        if answered_all_granted && stragglers.is_none() {
+            return;
+        }
+        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+            return;
+        };
+        let request = self.leave_request();
+        let shared = self.shared.clone();
+        let timeout = self.per_node_timeout;
+        self.shared.spawn_cleanup(&runtime, async move {
+            if answered_all_granted
+                && let Some(stragglers) = stragglers
+                && stragglers.all_done().await
+            {
+                return;
+            }
+            round::run(
+                &shared.nodes,
+                &shared.background,
+                request,
+                timeout,
+                Wait::ForAll,
+            )
+            .await;
+        });
+    }
+
+    /// Leaves the queue now, waiting for every node (each bounded by the per-node timeout):
+    /// an acquire that gives up returns only once no release can hand it the lock any more.
+    ///
+    /// # Cancel safety
+    /// The round goes on in the background (the engine delivers it anyway).
+    async fn leave(mut self) {
+        if std::mem::take(&mut self.joined) {
+            let request = self.leave_request();
+            round::run(
+                &self.shared.nodes,
+                &self.shared.background,
+                request,
+                self.per_node_timeout,
+                Wait::ForAll,
+            )
+            .await;
+        }
+    }
+}
+
+impl Drop for Queue {
+    /// Leaves the queue in the background: after a won round (not to delay the holder), or
+    /// when the acquire was cancelled.
+    fn drop(&mut self) {
+        if !self.joined {
+            return;
+        }
+        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+            return;
+        };
+        let request = self.leave_request();
+        let shared = self.shared.clone();
+        let timeout = self.per_node_timeout;
+        self.shared.spawn_cleanup(&runtime, async move {
+            round::run(
+                &shared.nodes,
+                &shared.background,
+                request,
+                timeout,
+                Wait::ForAll,
+            )
+            .await;
+        });
     }
 }
 
@@ -181,13 +358,16 @@ struct FailedRound {
 }
 
 /// One attempt: the round, its verdict, the fencing confirm, and the cleanup when it failed.
-/// A won round gives the round, its token and the confirmed fencing token.
+/// A won round gives the round, its token and the confirmed fencing token. With a `queue`,
+/// the round is the queued acquire once the waiter has joined, and a failed round's cleanup
+/// joins (or keeps its place).
 async fn round(
     shared: &Arc<Shared>,
     resource: &[u8],
     key: &[u8],
     timing: &Timing,
     fencing: bool,
+    queue: Option<&mut Queue>,
 ) -> Result<(Round, Token, Option<u64>), FailedRound> {
     let token = Token::generate();
     let mut cleanup = Cleanup::arm(
@@ -195,7 +375,7 @@ async fn round(
         key.to_vec(),
         token.clone(),
         timing.per_node_timeout,
-        false,
+        Delete::Silent,
     );
     let seed_keys = fencing.then(|| resource::fence_keys(&shared.config.key_prefix, resource));
     let request = match &seed_keys {
@@ -212,13 +392,27 @@ async fn round(
             )
             .with_extra_keys(extra)
         }
-        None => Request::new(
-            Operation::Acquire,
-            Command::SetIfAbsent,
-            key,
-            &token,
-            NodeOutcome::Granted,
-        ),
+        None => match queue.as_deref().filter(|q| q.joined) {
+            Some(queue) => {
+                let (keys, arguments) = queue.arguments();
+                Request::new(
+                    Operation::Acquire,
+                    Command::Script(&scripts::QUEUED_ACQUIRE),
+                    key,
+                    &token,
+                    NodeOutcome::Granted,
+                )
+                .with_extra_keys(keys)
+                .with_payload(arguments)
+            }
+            None => Request::new(
+                Operation::Acquire,
+                Command::SetIfAbsent,
+                key,
+                &token,
+                NodeOutcome::Granted,
+            ),
+        },
     }
     .with_number(timing.ttl_ms)
     .settled_nodes_only();
@@ -280,6 +474,10 @@ async fn round(
             }
         }
     };
+    if let Some(queue) = queue {
+        queue.join(shared, &resource::release_channel(key)).await;
+        cleanup.queue_as(queue);
+    }
     report.learn_expiries(&cleanup.run().await);
     // A re-seed by another acquire of this slot fenced off our confirmation: no fault of the
     // masters, so worth another round at once.
@@ -342,7 +540,10 @@ pub(crate) struct Cleanup {
     token: Token,
     per_node_timeout: Duration,
     after: Option<Stragglers>,
-    wake_waiters: bool,
+    /// What the delete does besides: [`Delete::Silent`] for a failed round (or
+    /// [`Delete::SilentAndQueue`] once [`queue_as`](Self::queue_as) says so),
+    /// [`Delete::Release`] for a dropped lock.
+    delete: Delete,
 }
 
 impl Cleanup {
@@ -351,7 +552,7 @@ impl Cleanup {
         key: Vec<u8>,
         token: Token,
         per_node_timeout: Duration,
-        wake_waiters: bool,
+        delete: Delete,
     ) -> Self {
         Self {
             armed: Some(shared),
@@ -359,8 +560,15 @@ impl Cleanup {
             token,
             per_node_timeout,
             after: None,
-            wake_waiters,
+            delete,
         }
+    }
+
+    /// [`run`](Self::run) also joins `queue` (the spawned cleanup of a dropped future does
+    /// not: the queue's own `Drop` leaves it).
+    fn queue_as(&mut self, queue: &Queue) {
+        let (keys, arguments) = queue.arguments();
+        self.delete = Delete::SilentAndQueue { keys, arguments };
     }
 
     /// Requests of the round still running in the background: on their nodes, the delete is
@@ -388,7 +596,7 @@ impl Cleanup {
             &self.token,
             self.per_node_timeout,
             self.after.as_ref(),
-            self.wake_waiters,
+            &self.delete,
         )
         .await;
         tracing::debug!(report = %round.report, "cleaned up after a failed round");
@@ -412,10 +620,14 @@ impl Drop for Cleanup {
         let token = self.token.clone();
         let timeout = self.per_node_timeout;
         let after = self.after.take();
-        let wake_waiters = self.wake_waiters;
+        // Silent even if the round would have queued: the acquire is gone.
+        let delete = match &self.delete {
+            Delete::SilentAndQueue { .. } => Delete::Silent,
+            other => other.clone(),
+        };
         let tracker = shared.clone();
         tracker.spawn_cleanup(&runtime, async move {
-            release_everywhere(&shared, &key, &token, timeout, after.as_ref(), wake_waiters).await;
+            release_everywhere(&shared, &key, &token, timeout, after.as_ref(), &delete).await;
         });
     }
 }

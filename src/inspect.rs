@@ -37,10 +37,18 @@ pub struct Holding {
 impl Holding {
     /// The first 8 hex digits of the holder's token (enough to tell holders apart in a
     /// listing, not enough to release someone else's lock), or `None` when the key is absent.
+    /// For a few milliseconds after a release that handed the lock to a queued waiter,
+    /// `handoff:<waiter id>`: the lock is reserved for that waiter (no token, no validity)
+    /// until it takes it.
     pub fn holder(&self) -> Option<String> {
-        self.token
-            .as_ref()
-            .map(|t| String::from_utf8_lossy(t.get(..8).unwrap_or(t)).into_owned())
+        self.token.as_ref().map(|t| {
+            let shown = if t.starts_with(b"handoff:") {
+                t
+            } else {
+                t.get(..8).unwrap_or(t)
+            };
+            String::from_utf8_lossy(shown).into_owned()
+        })
     }
 
     /// The key's remaining time to live on this node (`None`: no key, or a key without expiry,

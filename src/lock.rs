@@ -12,7 +12,7 @@ use crate::acquire::{Acquired, Cleanup};
 use crate::error::{Error, Failure, Operation};
 use crate::extend::extend;
 use crate::quorum::Deadline;
-use crate::release::release;
+use crate::release::{Delete, release};
 use crate::report::Report;
 use crate::round::Stragglers;
 use crate::settings::Timing;
@@ -363,7 +363,7 @@ impl Drop for Lock {
             std::mem::take(&mut self.key),
             self.token.clone(),
             self.timing.per_node_timeout,
-            true,
+            Delete::Release,
         );
         cleanup.after(self.stragglers.take());
         drop(cleanup);

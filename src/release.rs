@@ -42,17 +42,42 @@ pub(crate) async fn release(
             granted: Some(granted.clone()),
         }
     };
-    let round = delete_everywhere(shared, key, token, per_node_timeout, after, true, wait).await;
+    let round = delete_everywhere(
+        shared,
+        key,
+        token,
+        per_node_timeout,
+        after,
+        &Delete::Release,
+        wait,
+    )
+    .await;
     match round.judge(RoundKind::Release, !expired_before, Some(&granted)) {
         Ok(()) => Ok(round.report),
         Err(rejection) => Err((rejection, round.report)),
     }
 }
 
+/// What a compare-and-delete does besides deleting.
+#[derive(Debug, Clone)]
+pub(crate) enum Delete {
+    /// A release: hands the lock to the first live waiter queued on the node (else deletes
+    /// it) and publishes on the release channel (`scripts::RELEASE`).
+    Release,
+    /// The cleanup of a failed round: deletes silently.
+    Silent,
+    /// The cleanup of a failed round whose acquire waits on: deletes silently and joins the
+    /// lock's queue (`scripts::UNDO_AND_QUEUE`), with the queue's keys and the waiter's id
+    /// and liveness.
+    SilentAndQueue {
+        keys: Vec<Vec<u8>>,
+        arguments: Vec<Vec<u8>>,
+    },
+}
+
 /// Compare-and-delete of `key` on every node, waiting for every answer or timeout (but a
 /// suspect node's); on a node where an earlier request is still running (`after`), only once
-/// it is ordered on its connection. With `wake_waiters`, each delete publishes on the release
-/// channel (a real release); without, it is silent (the cleanup of a failed acquire).
+/// it is ordered on its connection.
 ///
 /// # Cancel safety
 /// A delete whose caller stopped waiting is still delivered in the background (see the
@@ -64,17 +89,16 @@ pub(crate) async fn release_everywhere(
     token: &Token,
     per_node_timeout: Duration,
     after: Option<&Stragglers>,
-    wake_waiters: bool,
+    delete: &Delete,
 ) -> Round {
-    let wait = Wait::ForAll;
     delete_everywhere(
         shared,
         key,
         token,
         per_node_timeout,
         after,
-        wake_waiters,
-        wait,
+        delete,
+        Wait::ForAll,
     )
     .await
 }
@@ -87,29 +111,53 @@ async fn delete_everywhere(
     token: &Token,
     per_node_timeout: Duration,
     after: Option<&Stragglers>,
-    wake_waiters: bool,
+    delete: &Delete,
     wait: Wait,
 ) -> Round {
-    // The channel and the release id, or two empty arguments: publish nothing.
-    let (channel, release_id) = if wake_waiters {
-        (
-            resource::release_channel(key),
-            token.release_id().into_bytes(),
+    let request = match delete {
+        // Hand the lock to the first live waiter queued on each node, else delete it; either
+        // way publish.
+        Delete::Release => {
+            let reservation =
+                u64::try_from(reservation(per_node_timeout).as_millis()).unwrap_or(u64::MAX);
+            Request::new(
+                Operation::Release,
+                Command::Script(&scripts::RELEASE),
+                key,
+                token,
+                NodeOutcome::Released,
+            )
+            .with_extra_keys(resource::queue_keys(key).into())
+            .with_payload(vec![
+                resource::release_channel(key),
+                token.release_id().into_bytes(),
+                reservation.to_string().into_bytes(),
+            ])
+        }
+        // Two empty arguments and no queue: publish nothing, hand nothing over.
+        Delete::Silent => Request::new(
+            Operation::Release,
+            Command::Script(&scripts::RELEASE),
+            key,
+            token,
+            NodeOutcome::Released,
         )
-    } else {
-        (Vec::new(), Vec::new())
+        .with_payload(vec![Vec::new(), Vec::new()]),
+        Delete::SilentAndQueue { keys, arguments } => Request::new(
+            Operation::Release,
+            Command::Script(&scripts::UNDO_AND_QUEUE),
+            key,
+            token,
+            NodeOutcome::Released,
+        )
+        .with_extra_keys(keys.clone())
+        .with_payload(arguments.clone()),
     };
-    let request = Request::new(
-        Operation::Release,
-        Command::Script(&scripts::RELEASE),
-        key,
-        token,
-        NodeOutcome::Released,
-    )
-    .with_payload(vec![channel.clone(), release_id.clone()]);
-    // Our own waiters need not wait for the message to come back from a node, nor even for
-    // the deletes to be done: their SETs share our connections, so each node runs our delete
-    // first.
+    // Our own longest waiter need not wait for the message to come back from a node, nor
+    // even for the deletes to be done: its round shares our connections, so each node runs
+    // our release first. If a node handed the lock to a waiter of another process instead,
+    // ours loses one round there and waits on; the nodes' messages wake the waiter each named.
+    let channel = matches!(delete, Delete::Release).then(|| resource::release_channel(key));
     round::run_then(
         &shared.nodes,
         &shared.background,
@@ -118,10 +166,21 @@ async fn delete_everywhere(
         wait,
         after,
         || {
-            if wake_waiters {
-                shared.releases.released(&channel, &release_id);
+            if let Some(channel) = &channel {
+                shared
+                    .releases
+                    .released(channel, token.release_id().as_bytes());
             }
         },
     )
     .await
+}
+
+/// How long a release keeps the lock reserved for the waiter it hands it to: time for the
+/// waiter to hear the message and run one round. Should the waiter be gone, this is how long
+/// the lock stays idle: twice the per-node timeout, at least 20 ms.
+pub(crate) fn reservation(per_node_timeout: Duration) -> Duration {
+    per_node_timeout
+        .saturating_mul(2)
+        .max(Duration::from_millis(20))
 }

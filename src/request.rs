@@ -74,11 +74,21 @@ impl Request {
         token: &Token,
         done: NodeOutcome,
     ) -> Self {
+        Self::with_first_argument(operation, command, key, token.expose().to_owned(), done)
+    }
+
+    fn with_first_argument(
+        operation: Operation,
+        command: Command,
+        key: &[u8],
+        first: String,
+        done: NodeOutcome,
+    ) -> Self {
         Self {
             command,
             key: key.to_vec(),
             extra_keys: Vec::new(),
-            token: token.expose().to_owned(),
+            token: first,
             number: None,
             payload: Vec::new(),
             done,
@@ -88,6 +98,24 @@ impl Request {
             epochs: None,
             operation,
         }
+    }
+
+    /// `script` on `key` for `operation` with a waiter's id as the first argument in place of
+    /// a token (`scripts::DEQUEUE`).
+    pub(crate) fn for_waiter(
+        operation: Operation,
+        script: &'static Lua,
+        key: &[u8],
+        waiter: &str,
+        done: NodeOutcome,
+    ) -> Self {
+        Self::with_first_argument(
+            operation,
+            Command::Script(script),
+            key,
+            waiter.to_owned(),
+            done,
+        )
     }
 
     /// Sets the `extra_keys` field (see there).
@@ -161,6 +189,8 @@ enum Wire {
         run_id: bool,
         /// Append each node's own value (see `Request::epochs`).
         per_node: Option<Vec<Option<u64>>>,
+        /// Sent as `EVAL` (`Lua::sent_whole`): never `NOSCRIPT`, never sent twice.
+        whole: bool,
     },
     SetIfAbsent(redis::Cmd),
 }
@@ -170,9 +200,16 @@ impl Prepared {
         let wire = match request.command {
             Command::Script(lua) => {
                 let script = lua.script();
-                let mut evalsha = redis::cmd("EVALSHA");
+                let mut evalsha = if lua.is_sent_whole() {
+                    let mut eval = redis::cmd("EVAL");
+                    eval.arg(lua.code());
+                    eval
+                } else {
+                    let mut evalsha = redis::cmd("EVALSHA");
+                    evalsha.arg(script.get_hash());
+                    evalsha
+                };
                 evalsha
-                    .arg(script.get_hash())
                     .arg(1 + request.extra_keys.len())
                     .arg(request.key.as_slice());
                 for extra in &request.extra_keys {
@@ -197,6 +234,7 @@ impl Prepared {
                     marked,
                     run_id: lua.takes_run_id(),
                     per_node: request.epochs.clone(),
+                    whole: lua.is_sent_whole(),
                 }
             }
             Command::SetIfAbsent => {
@@ -232,6 +270,7 @@ impl Prepared {
                 marked,
                 run_id,
                 per_node,
+                whole: _,
             } => {
                 let cmd = match marked {
                     Some((nodes, marked)) if nodes.get(node) == Some(&true) => marked,
@@ -273,13 +312,18 @@ impl Prepared {
     /// Whether the request may be sent a second time (a script after `NOSCRIPT`): then it is
     /// ordered on its connection only once answered, not once queued.
     pub(crate) fn resendable(&self) -> bool {
-        matches!(self.wire, Wire::Script { .. })
+        matches!(self.wire, Wire::Script { whole: false, .. })
     }
 
     /// Whether the request carries the server's `run_id`, so cannot go to a server that
     /// would not say it.
     pub(crate) fn needs_run_id(&self) -> bool {
         matches!(self.wire, Wire::Script { run_id: true, .. })
+    }
+
+    /// Whether `outcome` is a node doing what was asked.
+    pub(crate) fn is_done(&self, outcome: &NodeOutcome) -> bool {
+        std::mem::discriminant(outcome) == std::mem::discriminant(&self.done)
     }
 
     pub(crate) fn classify(&self, reply: Value) -> (NodeOutcome, Option<Grant>) {

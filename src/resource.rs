@@ -162,6 +162,18 @@ pub(crate) fn release_channel(key: &[u8]) -> Vec<u8> {
     channel
 }
 
+/// Where the waiters for the lock `key` queue on a node (`scripts::QUEUED_ACQUIRE`): `key:queue`
+/// (a sorted set of waiter ids, first registration first) and `key:waiters` (each waiter's
+/// liveness, in the server's ms). Both in the lock's hash slot.
+pub(crate) fn queue_keys(key: &[u8]) -> [Vec<u8>; 2] {
+    let with = |suffix: &[u8]| {
+        let mut k = key.to_vec();
+        k.extend_from_slice(suffix);
+        k
+    };
+    [with(b":queue"), with(b":waiters")]
+}
+
 /// A resource name for messages: UTF-8 shown as is, other bytes escaped.
 pub(crate) fn display(resource: &[u8]) -> String {
     resource.escape_ascii().to_string()

@@ -101,6 +101,11 @@ impl RetryPolicy {
         self.delay.saturating_add(Duration::from_nanos(extra))
     }
 
+    /// The longest wait [`next_delay`](Self::next_delay) can draw: `delay + jitter`.
+    pub(crate) fn longest_delay(&self) -> Duration {
+        self.delay.saturating_add(self.jitter)
+    }
+
     /// The wait before the next round: [`next_delay`](Self::next_delay), but never past the
     /// holder's expiry as the nodes reported it (`holder_left`, plus 1 ms so the key is gone
     /// when the round lands), nor past what is left of the call's wait (`wait_left`).

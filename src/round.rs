@@ -97,6 +97,8 @@ pub(crate) struct Stragglers {
     /// A straggler answered that its fence counter was not re-seeded (fenced acquire): the
     /// decision came before it, so the round's report does not show it.
     unseeded: Arc<std::sync::atomic::AtomicBool>,
+    /// A straggler did not do what was asked (refused, failed or timed out).
+    not_done: Arc<std::sync::atomic::AtomicBool>,
 }
 
 impl Stragglers {
@@ -113,6 +115,13 @@ impl Stragglers {
         let mut done = self.done.clone();
         let _ = done.wait_for(|finished| *finished).await;
         self.unseeded.load(std::sync::atomic::Ordering::Acquire)
+    }
+
+    /// Waits until every straggler has finished, then says whether each did what was asked.
+    pub(crate) async fn all_done(&self) -> bool {
+        let mut done = self.done.clone();
+        let _ = done.wait_for(|finished| *finished).await;
+        !self.not_done.load(std::sync::atomic::Ordering::Acquire)
     }
 
     /// Waits until the request to `index` is ordered on its connection.
@@ -392,6 +401,9 @@ pub(crate) async fn run_then<V: Voter>(
         let (finished, done) = watch::channel(false);
         let unseeded = Arc::new(std::sync::atomic::AtomicBool::new(false));
         let late_unseeded = unseeded.clone();
+        let not_done = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let late_not_done = not_done.clone();
+        let late_prepared = prepared.clone();
         let (nodes, deliver_anyway) = (nodes.clone(), prepared.deliver_anyway);
         let tracker = background.clone();
         let mut unanswered = pending_nodes.to_vec();
@@ -410,6 +422,7 @@ pub(crate) async fn run_then<V: Voter>(
                         for (node, unanswered) in nodes.iter().zip(&unanswered) {
                             if *unanswered {
                                 node.set_suspect(true);
+                                late_not_done.store(true, std::sync::atomic::Ordering::Release);
                             }
                         }
                         continue;
@@ -423,6 +436,9 @@ pub(crate) async fn run_then<V: Voter>(
                 if matches!(outcome, NodeOutcome::Failed(NodeError::Unseeded)) {
                     late_unseeded.store(true, std::sync::atomic::Ordering::Release);
                 }
+                if !late_prepared.is_done(&outcome) {
+                    late_not_done.store(true, std::sync::atomic::Ordering::Release);
+                }
             }
             finished.send_replace(true);
         });
@@ -431,6 +447,7 @@ pub(crate) async fn run_then<V: Voter>(
             ordered: ordered.nodes.subscribe(),
             done,
             unseeded,
+            not_done,
         }
     });
     let report = nodes

@@ -30,6 +30,10 @@ pub(crate) struct Lua {
     /// The script's last argument is the `run_id` of the server it runs on, which differs
     /// from node to node: the round appends it per node (`request::Prepared::send`).
     takes_run_id: bool,
+    /// Sent whole (`EVAL`), never by hash: a server that lost its script cache runs it all
+    /// the same, so a request is never sent twice and is ordered on its connection as soon
+    /// as it is queued, like a native command (`request::Prepared::resendable`).
+    sent_whole: bool,
 }
 
 impl Lua {
@@ -38,6 +42,7 @@ impl Lua {
             code,
             script: OnceLock::new(),
             takes_run_id: false,
+            sent_whole: false,
         }
     }
 
@@ -46,7 +51,21 @@ impl Lua {
             code,
             script: OnceLock::new(),
             takes_run_id: true,
+            sent_whole: false,
         }
+    }
+
+    const fn sent_whole(code: &'static str) -> Self {
+        Self {
+            code,
+            script: OnceLock::new(),
+            takes_run_id: false,
+            sent_whole: true,
+        }
+    }
+
+    pub(crate) fn is_sent_whole(&self) -> bool {
+        self.sent_whole
     }
 
     pub(crate) fn takes_run_id(&self) -> bool {
@@ -70,10 +89,13 @@ impl std::fmt::Debug for Lua {
     }
 }
 
-/// Every script, for loading them all on a new connection.
-pub(crate) fn all() -> [&'static Lua; 7] {
+/// Every script sent by hash, for loading them all on a new connection (`QUEUED_ACQUIRE` is
+/// sent whole).
+pub(crate) fn all() -> [&'static Lua; 9] {
     [
         &RELEASE,
+        &UNDO_AND_QUEUE,
+        &DEQUEUE,
         &EXTEND,
         &ACQUIRE_FENCED,
         &CONFIRM_FENCE,
@@ -102,16 +124,140 @@ macro_rules! compare_and {
     };
 }
 
-/// `KEYS[1]` lock key, `ARGV[1]` token, `ARGV[2]` release channel or empty, `ARGV[3]` release
-/// id. Deletes the key only if it holds our token, then, given a channel, publishes the release
-/// id on it so waiters retry at once (the id lets a waiter count the messages of one release,
-/// one per node, as one).
-/// The publish is a `pcall`: an ACL without `+publish` costs waiters a delay, never the release
-/// itself. The cleanup of a failed acquire passes no channel: waking waiters there would have
-/// them retry, fail and clean up in turn, waking each other for ever while the holder holds.
+/// `KEYS[1]` lock key, optional `KEYS[2]` its waiters' queue and `KEYS[3]` their liveness
+/// (`resource::QueueKeys`); `ARGV[1]` token, `ARGV[2]` release channel or empty, `ARGV[3]`
+/// release id, `ARGV[4]` (with the queue) how long a hand-off reservation lasts, in ms.
+///
+/// Only if the key holds our token: with a queue, pops waiters from its head (first queued,
+/// first served) until one is still live, and **hands the lock to it**: the key now holds
+/// `handoff:<waiter id>` (never a token: tokens are hex digits) for `ARGV[4]` ms, which only
+/// that waiter's `QUEUED_ACQUIRE` may turn into its lock, and the release message, naming the
+/// waiter (`<release id>:<waiter id>`), goes to its client's own channel
+/// (`<channel>:<client>`, the id's part before the dot), so only its process hears it. A
+/// waiter whose liveness passed (it gave up or died) is dropped on the way. With no live waiter, the key is deleted and the message names nobody: each
+/// process wakes its longest waiter. Between two holders the key is never free, so a
+/// releaser's own next acquire, or a passer-by, cannot take the lock from the waiter that
+/// queued first; and a reservation is no lock (no token, no validity), so exclusion rests
+/// on the tokens as before.
+/// The publish and every queue command are `pcall`s: an ACL without `+publish` costs waiters a
+/// delay, one without the queue's commands (`+exists +time +zadd +zrange +zrem +hdel`, the
+/// README's rule before the hand-off) their turn, never the release itself. The cleanup of a
+/// failed acquire passes no channel and no queue: waking or handing
+/// to waiters there would have them retry, fail and clean up in turn, waking each other for
+/// ever while the holder holds.
 pub(crate) static RELEASE: Lua = Lua::new(compare_and!(
-    "redis.call('DEL', KEYS[1]) if ARGV[2] ~= '' then redis.pcall('PUBLISH', ARGV[2], ARGV[3]) end"
+    "local handed = nil \
+     if KEYS[2] and redis.pcall('EXISTS', KEYS[2]) == 1 then \
+       local t = redis.pcall('TIME') \
+       if not t.err then \
+         local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000) \
+         while not handed do \
+           local range = redis.pcall('ZRANGE', KEYS[2], 0, 0) \
+           if range.err or not range[1] then break end \
+           local head = range[1] \
+           local live = tonumber(redis.pcall('HGET', KEYS[3], head)) or 0 \
+           if type(redis.pcall('ZREM', KEYS[2], head)) ~= 'number' then break end \
+           redis.pcall('HDEL', KEYS[3], head) \
+           if live >= now then handed = head end \
+         end \
+       end \
+     end \
+     if handed then \
+       redis.call('SET', KEYS[1], 'handoff:' .. handed, 'PX', ARGV[4]) \
+       if ARGV[2] ~= '' then \
+         local client = string.match(handed, '^([^.]+)%.') \
+         local channel = ARGV[2] \
+         if client then channel = channel .. ':' .. client end \
+         redis.pcall('PUBLISH', channel, ARGV[3] .. ':' .. handed) \
+       end \
+     else \
+       redis.call('DEL', KEYS[1]) \
+       if ARGV[2] ~= '' then redis.pcall('PUBLISH', ARGV[2], ARGV[3]) end \
+     end"
 ));
+
+/// Lua that joins the lock's queue (`KEYS[2]`, liveness in `KEYS[3]`) as waiter `ARGV[$id]`,
+/// live for `ARGV[$live]` ms: the score is the server's time of the first registration (`NX`:
+/// a waiter keeps its place), the liveness is renewed, and the queue's keys expire with the
+/// longest liveness, so an abandoned queue does not stay.
+macro_rules! join_queue {
+    ($id:literal, $live:literal) => {
+        concat!(
+            "local t = redis.pcall('TIME')\n",
+            "if not t.err then\n",
+            "  local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)\n",
+            "  local live = tonumber(ARGV[", $live, "])\n",
+            "  if type(redis.pcall('ZADD', KEYS[2], 'NX', now, ARGV[", $id, "])) == 'number' then\n",
+            "    redis.pcall('HSET', KEYS[3], ARGV[", $id, "], now + live)\n",
+            "    for i = 2, 3 do\n",
+            "      if redis.call('PTTL', KEYS[i]) < live then redis.pcall('PEXPIRE', KEYS[i], live) end\n",
+            "    end\n",
+            "  end\n",
+            "end\n",
+        )
+    };
+}
+
+/// `KEYS[1]` lock key, `KEYS[2]` its waiters' queue, `KEYS[3]` their liveness; `ARGV[1]`
+/// token, `ARGV[2]` ttl in ms, `ARGV[3]` the waiter's id, `ARGV[4]` how long this
+/// registration stays live without another round, in ms.
+///
+/// The acquire of a waiter (an acquire that found the lock taken, or whose client already has
+/// waiters for it): when the key is free or reserved for this waiter (`handoff:<id>`, see
+/// `RELEASE`), sets it to our token for the ttl and leaves the queue (`-1`). Otherwise joins
+/// the queue or keeps its place in it, renews its liveness, and answers like any refused
+/// acquire: the holder's remaining ttl (`-3` without expiry).
+///
+/// Sent whole (`EVAL`): a release behind it on the same node is then sent at once rather than
+/// after its answer (a script sent by hash might come back `NOSCRIPT` and be sent again, after
+/// the release). Held back, that release could let the next waiter's round overtake it there:
+/// refused by the key the release was about to hand over, that waiter would stay queued on
+/// the node and be handed the lock it already holds elsewhere, reserving the key for nobody.
+pub(crate) static QUEUED_ACQUIRE: Lua = Lua::sent_whole(concat!(
+    "local value = redis.call('GET', KEYS[1])\n",
+    "if not value or value == 'handoff:' .. ARGV[3] then\n",
+    "  redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])\n",
+    "  redis.pcall('ZREM', KEYS[2], ARGV[3])\n",
+    "  redis.pcall('HDEL', KEYS[3], ARGV[3])\n",
+    "  return -1\n",
+    "end\n",
+    join_queue!("3", "4"),
+    "local ttl = redis.call('PTTL', KEYS[1])\n",
+    "if ttl == -1 then return -3 end\n",
+    "return ttl\n",
+));
+
+/// `KEYS[1]` lock key, `KEYS[2]` its waiters' queue, `KEYS[3]` their liveness; `ARGV[1]`
+/// token, `ARGV[2]` the waiter's id, `ARGV[3]` liveness in ms.
+///
+/// The cleanup of a failed round whose acquire will wait: the silent compare-and-delete of
+/// `RELEASE` (no hand-off, no message), answering as it does, and, in the same round, joins
+/// the queue (or keeps its place), so a waiter is queued from its first refusal on without a
+/// round of its own.
+pub(crate) static UNDO_AND_QUEUE: Lua = Lua::new(concat!(
+    "local value = redis.call('GET', KEYS[1])\n",
+    "local answer = -2\n",
+    "if value == ARGV[1] then\n",
+    "  redis.call('DEL', KEYS[1])\n",
+    "  answer = -1\n",
+    "elseif value then\n",
+    "  answer = redis.call('PTTL', KEYS[1])\n",
+    "  if answer == -1 then answer = -3 end\n",
+    "end\n",
+    join_queue!("2", "3"),
+    "return answer\n",
+));
+
+/// `KEYS[1]` lock key (unused), `KEYS[2]` its waiters' queue, `KEYS[3]` their liveness;
+/// `ARGV[1]` the waiter's id. Leaves the queue (a waiter that got the lock elsewhere, gave up
+/// or was cancelled): `-1`. Never touches the lock key.
+pub(crate) static DEQUEUE: Lua = Lua::new(
+    r"
+redis.pcall('ZREM', KEYS[2], ARGV[1])
+redis.pcall('HDEL', KEYS[3], ARGV[1])
+return -1
+",
+);
 
 /// `KEYS[1]` lock key, optional `KEYS[2]` a key that lives as long as the lock (an election's
 /// leader info), `ARGV[1]` token, `ARGV[2]` new ttl in ms, `ARGV[3]` `1` to re-add a missing

@@ -1,13 +1,14 @@
 //! Waiting for a busy lock without spinning: release notifications over pub/sub.
 //!
-//! The release script publishes a release id on the resource's channel on every node. A
-//! waiting acquire subscribes on every node (one shared pub/sub connection per node for all
-//! waiters of a `RedLock`, subscriptions counted per channel). The first message of a release,
-//! from whichever node, wakes **one** waiter, the one that has waited longest; the same
-//! release's messages from the other nodes are recognised by their id and dropped. Waking
-//! them all would have them race for one lock, and split votes cost rounds on every node. A
-//! release made through the same `RedLock` wakes its waiter directly, without waiting for the
-//! message. Timed retries stay as the fallback, so a lost message only costs a delay.
+//! The release script publishes on the resource's channel on every node. A node that handed
+//! the lock to a queued waiter (`scripts::RELEASE`) names it in the message
+//! (`<release id>:<waiter id>`): only that waiter is woken, in whichever process it waits, and
+//! the lock is reserved for it on that node meanwhile. A node that had no live waiter queued
+//! deleted the key and names nobody: each process wakes **one** waiter, the one that has
+//! waited longest. A release's messages from the other nodes are recognised by their payload
+//! and dropped. A waiting acquire subscribes on every node (one shared pub/sub connection per
+//! node for all waiters of a `RedLock`, subscriptions counted per channel). Timed retries stay
+//! as the fallback, so a lost message only costs a delay.
 
 use std::collections::{HashMap, VecDeque};
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -25,9 +26,17 @@ const CONNECT_TIMEOUT: Duration = Duration::from_secs(1);
 const RECONNECT_DELAY: Duration = Duration::from_millis(100);
 /// How long a waiter waits for a SUBSCRIBE to be confirmed before relying on timed retries.
 const SUBSCRIBE_TIMEOUT: Duration = Duration::from_millis(200);
+/// How long a channel stays subscribed after its last waiter left: a process that waits for
+/// the same lock again soon (a worker in a loop) does not subscribe and unsubscribe on every
+/// node each time.
+const LINGER: Duration = Duration::from_secs(2);
 /// How many recent release ids a channel remembers, to drop the other nodes' copies of a
 /// release message even when two releases' messages interleave.
 const RECENT_RELEASES: usize = 4;
+
+/// How many hex digits name a client in waiter ids and channels (32 random bits: the
+/// clients waiting for one resource at once are few).
+const CLIENT_ID_DIGITS: usize = 8;
 
 /// Release notifications for one `RedLock`.
 #[derive(Debug)]
@@ -43,27 +52,51 @@ pub(crate) struct ReleaseWatch {
 /// The waiters of one channel: how many, how to wake them, and the releases already seen.
 #[derive(Debug)]
 struct Waiters {
+    /// Waiters now; the channel stays subscribed for [`LINGER`] after the last one leaves.
     count: usize,
+    /// Moves on each time the last waiter leaves, so a lingering unsubscribe knows whether
+    /// the channel was used again meanwhile.
+    generation: u64,
+    /// Wakes the longest-waiting waiter (a release that named nobody).
     notify: Arc<Notify>,
+    /// Each waiter's own wake-up, by waiter id (a release that handed the lock to it).
+    named: HashMap<Vec<u8>, Arc<Notify>>,
     recent: VecDeque<Vec<u8>>,
 }
 
 impl Waiters {
-    /// Wakes the longest-waiting waiter, once per release.
-    fn released(&mut self, id: &[u8]) {
-        if self.recent.iter().any(|seen| seen == id) {
+    /// A release message: wakes the waiter it names if that waiter is ours, or, when it names
+    /// nobody, the longest-waiting waiter; once per release and waiter.
+    fn released(&mut self, payload: &[u8]) {
+        if self.recent.iter().any(|seen| seen == payload) {
             return;
         }
         if self.recent.len() == RECENT_RELEASES {
             self.recent.pop_front();
         }
-        self.recent.push_back(id.to_vec());
-        self.notify.notify_one();
+        self.recent.push_back(payload.to_vec());
+        if self.count == 0 {
+            // Lingering: nobody to wake, and no wake-up to keep for a later waiter.
+            return;
+        }
+        match payload.iter().position(|&b| b == b':') {
+            Some(colon) => {
+                let waiter = payload.get(colon + 1..).unwrap_or_default();
+                if let Some(notify) = self.named.get(waiter) {
+                    notify.notify_one();
+                }
+            }
+            None => self.notify.notify_one(),
+        }
     }
 }
 
 #[derive(Debug, Default)]
 struct Shared {
+    /// This `RedLock`'s id among the clients waiting on the same masters: a release that hands
+    /// the lock to one of its waiters publishes on the channel `<release channel>:<client>`,
+    /// which only this client subscribes to.
+    client: Vec<u8>,
     channels: Mutex<HashMap<Vec<u8>, Waiters>>,
     /// How many channels have waiters: while none do, releases and new acquires never touch
     /// the `channels` lock.
@@ -78,12 +111,20 @@ pub(crate) struct Subscription {
     shared: Weak<Shared>,
     channel: Vec<u8>,
     notify: Arc<Notify>,
+    waiter: Vec<u8>,
+    named: Arc<Notify>,
 }
 
 impl ReleaseWatch {
     pub(crate) fn new(clients: Vec<Client>) -> Self {
         let (tx, rx) = watch::channel(());
         let shared = Arc::new(Shared {
+            client: crate::token::Token::generate()
+                .release_id()
+                .get(..CLIENT_ID_DIGITS)
+                .unwrap_or_default()
+                .as_bytes()
+                .to_vec(),
             channels: Mutex::new(HashMap::new()),
             waited_channels: AtomicUsize::new(0),
             sinks: Mutex::new(vec![None; clients.len()]),
@@ -97,31 +138,51 @@ impl ReleaseWatch {
         }
     }
 
-    /// Registers interest in `channel`, subscribing on every connected node if it is the
-    /// first waiter. Never fails: a node that cannot subscribe leaves its waiters on timed
-    /// retries.
-    pub(crate) async fn subscribe(&self, channel: Vec<u8>) -> Subscription {
+    /// A new waiter id: `<client>.<random>`, so a release names the client's own channel
+    /// (`scripts::RELEASE`).
+    pub(crate) fn new_waiter_id(&self) -> String {
+        let mut id = String::from_utf8_lossy(&self.shared.client).into_owned();
+        id.push('.');
+        id.push_str(&crate::token::Token::generate().release_id());
+        id
+    }
+
+    /// Registers interest in `channel` as waiter `waiter` (the id its queued rounds give the
+    /// nodes), subscribing on every connected node if it is the first waiter. Never fails: a
+    /// node that cannot subscribe leaves its waiters on timed retries.
+    pub(crate) async fn subscribe(&self, channel: Vec<u8>, waiter: &str) -> Subscription {
         self.start();
+        let waiter = waiter.as_bytes().to_vec();
+        let named = Arc::new(Notify::new());
         let (notify, first) = {
             let mut channels = lock(&self.shared.channels);
-            let entry = channels.entry(channel.clone()).or_insert_with(|| Waiters {
-                count: 0,
-                notify: Arc::new(Notify::new()),
-                recent: VecDeque::with_capacity(RECENT_RELEASES),
+            let mut new = false;
+            let entry = channels.entry(channel.clone()).or_insert_with(|| {
+                new = true;
+                Waiters {
+                    count: 0,
+                    generation: 0,
+                    notify: Arc::new(Notify::new()),
+                    named: HashMap::new(),
+                    recent: VecDeque::with_capacity(RECENT_RELEASES),
+                }
             });
+            entry.named.insert(waiter.clone(), named.clone());
             entry.count += 1;
             if entry.count == 1 {
                 self.shared.waited_channels.fetch_add(1, Ordering::AcqRel);
             }
-            (entry.notify.clone(), entry.count == 1)
+            // A lingering channel is still subscribed.
+            (entry.notify.clone(), new)
         };
         if first {
             let sinks: Vec<PubSubSink> =
                 lock(&self.shared.sinks).iter().flatten().cloned().collect();
+            let channels = node_channels(&channel, &self.shared.client);
             let confirmations = sinks.into_iter().map(|mut sink| {
-                let channel = channel.clone();
+                let channels = channels.clone();
                 async move {
-                    let _ = tokio::time::timeout(SUBSCRIBE_TIMEOUT, sink.subscribe(channel)).await;
+                    let _ = tokio::time::timeout(SUBSCRIBE_TIMEOUT, sink.subscribe(channels)).await;
                 }
             });
             futures::future::join_all(confirmations).await;
@@ -130,6 +191,8 @@ impl ReleaseWatch {
             shared: Arc::downgrade(&self.shared),
             channel,
             notify,
+            waiter,
+            named,
         }
     }
 
@@ -137,10 +200,13 @@ impl ReleaseWatch {
     /// behind it rather than race it.
     pub(crate) fn has_waiters(&self, channel: &[u8]) -> bool {
         self.shared.waited_channels.load(Ordering::Acquire) > 0
-            && lock(&self.shared.channels).contains_key(channel)
+            && lock(&self.shared.channels)
+                .get(channel)
+                .is_some_and(|w| w.count > 0)
     }
 
-    /// A release made through this `RedLock`: wakes one waiter now.
+    /// A release made through this `RedLock`: wakes its longest waiter now, as a message
+    /// naming nobody would.
     pub(crate) fn released(&self, channel: &[u8], id: &[u8]) {
         if self.shared.waited_channels.load(Ordering::Acquire) == 0 {
             return;
@@ -165,9 +231,21 @@ impl ReleaseWatch {
 }
 
 impl Subscription {
-    /// The notifier that fires when a release is published on this channel.
-    pub(crate) fn notify(&self) -> &Arc<Notify> {
-        &self.notify
+    /// Resolves when a release wakes this waiter: one that handed the lock to it, or one that
+    /// named nobody while it was this process's longest waiter. Call it (and poll or `enable`
+    /// it) before the round whose failure it waits after: a release published meanwhile is
+    /// then not missed. A hand-off to this waiter is never missed anyway (its wake-up is kept
+    /// until taken).
+    pub(crate) fn woken(&self) -> impl Future<Output = ()> + Send + 'static {
+        let (notify, named) = (self.notify.clone(), self.named.clone());
+        async move {
+            let any = notify.notified();
+            let mine = named.notified();
+            tokio::select! {
+                () = any => {}
+                () = mine => {}
+            }
+        }
     }
 }
 
@@ -179,30 +257,57 @@ impl Drop for Subscription {
         let last = {
             let mut channels = lock(&shared.channels);
             match channels.get_mut(&self.channel) {
-                Some(entry) if entry.count > 1 => {
-                    entry.count -= 1;
-                    false
+                Some(entry) => {
+                    entry.named.remove(&self.waiter);
+                    entry.count = entry.count.saturating_sub(1);
+                    if entry.count == 0 {
+                        entry.generation = entry.generation.wrapping_add(1);
+                        shared.waited_channels.fetch_sub(1, Ordering::AcqRel);
+                        Some(entry.generation)
+                    } else {
+                        None
+                    }
                 }
-                Some(_) => {
-                    channels.remove(&self.channel);
-                    shared.waited_channels.fetch_sub(1, Ordering::AcqRel);
-                    true
-                }
-                None => false,
+                None => None,
             }
         };
-        if last {
-            let sinks: Vec<PubSubSink> = lock(&shared.sinks).iter().flatten().cloned().collect();
-            let channel = std::mem::take(&mut self.channel);
-            if let Ok(runtime) = tokio::runtime::Handle::try_current() {
-                runtime.spawn(async move {
-                    for mut sink in sinks {
-                        let _ = tokio::time::timeout(SUBSCRIBE_TIMEOUT, sink.unsubscribe(&channel))
-                            .await;
-                    }
-                });
+        let Some(generation) = last else { return };
+        let channel = std::mem::take(&mut self.channel);
+        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+            lock(&shared.channels).remove(&channel);
+            return;
+        };
+        let weak = self.shared.clone();
+        drop(shared);
+        runtime.spawn(async move {
+            tokio::time::sleep(LINGER).await;
+            let Some(shared) = weak.upgrade() else { return };
+            {
+                let mut channels = lock(&shared.channels);
+                let unused = channels
+                    .get(&channel)
+                    .is_some_and(|w| w.count == 0 && w.generation == generation);
+                if !unused {
+                    return;
+                }
+                channels.remove(&channel);
             }
-        }
+            let sinks: Vec<PubSubSink> = lock(&shared.sinks).iter().flatten().cloned().collect();
+            let channels = node_channels(&channel, &shared.client);
+            for mut sink in sinks.iter().cloned() {
+                let _ = tokio::time::timeout(SUBSCRIBE_TIMEOUT, sink.unsubscribe(channels.clone()))
+                    .await;
+            }
+            // A waiter that came meanwhile may have subscribed before our unsubscribe landed:
+            // subscribing twice is harmless, missing its messages is not.
+            if lock(&shared.channels).contains_key(&channel) {
+                for mut sink in sinks {
+                    let _ =
+                        tokio::time::timeout(SUBSCRIBE_TIMEOUT, sink.subscribe(channels.clone()))
+                            .await;
+                }
+            }
+        });
     }
 }
 
@@ -221,12 +326,16 @@ async fn listen(
         };
         if let Ok(Ok(pubsub)) = connected {
             let (mut sink, mut stream) = pubsub.split();
-            let wanted: Vec<Vec<u8>> = match shared.upgrade() {
-                Some(s) => lock(&s.channels).keys().cloned().collect(),
+            let (wanted, client): (Vec<Vec<u8>>, Vec<u8>) = match shared.upgrade() {
+                Some(s) => (
+                    lock(&s.channels).keys().cloned().collect(),
+                    s.client.clone(),
+                ),
                 None => return,
             };
             for channel in wanted {
-                let _ = tokio::time::timeout(SUBSCRIBE_TIMEOUT, sink.subscribe(channel)).await;
+                let channels = node_channels(&channel, &client);
+                let _ = tokio::time::timeout(SUBSCRIBE_TIMEOUT, sink.subscribe(channels)).await;
             }
             match shared.upgrade() {
                 Some(s) => set_sink(&s, index, Some(sink)),
@@ -239,9 +348,16 @@ async fn listen(
                 };
                 let Some(message) = message else { break };
                 let Some(s) = shared.upgrade() else { return };
-                let Ok(channel) = message.get_channel::<Vec<u8>>() else {
+                let Ok(mut channel) = message.get_channel::<Vec<u8>>() else {
                     continue;
                 };
+                // A hand-off to one of ours comes on `<channel>:<client>`.
+                if channel.ends_with(&s.client)
+                    && channel.len() > s.client.len()
+                    && channel.get(channel.len() - s.client.len() - 1) == Some(&b':')
+                {
+                    channel.truncate(channel.len() - s.client.len() - 1);
+                }
                 if let Some(waiters) = lock(&s.channels).get_mut(&channel) {
                     waiters.released(message.get_payload_bytes());
                 }
@@ -258,6 +374,16 @@ async fn listen(
     }
 }
 
+/// What a waited-for release channel is on the nodes: the channel every release publishes on
+/// (a release that handed the lock to nobody), and this client's own (`<channel>:<client>`,
+/// a release that handed it to one of our waiters).
+fn node_channels(channel: &[u8], client: &[u8]) -> Vec<Vec<u8>> {
+    let mut own = channel.to_vec();
+    own.push(b':');
+    own.extend_from_slice(client);
+    vec![channel.to_vec(), own]
+}
+
 fn set_sink(shared: &Shared, index: usize, sink: Option<PubSubSink>) {
     if let Some(slot) = lock(&shared.sinks).get_mut(index) {
         *slot = sink;
@@ -266,4 +392,68 @@ fn set_sink(shared: &Shared, index: usize, sink: Option<PubSubSink>) {
 
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+}
+
+#[cfg(test)]
+mod tests {
+    use futures::FutureExt;
+
+    use super::*;
+
+    fn woken(notify: &Notify) -> bool {
+        notify.notified().now_or_never().is_some()
+    }
+
+    fn waiting(ids: &[&str]) -> (Waiters, Vec<Arc<Notify>>) {
+        let named: Vec<Arc<Notify>> = ids.iter().map(|_| Arc::new(Notify::new())).collect();
+        let waiters = Waiters {
+            count: ids.len(),
+            generation: 0,
+            notify: Arc::new(Notify::new()),
+            named: ids
+                .iter()
+                .zip(&named)
+                .map(|(id, n)| (id.as_bytes().to_vec(), n.clone()))
+                .collect(),
+            recent: VecDeque::new(),
+        };
+        (waiters, named)
+    }
+
+    /// Mutation: waking the longest waiter for a message that names someone (the behaviour
+    /// before the hand-off) wakes a waiter whose round can only fail.
+    #[test]
+    fn a_message_naming_a_waiter_wakes_only_that_waiter_once() {
+        let (mut waiters, named) = waiting(&["c.a", "c.b"]);
+        waiters.released(b"r1:c.b");
+        waiters.released(b"r1:c.b");
+        assert!(!woken(&named[0]));
+        assert!(woken(&named[1]));
+        assert!(
+            !woken(&named[1]),
+            "the same release's other messages are dropped"
+        );
+        assert!(!woken(&waiters.notify), "nobody else");
+        waiters.released(b"r2:other.x");
+        assert!(!named.iter().any(|n| woken(n)) && !woken(&waiters.notify));
+    }
+
+    #[test]
+    fn a_message_naming_nobody_wakes_the_longest_waiter_once() {
+        let (mut waiters, named) = waiting(&["c.a"]);
+        waiters.released(b"r1");
+        waiters.released(b"r1");
+        assert!(woken(&waiters.notify));
+        assert!(!woken(&waiters.notify));
+        assert!(!woken(&named[0]));
+    }
+
+    /// Mutation: dropping the `count == 0` check keeps a wake-up for the next waiter, which
+    /// then runs a round for a release long past.
+    #[test]
+    fn a_lingering_channel_keeps_no_wake_up() {
+        let (mut waiters, _) = waiting(&[]);
+        waiters.released(b"r1");
+        assert!(!woken(&waiters.notify));
+    }
 }

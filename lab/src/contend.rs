@@ -118,6 +118,14 @@ async fn measure_one(
             .kill_on_drop(true);
         children.push(command.spawn()?);
     }
+    // The whole machine's CPU time over the window: the workers' and the masters' (the
+    // machine is otherwise idle during a run).
+    sleep_until_ns(start_ns).await?;
+    let busy_before = machine_cpu();
+    sleep_until_ns(start_ns.saturating_add(run.seconds.saturating_mul(1_000_000_000))).await?;
+    let cpu = machine_cpu()
+        .zip(busy_before)
+        .map(|(after, before)| after.saturating_sub(before));
     let mut turns = Vec::new();
     let mut rounds = 0u64;
     let mut counted_rounds = true;
@@ -148,15 +156,49 @@ async fn measure_one(
             None => counted_rounds = false,
         }
     }
-    Ok(Figures::of(
+    let window = (
+        start_ns,
+        start_ns.saturating_add(run.seconds.saturating_mul(1_000_000_000)),
+    );
+    let mut figures = Figures::of(
         client,
         turns,
         run.processes,
-        (
-            start_ns,
-            start_ns.saturating_add(run.seconds.saturating_mul(1_000_000_000)),
-        ),
+        window,
         counted_rounds.then_some(rounds),
+    );
+    #[allow(clippy::cast_precision_loss)]
+    {
+        figures.cpu_us_per_acquisition =
+            cpu.map(|c| c.as_secs_f64() * 1e6 / figures.acquisitions.max(1) as f64);
+    }
+    Ok(figures)
+}
+
+/// CPU time the whole machine spent busy since boot (`/proc/stat`: every state but idle and
+/// iowait), or `None` where there is no such file.
+fn machine_cpu() -> Option<Duration> {
+    let stat = std::fs::read_to_string("/proc/stat").ok()?;
+    let line = stat.lines().find(|l| l.starts_with("cpu "))?;
+    let ticks: Vec<u64> = line
+        .split_whitespace()
+        .skip(1)
+        .filter_map(|t| t.parse().ok())
+        .collect();
+    // user nice system idle iowait irq softirq steal …
+    let busy: u64 = ticks
+        .iter()
+        .enumerate()
+        .filter(|(i, _)| *i != 3 && *i != 4)
+        .map(|(_, t)| *t)
+        .sum();
+    let hz = nix::unistd::sysconf(nix::unistd::SysconfVar::CLK_TCK)
+        .ok()
+        .flatten()
+        .and_then(|hz| u64::try_from(hz).ok())
+        .filter(|hz| *hz > 0)?;
+    Some(Duration::from_nanos(
+        busy.saturating_mul(1_000_000_000 / hz),
     ))
 }
 
@@ -180,10 +222,16 @@ struct Figures {
     busy: f64,
     mean_hold_ms: f64,
     longest_wait_ms: f64,
+    /// p99 of the waits (from asking to acquiring).
+    wait_p99_ms: f64,
+    /// From one holder calling release to the next holder's acquire returning: p50 and p99.
+    gap_ms: (f64, f64),
     /// Turns whose acquire returned before the previous holder called release.
     overlaps: usize,
     /// Rounds per acquisition (redquorum's workers count them).
     rounds_per_acquisition: Option<f64>,
+    /// The machine's busy CPU time over the window per acquisition (workers and masters).
+    cpu_us_per_acquisition: Option<f64>,
 }
 
 impl Figures {
@@ -228,8 +276,26 @@ impl Figures {
                 .max()
                 .unwrap_or(0) as f64
                 / 1e6,
+            wait_p99_ms: percentile(
+                turns
+                    .iter()
+                    .map(|t| t.acquired.saturating_sub(t.asked))
+                    .collect(),
+                0.99,
+            ),
+            gap_ms: {
+                let gaps: Vec<u64> = turns
+                    .windows(2)
+                    .filter_map(|w| match w {
+                        [a, b] => Some(b.acquired.saturating_sub(a.released)),
+                        _ => None,
+                    })
+                    .collect();
+                (percentile(gaps.clone(), 0.5), percentile(gaps, 0.99))
+            },
             overlaps,
             rounds_per_acquisition: rounds.map(|r| r as f64 / count),
+            cpu_us_per_acquisition: None,
         }
     }
 
@@ -252,8 +318,12 @@ impl Figures {
             "busy": self.busy,
             "mean_hold_ms": self.mean_hold_ms,
             "longest_wait_ms": self.longest_wait_ms,
+            "wait_p99_ms": self.wait_p99_ms,
+            "handoff_gap_p50_ms": self.gap_ms.0,
+            "handoff_gap_p99_ms": self.gap_ms.1,
             "overlaps": self.overlaps,
             "rounds_per_acquisition": self.rounds_per_acquisition,
+            "cpu_us_per_acquisition": self.cpu_us_per_acquisition,
         })
     }
 }
@@ -267,13 +337,13 @@ fn print(figures: &[Figures], run: &Contention) {
         run.seconds
     );
     println!(
-        "  client          acquisitions   busy   per process (spread)                 longest wait   bound   rounds/acq   overlaps"
+        "  client          acquisitions   busy   per process (spread)                 longest wait   bound   wait p99   gap p50 / p99     rounds/acq   CPU/acq   overlaps"
     );
     for f in figures {
         // The fairness bound of the target: 2 × mean hold × the other waiters.
         let bound = 2.0 * f.mean_hold_ms * (run.processes.saturating_sub(1)) as f64;
         println!(
-            "  {:<15} {:>12} {:>5.1}%   {:<28} ({:>4.1}%) {:>10.1} ms {:>5.1} ms {:>12} {:>10}",
+            "  {:<15} {:>12} {:>5.1}%   {:<28} ({:>4.1}%) {:>10.1} ms {:>5.1} ms {:>7.1} ms {:>6.2} / {:>5.2} ms {:>12} {:>9} {:>10}",
             f.client,
             f.acquisitions,
             f.busy * 100.0,
@@ -281,8 +351,13 @@ fn print(figures: &[Figures], run: &Contention) {
             f.spread() * 100.0,
             f.longest_wait_ms,
             bound,
+            f.wait_p99_ms,
+            f.gap_ms.0,
+            f.gap_ms.1,
             f.rounds_per_acquisition
                 .map_or_else(|| "-".to_owned(), |r| format!("{r:.2}")),
+            f.cpu_us_per_acquisition
+                .map_or_else(|| "-".to_owned(), |c| format!("{c:.0} µs")),
             f.overlaps,
         );
     }
@@ -303,6 +378,15 @@ fn print(figures: &[Figures], run: &Contention) {
             verdict(ours.longest_wait_ms <= bound),
         );
     }
+}
+
+/// The `q` quantile (nearest rank) of nanosecond samples, in ms; 0 for none.
+#[allow(clippy::cast_precision_loss)]
+fn percentile(mut samples: Vec<u64>, q: f64) -> f64 {
+    samples.sort_unstable();
+    #[allow(clippy::cast_possible_truncation, clippy::cast_sign_loss)]
+    let rank = ((samples.len() as f64 * q).ceil() as usize).saturating_sub(1);
+    samples.get(rank).copied().unwrap_or(0) as f64 / 1e6
 }
 
 fn verdict(met: bool) -> &'static str {

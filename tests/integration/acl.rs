@@ -10,7 +10,7 @@ use redquorum_testkit::Cluster;
 const TTL: Duration = Duration::from_secs(10);
 
 /// The rule the README gives operators, word for word (checked below).
-pub(crate) const README_RULE: &str = "ACL SETUSER redquorum on >CHANGE-ME resetkeys ~redquorum:* resetchannels &redquorum:* -@all +eval +evalsha +script|load +set +get +mget +incr +hget +hmget +hset +hincrby +del +pexpire +pttl +publish +subscribe +unsubscribe +info";
+pub(crate) const README_RULE: &str = "ACL SETUSER redquorum on >CHANGE-ME resetkeys ~redquorum:* resetchannels &redquorum:* -@all +eval +evalsha +script|load +set +get +mget +incr +hget +hmget +hset +hdel +hincrby +del +exists +time +zadd +zrange +zrem +pexpire +pttl +publish +subscribe +unsubscribe +info";
 
 fn set_user(cluster: &Cluster, rule: &str) {
     for i in 0..cluster.len() {
@@ -205,5 +205,41 @@ async fn without_publish_a_release_still_wakes_the_waiters_of_its_own_redlock() 
     assert_eq!(got.attempts(), 2, "one round lost to the holder, one won");
     got.release().await.expect("release");
     crate::settled(&rl).await;
+    cluster.assert_no_keys_under(PREFIX);
+}
+
+/// The README's rule before the hand-off (without `+exists +time +zadd +zrange +zrem +hdel`)
+/// still acquires, waits and releases: the queue's commands are `pcall`s, so a waiter of
+/// another client is woken by the release message that names nobody and takes the free lock,
+/// and nothing is left behind.
+///
+/// Mutation: a plain `redis.call('EXISTS', …)` in `RELEASE` makes every release fail under
+/// this rule ("can't run this command").
+#[tokio::test]
+async fn the_rule_from_before_the_hand_off_still_waits_and_releases() {
+    let cluster = Cluster::start(3);
+    let old_rule = README_RULE
+        .replace(" +hdel", "")
+        .replace(" +exists +time +zadd +zrange +zrem", "");
+    assert_ne!(old_rule, README_RULE);
+    set_user(&cluster, &old_rule);
+    let holder = client_as_user(&cluster);
+    let waiter = client_as_user(&cluster);
+    let lock = holder.try_acquire("old", TTL).await.expect("acquire");
+    let waiting = tokio::spawn(async move {
+        let got = waiter
+            .acquire_within("old", TTL, Duration::from_secs(20))
+            .await;
+        (got, waiter)
+    });
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    lock.release().await.expect("release under the old rule");
+    let (got, waiter) = waiting.await.expect("task");
+    got.expect("the waiter gets the lock")
+        .release()
+        .await
+        .expect("release");
+    crate::settled(&holder).await;
+    crate::settled(&waiter).await;
     cluster.assert_no_keys_under(PREFIX);
 }

@@ -1,0 +1,254 @@
+//! Hand-off to queued waiters: a release gives the lock to the waiter that queued first on each
+//! node, reserving it so nobody else can take it in between, and wakes only that waiter's
+//! client; waiters that gave up or died are skipped; a waiter that gives up leaves the queue
+//! before it returns.
+//!
+//! The queue's layout on a node is ours (`scripts::QUEUED_ACQUIRE`): `<key>:queue`, a sorted set
+//! of waiter ids by first registration, and `<key>:waiters`, each waiter's liveness in the
+//! server's milliseconds. The first tests write it by hand, so the release is checked alone,
+//! without a live waiter racing to take the reservation.
+
+use std::time::{Duration, Instant};
+
+use futures::StreamExt;
+use redquorum::{RedLock, RetryPolicy};
+
+use crate::PREFIX;
+use redquorum_testkit::Cluster;
+
+const NODE_TIMEOUT: Duration = Duration::from_millis(500);
+const TTL: Duration = Duration::from_secs(10);
+
+fn key(resource: &str) -> String {
+    format!("redquorum:{{{resource}}}")
+}
+
+/// Queues `waiter` on every node by hand, live until `live_until_ms` (server time).
+fn queue_by_hand(cluster: &Cluster, resource: &str, waiter: &str, score: u64, live_until_ms: u64) {
+    for i in 0..cluster.len() {
+        let _: i64 = cluster.run(
+            i,
+            redis::cmd("ZADD")
+                .arg(format!("{}:queue", key(resource)))
+                .arg(score)
+                .arg(waiter),
+        );
+        let _: i64 = cluster.run(
+            i,
+            redis::cmd("HSET")
+                .arg(format!("{}:waiters", key(resource)))
+                .arg(waiter)
+                .arg(live_until_ms),
+        );
+    }
+}
+
+fn value(cluster: &Cluster, i: usize, key: &str) -> Option<String> {
+    cluster.run(i, redis::cmd("GET").arg(key))
+}
+
+/// Takes `resource` and waits until every node holds it (an acquire returns at the
+/// majority), so that the release is checked on every node.
+async fn acquire_everywhere(cluster: &Cluster, rl: &RedLock, resource: &str) -> redquorum::Lock {
+    let lock = rl.try_acquire(resource, TTL).await.expect("acquire");
+    assert!(
+        crate::eventually(Duration::from_secs(5), || (0..cluster.len())
+            .all(|i| value(cluster, i, &key(resource)).is_some()))
+        .await,
+        "every node holds the key"
+    );
+    lock
+}
+
+/// A release hands the lock to the queued waiter: on every node the key now says
+/// `handoff:<waiter>` for a short reservation (twice the per-node timeout), the waiter has
+/// left the queue, and the message went to its client's own channel. Meanwhile nobody else,
+/// not even the releaser at once, can take the lock; once the reservation lapses, anyone can.
+///
+/// Mutation: the release deleting the key whatever the queue (the `RELEASE` before the
+/// hand-off) fails the first check; publishing on the common channel fails the message check.
+#[tokio::test]
+async fn a_release_hands_the_lock_to_the_queued_waiter_and_reserves_it() {
+    let cluster = Cluster::start(5);
+    let rl = crate::client(&cluster, NODE_TIMEOUT);
+    let lock = acquire_everywhere(&cluster, &rl, "baton").await;
+    queue_by_hand(&cluster, "baton", "c1.w1", 1, u64::MAX / 2);
+    let client = redis::Client::open(cluster.urls()[0].as_str()).expect("url");
+    let mut pubsub = client.get_async_pubsub().await.expect("pubsub");
+    pubsub
+        .subscribe(format!("{}:released:c1", key("baton")))
+        .await
+        .expect("subscribe");
+    lock.release().await.expect("release");
+    for i in 0..cluster.len() {
+        assert_eq!(
+            value(&cluster, i, &key("baton")).as_deref(),
+            Some("handoff:c1.w1"),
+            "node {i}: reserved for the waiter"
+        );
+        let pttl: i64 = cluster.run(i, redis::cmd("PTTL").arg(key("baton")));
+        assert!(
+            (0..=1000).contains(&pttl),
+            "node {i}: reserved for at most 2 × 500 ms, not {pttl} ms"
+        );
+        let queued: i64 = cluster.run(
+            i,
+            redis::cmd("ZCARD").arg(format!("{}:queue", key("baton"))),
+        );
+        assert_eq!(queued, 0, "node {i}: the waiter left the queue");
+    }
+    let message = tokio::time::timeout(Duration::from_secs(2), pubsub.on_message().next())
+        .await
+        .expect("a message on the client's channel")
+        .expect("stream");
+    let payload: String = message.get_payload().expect("payload");
+    assert!(payload.ends_with(":c1.w1"), "names the waiter: {payload}");
+    // The reservation holds off the releaser and everyone else.
+    let err = rl.try_acquire("baton", TTL).await.expect_err("reserved");
+    assert!(err.is_conflict(), "{err}");
+    crate::settled(&rl).await;
+    assert!(
+        crate::eventually(Duration::from_secs(3), || (0..cluster.len())
+            .all(|i| value(&cluster, i, &key("baton")).is_none()))
+        .await,
+        "the reservation lapses"
+    );
+    let lock = rl.try_acquire("baton", TTL).await.expect("free again");
+    lock.release().await.expect("release");
+    crate::settled(&rl).await;
+    cluster.assert_no_keys_under(PREFIX);
+}
+
+/// A waiter whose liveness has passed (it gave up or died without leaving) is skipped and
+/// dropped; the next live one gets the lock. With none live, the key is deleted.
+///
+/// Mutation: ignoring the liveness (`live >= now` dropped from `RELEASE`) hands the lock to
+/// the dead waiter.
+#[tokio::test]
+async fn a_release_skips_waiters_that_are_no_longer_live() {
+    let cluster = Cluster::start(3);
+    let rl = crate::client(&cluster, NODE_TIMEOUT);
+    let lock = acquire_everywhere(&cluster, &rl, "relay").await;
+    queue_by_hand(&cluster, "relay", "c1.dead", 1, 1);
+    queue_by_hand(&cluster, "relay", "c2.alive", 2, u64::MAX / 2);
+    lock.release().await.expect("release");
+    for i in 0..cluster.len() {
+        assert_eq!(
+            value(&cluster, i, &key("relay")).as_deref(),
+            Some("handoff:c2.alive"),
+            "node {i}"
+        );
+        let waiters: i64 = cluster.run(
+            i,
+            redis::cmd("HLEN").arg(format!("{}:waiters", key("relay"))),
+        );
+        assert_eq!(waiters, 0, "node {i}: both left the queue");
+    }
+    // Only dead waiters: deleted, as with no queue at all.
+    assert!(
+        crate::eventually(Duration::from_secs(3), || (0..cluster.len())
+            .all(|i| value(&cluster, i, &key("relay")).is_none()))
+        .await,
+        "the reservation lapses"
+    );
+    let lock = rl.try_acquire("relay", TTL).await.expect("acquire");
+    queue_by_hand(&cluster, "relay", "c1.dead", 1, 1);
+    lock.release().await.expect("release");
+    crate::settled(&rl).await;
+    cluster.assert_no_keys_under(PREFIX);
+}
+
+/// Two clients (as two processes would be) wait in turn: the one that queued first gets the
+/// lock first, the other next, and the releaser cannot take it back in between, though it
+/// asks at once. Each waiter needs two rounds: the refused one that queued it, and the one
+/// that took the lock handed to it.
+///
+/// Mutation: without the hand-off (the release deletes), the releaser's immediate
+/// `try_acquire` wins the free lock, failing the first assertion.
+#[tokio::test]
+async fn waiters_of_separate_clients_are_served_in_the_order_they_queued() {
+    let cluster = Cluster::start(5);
+    let holder = crate::client(&cluster, NODE_TIMEOUT);
+    let patient = || {
+        RedLock::builder(cluster.urls())
+            .per_node_timeout(NODE_TIMEOUT)
+            .retry(
+                RetryPolicy::default()
+                    .max_attempts(None)
+                    .delay(Duration::from_secs(5))
+                    .jitter(Duration::ZERO),
+            )
+            .build()
+            .expect("config")
+    };
+    let lock = holder.try_acquire("turns", TTL).await.expect("acquire");
+    let order = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+    let mut waiters = Vec::new();
+    for name in ["first", "second"] {
+        let (rl, order) = (patient(), order.clone());
+        waiters.push(tokio::spawn(async move {
+            let lock = rl
+                .acquire_within("turns", TTL, Duration::from_secs(20))
+                .await
+                .expect("its turn comes");
+            order.lock().expect("lock").push((name, lock.attempts()));
+            tokio::time::sleep(Duration::from_millis(50)).await;
+            lock.release().await.expect("release");
+            crate::settled(&rl).await;
+        }));
+        // Queued on every node before the next one comes.
+        let n = waiters.len();
+        assert!(
+            crate::eventually(Duration::from_secs(5), || (0..cluster.len()).all(|i| {
+                let queued: i64 = cluster.run(
+                    i,
+                    redis::cmd("ZCARD").arg(format!("{}:queue", key("turns"))),
+                );
+                usize::try_from(queued).is_ok_and(|q| q == n)
+            }))
+            .await,
+            "waiter {n} queued on every node"
+        );
+    }
+    lock.release().await.expect("release");
+    let again = holder.try_acquire("turns", TTL).await;
+    assert!(
+        again.as_ref().is_err_and(redquorum::Error::is_conflict),
+        "the releaser took the lock back from the queue: {again:?}"
+    );
+    for w in waiters {
+        w.await.expect("waiter");
+    }
+    let order = order.lock().expect("lock").clone();
+    assert_eq!(order, [("first", 2), ("second", 2)]);
+    crate::settled(&holder).await;
+    cluster.assert_no_keys_under(PREFIX);
+}
+
+/// An acquire that gives up leaves the queue before it returns: right after the error, no
+/// node lists it, so no release can hand it the lock.
+///
+/// Mutation: leaving in the background (as after a won round) instead of awaiting it shows
+/// the waiter still queued right after the error.
+#[tokio::test]
+async fn a_waiter_that_gives_up_has_left_the_queue_when_it_returns() {
+    let cluster = Cluster::start(5);
+    let holder = crate::client(&cluster, NODE_TIMEOUT);
+    let lock = holder.try_acquire("door", TTL).await.expect("acquire");
+    let waiter = crate::client(&cluster, NODE_TIMEOUT);
+    let started = Instant::now();
+    let err = waiter
+        .acquire_within("door", TTL, Duration::from_millis(300))
+        .await
+        .expect_err("held");
+    assert!(err.is_conflict(), "{err}");
+    assert!(started.elapsed() >= Duration::from_millis(300));
+    for i in 0..cluster.len() {
+        let queued: i64 = cluster.run(i, redis::cmd("ZCARD").arg(format!("{}:queue", key("door"))));
+        assert_eq!(queued, 0, "node {i}: still queued after giving up");
+    }
+    lock.release().await.expect("release");
+    crate::settled(&holder).await;
+    crate::settled(&waiter).await;
+    cluster.assert_no_keys_under(PREFIX);
+}
