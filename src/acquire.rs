@@ -20,7 +20,7 @@ use crate::confirm::confirm_fence;
 use crate::error::{Error, Failure, Operation};
 use crate::node_error::NodeError;
 use crate::quorum::Deadline;
-use crate::release::{Delete, release_everywhere};
+use crate::release::{Delete, release_everywhere, reservation};
 use crate::report::{NodeOutcome, Report};
 use crate::request::{Command, Request};
 use crate::reseed;
@@ -84,25 +84,41 @@ pub(crate) async fn acquire(
     // (its round is the fenced script) and races for the lock when it is released.
     let mut queue = (waits && !fencing).then(|| Queue::new(shared, &key, timing, policy));
     if waits && shared.releases.has_waiters(&channel) {
-        // Others of this client already wait for this resource: queue behind them rather than
-        // race them for it.
-        match queue.as_mut() {
-            // From the first round on.
-            Some(queue) => queue.join(shared, &channel).await,
-            None => {
-                let watch = shared.releases.subscribe(channel.clone(), "").await;
-                let delay = retry_delay(shared, policy, deadline, Instant::now(), None);
-                tokio::select! {
-                    () = tokio::time::sleep(delay) => {}
-                    () = watch.woken() => tracing::debug!("woken by a release, first in line"),
-                }
-                subscription = Some(watch);
-            }
+        // Others of this client already wait for this resource: wait behind them, without a
+        // round, until a release wakes this one (the client's first in the queue) or its
+        // timer fires. Its first refused round then queues it on the nodes, in its place: no
+        // round at all while this client's waiters take the lock from each other.
+        let watch = match queue.as_mut() {
+            Some(queue) => queue.listen(shared, &channel).await,
+            None => subscription.insert(
+                shared
+                    .releases
+                    .subscribe(channel.clone(), "", u64::MAX)
+                    .await,
+            ),
+        };
+        let delay = retry_delay(shared, policy, deadline, Instant::now(), None);
+        tokio::select! {
+            () = tokio::time::sleep(delay) => {}
+            () = watch.woken() => tracing::debug!("woken by a release, first in line"),
         }
     }
     loop {
         attempts = attempts.saturating_add(1);
-        let failed = match round(shared, resource, &key, timing, fencing, queue.as_mut()).await {
+        // A last attempt does not join the queue: it would only have to leave it again.
+        let will_retry = policy.attempts_limit().is_none_or(|max| attempts < max)
+            && deadline.is_none_or(|d| Instant::now() < d);
+        let failed = match round(
+            shared,
+            resource,
+            &key,
+            timing,
+            fencing,
+            queue.as_mut(),
+            will_retry,
+        )
+        .await
+        {
             Ok((round, token, fencing_token)) => {
                 tracing::debug!(attempts, elapsed = ?round.elapsed(), fencing_token, "acquired");
                 if let Some(queue) = queue.take() {
@@ -157,7 +173,12 @@ pub(crate) async fn acquire(
             .iter()
             .any(|r| matches!(r.outcome(), NodeOutcome::HeldByOther { .. }));
         if held && subscription.is_none() && queue.is_none() && shared.config.wait_for_release {
-            subscription = Some(shared.releases.subscribe(channel.clone(), "").await);
+            subscription = Some(
+                shared
+                    .releases
+                    .subscribe(channel.clone(), "", u64::MAX)
+                    .await,
+            );
         }
         tracing::debug!(attempts, ?delay, "acquire round failed, retrying");
         // A wake-up given while the round ran is kept for the first to wait (`Notify`).
@@ -192,12 +213,20 @@ struct Queue {
     waiter: String,
     /// How long a registration stays live without another round.
     live_ms: u64,
+    /// Its place in the queue: when it was created, in µs of this host's wall clock. Sent to
+    /// every node, so every node orders the waiters alike (the server's clocks would differ
+    /// by a millisecond here and there, splitting the hand-off between two waiters); clocks
+    /// that differ between hosts only shift whose turn comes first, never exclusion.
+    place: u64,
     per_node_timeout: Duration,
     /// Whether any round may have queued it on a node (then dropping it must leave).
     joined: bool,
     /// Its release messages, subscribed before it first joins: a hand-off to it is never
     /// published before it listens.
     subscription: Option<Subscription>,
+    /// Its requests of the last round still running on some node (a suspect one the
+    /// cleanup did not wait for): the leaving round goes behind them.
+    after: Option<Stragglers>,
 }
 
 impl Queue {
@@ -213,25 +242,41 @@ impl Queue {
             key: key.to_vec(),
             waiter: shared.releases.new_waiter_id(),
             live_ms: u64::try_from(live.as_millis()).unwrap_or(u64::MAX),
+            place: std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map_or(0, |d| u64::try_from(d.as_micros()).unwrap_or(u64::MAX)),
             per_node_timeout: timing.per_node_timeout,
             joined: false,
             subscription: None,
+            after: None,
         }
     }
 
-    /// Listens for the hand-offs to this waiter, then counts as joined: the next round
-    /// (`QUEUED_ACQUIRE`) or the cleanup under way (`UNDO_AND_QUEUE`) queues it.
+    /// Listens for the hand-offs to this waiter (and, as its client's waiter with this
+    /// place, for the releases that name nobody).
+    ///
+    /// # Cancel safety
+    /// Dropped part-way, it has joined nowhere.
+    async fn listen(&mut self, shared: &Shared, channel: &[u8]) -> &Subscription {
+        let watch = match self.subscription.take() {
+            Some(watch) => watch,
+            None => {
+                shared
+                    .releases
+                    .subscribe(channel.to_vec(), &self.waiter, self.place)
+                    .await
+            }
+        };
+        self.subscription.insert(watch)
+    }
+
+    /// Listens, then counts as joined: the cleanup under way (`UNDO_AND_QUEUE`) queues it,
+    /// and its next rounds are `QUEUED_ACQUIRE`.
     ///
     /// # Cancel safety
     /// Dropped part-way, it has joined nowhere yet.
     async fn join(&mut self, shared: &Shared, channel: &[u8]) {
-        if self.subscription.is_none() {
-            let watch = shared
-                .releases
-                .subscribe(channel.to_vec(), &self.waiter)
-                .await;
-            self.subscription = Some(watch);
-        }
+        self.listen(shared, channel).await;
         self.joined = true;
     }
 
@@ -242,15 +287,19 @@ impl Queue {
             vec![
                 self.waiter.clone().into_bytes(),
                 self.live_ms.to_string().into_bytes(),
+                self.place.to_string().into_bytes(),
             ],
         )
     }
 }
 
 impl Queue {
-    /// The round that takes this waiter out of the queue on every node (`scripts::DEQUEUE`).
+    /// The round that takes this waiter out of the queue on every node, passing on a lock
+    /// already reserved for it (`scripts::DEQUEUE`).
     fn leave_request(&self) -> Request {
         let (keys, _) = self.arguments();
+        let reservation =
+            u64::try_from(reservation(self.per_node_timeout).as_millis()).unwrap_or(u64::MAX);
         Request::for_waiter(
             Operation::Release,
             &scripts::DEQUEUE,
@@ -259,6 +308,31 @@ impl Queue {
             NodeOutcome::Released,
         )
         .with_extra_keys(keys)
+        .with_payload(vec![
+            resource::release_channel(&self.key),
+            Token::generate().release_id().into_bytes(),
+            reservation.to_string().into_bytes(),
+        ])
+    }
+
+    /// The leaving round, on each node behind this waiter's requests still running there
+    /// (`after`): a queued round or cleanup that landed after it would queue the waiter again.
+    fn leave_round(&self, after: Option<Stragglers>) -> impl Future<Output = ()> + Send + 'static {
+        let request = self.leave_request();
+        let shared = self.shared.clone();
+        let timeout = self.per_node_timeout;
+        async move {
+            round::run_then(
+                &shared.nodes,
+                &shared.background,
+                request,
+                timeout,
+                Wait::ForAll,
+                after.as_ref(),
+                || {},
+            )
+            .await;
+        }
     }
 
     /// Leaves the queue after `won`, the round that took the lock, in the background (not to
@@ -280,9 +354,7 @@ impl Queue {
         let Ok(runtime) = tokio::runtime::Handle::try_current() else {
             return;
         };
-        let request = self.leave_request();
-        let shared = self.shared.clone();
-        let timeout = self.per_node_timeout;
+        let leave = self.leave_round(stragglers.clone());
         self.shared.spawn_cleanup(&runtime, async move {
             if answered_all_granted
                 && let Some(stragglers) = stragglers
@@ -290,40 +362,28 @@ impl Queue {
             {
                 return;
             }
-            round::run(
-                &shared.nodes,
-                &shared.background,
-                request,
-                timeout,
-                Wait::ForAll,
-            )
-            .await;
+            leave.await;
         });
     }
 
-    /// Leaves the queue now, waiting for every node (each bounded by the per-node timeout):
-    /// an acquire that gives up returns only once no release can hand it the lock any more.
+    /// Leaves the queue now, waiting for every node but a suspect one (each bounded by the
+    /// per-node timeout): an acquire that gives up returns only once no release can hand it
+    /// the lock any more.
     ///
     /// # Cancel safety
-    /// The round goes on in the background (the engine delivers it anyway).
+    /// Dropped part-way, `Drop` sends the leaving round again in the background.
     async fn leave(mut self) {
-        if std::mem::take(&mut self.joined) {
-            let request = self.leave_request();
-            round::run(
-                &self.shared.nodes,
-                &self.shared.background,
-                request,
-                self.per_node_timeout,
-                Wait::ForAll,
-            )
-            .await;
+        if self.joined {
+            let after = self.after.take();
+            self.leave_round(after).await;
+            self.joined = false;
         }
     }
 }
 
 impl Drop for Queue {
-    /// Leaves the queue in the background: after a won round (not to delay the holder), or
-    /// when the acquire was cancelled.
+    /// Leaves the queue in the background: when the acquire was cancelled (or its `leave`
+    /// was).
     fn drop(&mut self) {
         if !self.joined {
             return;
@@ -331,19 +391,9 @@ impl Drop for Queue {
         let Ok(runtime) = tokio::runtime::Handle::try_current() else {
             return;
         };
-        let request = self.leave_request();
-        let shared = self.shared.clone();
-        let timeout = self.per_node_timeout;
-        self.shared.spawn_cleanup(&runtime, async move {
-            round::run(
-                &shared.nodes,
-                &shared.background,
-                request,
-                timeout,
-                Wait::ForAll,
-            )
-            .await;
-        });
+        let after = self.after.take();
+        let leave = self.leave_round(after);
+        self.shared.spawn_cleanup(&runtime, leave);
     }
 }
 
@@ -367,7 +417,8 @@ async fn round(
     key: &[u8],
     timing: &Timing,
     fencing: bool,
-    queue: Option<&mut Queue>,
+    mut queue: Option<&mut Queue>,
+    will_retry: bool,
 ) -> Result<(Round, Token, Option<u64>), FailedRound> {
     let token = Token::generate();
     let mut cleanup = Cleanup::arm(
@@ -474,11 +525,21 @@ async fn round(
             }
         }
     };
-    if let Some(queue) = queue {
-        queue.join(shared, &resource::release_channel(key)).await;
-        cleanup.queue_as(queue);
+    let (undone, still_running) = match queue.as_deref_mut() {
+        Some(queue) if will_retry => {
+            queue.join(shared, &resource::release_channel(key)).await;
+            cleanup.queue_as(queue);
+            cleanup.run().await
+        }
+        _ => cleanup.run().await,
+    };
+    // A waiter that may have joined leaves behind these requests too.
+    if let Some(queue) = queue
+        && still_running.is_some()
+    {
+        queue.after = still_running;
     }
-    report.learn_expiries(&cleanup.run().await);
+    report.learn_expiries(&undone);
     // A re-seed by another acquire of this slot fenced off our confirmation: no fault of the
     // masters, so worth another round at once.
     let fenced_off = report.iter().any(|r| {
@@ -583,12 +644,12 @@ impl Cleanup {
     }
 
     /// Deletes the keys now, waiting for every node (each bounded by the per-node timeout),
-    /// and returns the compare-and-delete's report: on nodes where another owner holds the
-    /// key, it says for how much longer. If this future is dropped part-way, `Drop` spawns the
+    /// and returns the compare-and-delete's report (on nodes where another owner holds the
+    /// key, it says for how much longer) and its requests still running on suspect nodes. If this future is dropped part-way, `Drop` spawns the
     /// cleanup again.
-    pub(crate) async fn run(mut self) -> Report {
+    pub(crate) async fn run(mut self) -> (Report, Option<Stragglers>) {
         let Some(shared) = &self.armed else {
-            return Report::default();
+            return (Report::default(), None);
         };
         let round = release_everywhere(
             shared,
@@ -601,7 +662,7 @@ impl Cleanup {
         .await;
         tracing::debug!(report = %round.report, "cleaned up after a failed round");
         self.armed = None;
-        round.report
+        (round.report, round.stragglers)
     }
 }
 

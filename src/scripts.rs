@@ -110,7 +110,7 @@ pub(crate) fn all() -> [&'static Lua; 9] {
 /// other owner's remaining ttl (`-3` when the key has no expiry). One place for the contract
 /// in the table above.
 macro_rules! compare_and {
-    ($action:literal) => {
+    ($action:expr) => {
         concat!(
             "local value = redis.call('GET', KEYS[1])\n",
             "if value == ARGV[1] then ",
@@ -120,6 +120,45 @@ macro_rules! compare_and {
             "local ttl = redis.call('PTTL', KEYS[1])\n",
             "if ttl == -1 then return -3 end\n",
             "return ttl\n",
+        )
+    };
+}
+
+/// Lua that hands the lock key (`KEYS[1]`) to the first live waiter of its queue (`KEYS[2]`,
+/// liveness in `KEYS[3]`), or deletes it when there is none, and publishes (`ARGV[2]` channel
+/// or empty, `ARGV[3]` release id, `ARGV[4]` the reservation in ms): the part of `RELEASE`
+/// after its token check, and of `DEQUEUE` when the lock was reserved for the waiter leaving.
+macro_rules! hand_over {
+    () => {
+        concat!(
+            "local handed = nil\n",
+            "if KEYS[2] and redis.pcall('EXISTS', KEYS[2]) == 1 then\n",
+            "  local t = redis.pcall('TIME')\n",
+            "  if not t.err then\n",
+            "    local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)\n",
+            "    while not handed do\n",
+            "      local range = redis.pcall('ZRANGE', KEYS[2], 0, 0)\n",
+            "      if range.err or not range[1] then break end\n",
+            "      local head = range[1]\n",
+            "      local live = tonumber(redis.pcall('HGET', KEYS[3], head)) or 0\n",
+            "      if type(redis.pcall('ZREM', KEYS[2], head)) ~= 'number' then break end\n",
+            "      redis.pcall('HDEL', KEYS[3], head)\n",
+            "      if live >= now then handed = head end\n",
+            "    end\n",
+            "  end\n",
+            "end\n",
+            "if handed then\n",
+            "  redis.call('SET', KEYS[1], 'handoff:' .. handed, 'PX', ARGV[4])\n",
+            "  if ARGV[2] ~= '' then\n",
+            "    local client = string.match(handed, '^([^.]+)%.')\n",
+            "    local channel = ARGV[2]\n",
+            "    if client then channel = channel .. ':' .. client end\n",
+            "    redis.pcall('PUBLISH', channel, ARGV[3] .. ':' .. handed)\n",
+            "  end\n",
+            "else\n",
+            "  redis.call('DEL', KEYS[1])\n",
+            "  if ARGV[2] ~= '' then redis.pcall('PUBLISH', ARGV[2], ARGV[3]) end\n",
+            "end\n",
         )
     };
 }
@@ -145,49 +184,22 @@ macro_rules! compare_and {
 /// failed acquire passes no channel and no queue: waking or handing
 /// to waiters there would have them retry, fail and clean up in turn, waking each other for
 /// ever while the holder holds.
-pub(crate) static RELEASE: Lua = Lua::new(compare_and!(
-    "local handed = nil \
-     if KEYS[2] and redis.pcall('EXISTS', KEYS[2]) == 1 then \
-       local t = redis.pcall('TIME') \
-       if not t.err then \
-         local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000) \
-         while not handed do \
-           local range = redis.pcall('ZRANGE', KEYS[2], 0, 0) \
-           if range.err or not range[1] then break end \
-           local head = range[1] \
-           local live = tonumber(redis.pcall('HGET', KEYS[3], head)) or 0 \
-           if type(redis.pcall('ZREM', KEYS[2], head)) ~= 'number' then break end \
-           redis.pcall('HDEL', KEYS[3], head) \
-           if live >= now then handed = head end \
-         end \
-       end \
-     end \
-     if handed then \
-       redis.call('SET', KEYS[1], 'handoff:' .. handed, 'PX', ARGV[4]) \
-       if ARGV[2] ~= '' then \
-         local client = string.match(handed, '^([^.]+)%.') \
-         local channel = ARGV[2] \
-         if client then channel = channel .. ':' .. client end \
-         redis.pcall('PUBLISH', channel, ARGV[3] .. ':' .. handed) \
-       end \
-     else \
-       redis.call('DEL', KEYS[1]) \
-       if ARGV[2] ~= '' then redis.pcall('PUBLISH', ARGV[2], ARGV[3]) end \
-     end"
-));
+pub(crate) static RELEASE: Lua = Lua::new(compare_and!(hand_over!()));
 
-/// Lua that joins the lock's queue (`KEYS[2]`, liveness in `KEYS[3]`) as waiter `ARGV[$id]`,
-/// live for `ARGV[$live]` ms: the score is the server's time of the first registration (`NX`:
-/// a waiter keeps its place), the liveness is renewed, and the queue's keys expire with the
-/// longest liveness, so an abandoned queue does not stay.
+/// Lua that joins the lock's queue (`KEYS[2]`, liveness in `KEYS[3]`) as waiter `ARGV[$id]`
+/// with place `ARGV[$place]` (the waiter's own clock when it first queued, in µs: the same on
+/// every node, so every node orders the waiters alike and a release hands the lock to the
+/// same waiter everywhere), live for `ARGV[$live]` ms of the server's clock. `NX`: a waiter
+/// keeps its place. The queue's keys expire with the longest liveness, so an abandoned queue
+/// does not stay.
 macro_rules! join_queue {
-    ($id:literal, $live:literal) => {
+    ($id:literal, $live:literal, $place:literal) => {
         concat!(
             "local t = redis.pcall('TIME')\n",
             "if not t.err then\n",
             "  local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)\n",
             "  local live = tonumber(ARGV[", $live, "])\n",
-            "  if type(redis.pcall('ZADD', KEYS[2], 'NX', now, ARGV[", $id, "])) == 'number' then\n",
+            "  if type(redis.pcall('ZADD', KEYS[2], 'NX', ARGV[", $place, "], ARGV[", $id, "])) == 'number' then\n",
             "    redis.pcall('HSET', KEYS[3], ARGV[", $id, "], now + live)\n",
             "    for i = 2, 3 do\n",
             "      if redis.call('PTTL', KEYS[i]) < live then redis.pcall('PEXPIRE', KEYS[i], live) end\n",
@@ -200,7 +212,7 @@ macro_rules! join_queue {
 
 /// `KEYS[1]` lock key, `KEYS[2]` its waiters' queue, `KEYS[3]` their liveness; `ARGV[1]`
 /// token, `ARGV[2]` ttl in ms, `ARGV[3]` the waiter's id, `ARGV[4]` how long this
-/// registration stays live without another round, in ms.
+/// registration stays live without another round, in ms, `ARGV[5]` its place in the queue.
 ///
 /// The acquire of a waiter (an acquire that found the lock taken, or whose client already has
 /// waiters for it): when the key is free or reserved for this waiter (`handoff:<id>`, see
@@ -221,14 +233,14 @@ pub(crate) static QUEUED_ACQUIRE: Lua = Lua::sent_whole(concat!(
     "  redis.pcall('HDEL', KEYS[3], ARGV[3])\n",
     "  return -1\n",
     "end\n",
-    join_queue!("3", "4"),
+    join_queue!("3", "4", "5"),
     "local ttl = redis.call('PTTL', KEYS[1])\n",
     "if ttl == -1 then return -3 end\n",
     "return ttl\n",
 ));
 
 /// `KEYS[1]` lock key, `KEYS[2]` its waiters' queue, `KEYS[3]` their liveness; `ARGV[1]`
-/// token, `ARGV[2]` the waiter's id, `ARGV[3]` liveness in ms.
+/// token, `ARGV[2]` the waiter's id, `ARGV[3]` liveness in ms, `ARGV[4]` its place.
 ///
 /// The cleanup of a failed round whose acquire will wait: the silent compare-and-delete of
 /// `RELEASE` (no hand-off, no message), answering as it does, and, in the same round, joins
@@ -244,20 +256,24 @@ pub(crate) static UNDO_AND_QUEUE: Lua = Lua::new(concat!(
     "  answer = redis.call('PTTL', KEYS[1])\n",
     "  if answer == -1 then answer = -3 end\n",
     "end\n",
-    join_queue!("2", "3"),
+    join_queue!("2", "3", "4"),
     "return answer\n",
 ));
 
-/// `KEYS[1]` lock key (unused), `KEYS[2]` its waiters' queue, `KEYS[3]` their liveness;
-/// `ARGV[1]` the waiter's id. Leaves the queue (a waiter that got the lock elsewhere, gave up
-/// or was cancelled): `-1`. Never touches the lock key.
-pub(crate) static DEQUEUE: Lua = Lua::new(
-    r"
-redis.pcall('ZREM', KEYS[2], ARGV[1])
-redis.pcall('HDEL', KEYS[3], ARGV[1])
-return -1
-",
-);
+/// `KEYS[1]` lock key, `KEYS[2]` its waiters' queue, `KEYS[3]` their liveness; `ARGV[1]` the
+/// waiter's id, then as `RELEASE`: `ARGV[2]` release channel, `ARGV[3]` a release id, `ARGV[4]`
+/// the reservation in ms. Leaves the queue (a waiter that got the lock elsewhere, gave up or
+/// was cancelled), and if a release had already reserved the lock for this waiter here, passes
+/// it on as that release would have (`hand_over!`): a reservation for a waiter that no longer
+/// waits would idle the lock until it lapses, and its lapse wakes nobody. `-1`.
+pub(crate) static DEQUEUE: Lua = Lua::new(concat!(
+    "redis.pcall('ZREM', KEYS[2], ARGV[1])\n",
+    "redis.pcall('HDEL', KEYS[3], ARGV[1])\n",
+    "if redis.call('GET', KEYS[1]) == 'handoff:' .. ARGV[1] then\n",
+    hand_over!(),
+    "end\n",
+    "return -1\n",
+));
 
 /// `KEYS[1]` lock key, optional `KEYS[2]` a key that lives as long as the lock (an election's
 /// leader info), `ARGV[1]` token, `ARGV[2]` new ttl in ms, `ARGV[3]` `1` to re-add a missing
@@ -566,5 +582,149 @@ mod tests {
         let distinct: std::collections::HashSet<_> = shas.iter().collect();
         assert_eq!(distinct.len(), shas.len());
         assert!(shas.iter().all(|s| s.len() == 40));
+    }
+
+    /// The queue scripts on a real server (`redis-server`, one master), with the queue written
+    /// by hand: what each leaves in the key and the queue.
+    mod on_a_server {
+        use redquorum_testkit::Cluster;
+
+        use super::super::{DEQUEUE, QUEUED_ACQUIRE, RELEASE};
+
+        const KEY: &str = "q:{r}";
+        const QUEUE: &str = "q:{r}:queue";
+        const WAITERS: &str = "q:{r}:waiters";
+        const FOREVER: u64 = u64::MAX / 4;
+
+        fn eval(cluster: &Cluster, code: &str, argv: &[&str]) -> i64 {
+            let mut cmd = redis::cmd("EVAL");
+            cmd.arg(code).arg(3).arg(KEY).arg(QUEUE).arg(WAITERS);
+            for a in argv {
+                cmd.arg(*a);
+            }
+            cluster.run(0, &cmd)
+        }
+
+        fn queue(cluster: &Cluster, waiter: &str, place: u64, live_until: u64) {
+            let _: i64 = cluster.run(0, redis::cmd("ZADD").arg(QUEUE).arg(place).arg(waiter));
+            let _: i64 = cluster.run(
+                0,
+                redis::cmd("HSET").arg(WAITERS).arg(waiter).arg(live_until),
+            );
+        }
+
+        fn get(cluster: &Cluster) -> Option<String> {
+            cluster.run(0, redis::cmd("GET").arg(KEY))
+        }
+
+        fn queued(cluster: &Cluster) -> Vec<String> {
+            cluster.run(0, redis::cmd("ZRANGE").arg(QUEUE).arg(0).arg(-1))
+        }
+
+        /// Mutation: `DEQUEUE` without its hand-over leaves the reservation for the waiter
+        /// that left (`handoff:c.w`) until it lapses.
+        #[test]
+        fn a_waiter_leaving_passes_on_a_reservation_made_for_it() {
+            let cluster = Cluster::start(1);
+            let _: () = cluster.run(
+                0,
+                redis::cmd("SET").arg(KEY).arg("tok").arg("PX").arg(60_000),
+            );
+            queue(&cluster, "c.w", 1, FOREVER);
+            queue(&cluster, "c.v", 2, FOREVER);
+            // The holder releases: the lock is reserved for the first waiter.
+            assert_eq!(
+                eval(&cluster, RELEASE.code(), &["tok", "ch", "r1", "5000"]),
+                -1
+            );
+            assert_eq!(get(&cluster).as_deref(), Some("handoff:c.w"));
+            assert_eq!(queued(&cluster), ["c.v"]);
+            // That waiter leaves (it got the lock elsewhere, gave up or was cancelled): the
+            // reservation goes to the next one, as the release would have done.
+            assert_eq!(
+                eval(&cluster, DEQUEUE.code(), &["c.w", "ch", "r2", "5000"]),
+                -1
+            );
+            assert_eq!(get(&cluster).as_deref(), Some("handoff:c.v"));
+            assert!(queued(&cluster).is_empty());
+            // The last one leaves: the key is deleted, nothing is left.
+            assert_eq!(
+                eval(&cluster, DEQUEUE.code(), &["c.v", "ch", "r3", "5000"]),
+                -1
+            );
+            let keys: Vec<String> = cluster.run(0, redis::cmd("KEYS").arg("*"));
+            assert!(keys.is_empty(), "{keys:?}");
+        }
+
+        /// A waiter leaving touches no lock but a reservation for itself.
+        #[test]
+        fn a_waiter_leaving_never_touches_a_held_lock_or_another_reservation() {
+            let cluster = Cluster::start(1);
+            for held in ["tok", "handoff:c.other"] {
+                let _: () = cluster.run(
+                    0,
+                    redis::cmd("SET").arg(KEY).arg(held).arg("PX").arg(60_000),
+                );
+                queue(&cluster, "c.w", 1, FOREVER);
+                assert_eq!(
+                    eval(&cluster, DEQUEUE.code(), &["c.w", "ch", "r", "5000"]),
+                    -1
+                );
+                assert_eq!(get(&cluster).as_deref(), Some(held));
+                assert!(queued(&cluster).is_empty());
+            }
+        }
+
+        /// A queued acquire takes a free key or one reserved for it, never another's, and joins
+        /// the queue in its place (the same place on every node) when refused.
+        ///
+        /// Mutation: `ZADD` without `NX` moves a waiter to its newest place; scoring by the
+        /// server's time orders waiters per node.
+        #[test]
+        fn a_queued_acquire_takes_only_its_reservation_and_keeps_its_place() {
+            let cluster = Cluster::start(1);
+            let _: () = cluster.run(
+                0,
+                redis::cmd("SET")
+                    .arg(KEY)
+                    .arg("handoff:c.v")
+                    .arg("PX")
+                    .arg(60_000),
+            );
+            // c.w is refused (reserved for c.v) and joins at place 7.
+            let answer = eval(
+                &cluster,
+                QUEUED_ACQUIRE.code(),
+                &["tw", "10000", "c.w", "60000", "7"],
+            );
+            assert!(answer >= 0, "refused with the reservation's ttl: {answer}");
+            // c.u joins at place 3: before c.w, as its place says.
+            eval(
+                &cluster,
+                QUEUED_ACQUIRE.code(),
+                &["tu", "10000", "c.u", "60000", "3"],
+            );
+            // c.w asks again with a later place: it keeps its first.
+            eval(
+                &cluster,
+                QUEUED_ACQUIRE.code(),
+                &["tw", "10000", "c.w", "60000", "9"],
+            );
+            assert_eq!(queued(&cluster), ["c.u", "c.w"]);
+            let score: f64 = cluster.run(0, redis::cmd("ZSCORE").arg(QUEUE).arg("c.w"));
+            assert!((score - 7.0).abs() < f64::EPSILON);
+            // c.v takes its reservation and leaves the queue it was never in; the key is its.
+            assert_eq!(
+                eval(
+                    &cluster,
+                    QUEUED_ACQUIRE.code(),
+                    &["tv", "10000", "c.v", "60000", "1"]
+                ),
+                -1
+            );
+            assert_eq!(get(&cluster).as_deref(), Some("tv"));
+            let pttl: i64 = cluster.run(0, redis::cmd("PTTL").arg(KEY));
+            assert!(pttl > 9_000, "the full ttl, not the reservation's: {pttl}");
+        }
     }
 }

@@ -57,10 +57,13 @@ struct Waiters {
     /// Moves on each time the last waiter leaves, so a lingering unsubscribe knows whether
     /// the channel was used again meanwhile.
     generation: u64,
+    /// Its lingering unsubscribe is under way: a new waiter subscribes again itself.
+    closing: bool,
     /// Wakes the longest-waiting waiter (a release that named nobody).
     notify: Arc<Notify>,
-    /// Each waiter's own wake-up, by waiter id (a release that handed the lock to it).
-    named: HashMap<Vec<u8>, Arc<Notify>>,
+    /// Each queued waiter's place in the lock's queue and own wake-up, by waiter id (a
+    /// release that handed the lock to it).
+    named: HashMap<Vec<u8>, (u64, Arc<Notify>)>,
     recent: VecDeque<Vec<u8>>,
 }
 
@@ -82,10 +85,19 @@ impl Waiters {
         match payload.iter().position(|&b| b == b':') {
             Some(colon) => {
                 let waiter = payload.get(colon + 1..).unwrap_or_default();
-                if let Some(notify) = self.named.get(waiter) {
+                if let Some((_, notify)) = self.named.get(waiter) {
                     notify.notify_one();
                 }
             }
+            None => self.wake_first(),
+        }
+    }
+
+    /// A release that named nobody: wakes the waiter first in the lock's queue (the one the
+    /// nodes would have handed the lock to), or, with none queued, the longest waiting.
+    fn wake_first(&self) {
+        match self.named.values().min_by_key(|(place, _)| *place) {
+            Some((_, notify)) => notify.notify_one(),
             None => self.notify.notify_one(),
         }
     }
@@ -148,9 +160,15 @@ impl ReleaseWatch {
     }
 
     /// Registers interest in `channel` as waiter `waiter` (the id its queued rounds give the
-    /// nodes), subscribing on every connected node if it is the first waiter. Never fails: a
-    /// node that cannot subscribe leaves its waiters on timed retries.
-    pub(crate) async fn subscribe(&self, channel: Vec<u8>, waiter: &str) -> Subscription {
+    /// nodes, empty for a waiter that does not queue) with `place` in the lock's queue,
+    /// subscribing on every connected node if it is the first waiter. Never fails: a node
+    /// that cannot subscribe leaves its waiters on timed retries.
+    pub(crate) async fn subscribe(
+        &self,
+        channel: Vec<u8>,
+        waiter: &str,
+        place: u64,
+    ) -> Subscription {
         self.start();
         let waiter = waiter.as_bytes().to_vec();
         let named = Arc::new(Notify::new());
@@ -162,20 +180,24 @@ impl ReleaseWatch {
                 Waiters {
                     count: 0,
                     generation: 0,
+                    closing: false,
                     notify: Arc::new(Notify::new()),
                     named: HashMap::new(),
                     recent: VecDeque::with_capacity(RECENT_RELEASES),
                 }
             });
-            entry.named.insert(waiter.clone(), named.clone());
+            if !waiter.is_empty() {
+                entry.named.insert(waiter.clone(), (place, named.clone()));
+            }
             entry.count += 1;
             if entry.count == 1 {
                 self.shared.waited_channels.fetch_add(1, Ordering::AcqRel);
             }
-            // A lingering channel is still subscribed.
-            (entry.notify.clone(), new)
+            // A lingering channel is still subscribed, unless its unsubscribe is under way.
+            (entry.notify.clone(), new || entry.closing)
         };
         if first {
+            self.wait_for_listeners().await;
             let sinks: Vec<PubSubSink> =
                 lock(&self.shared.sinks).iter().flatten().cloned().collect();
             let channels = node_channels(&channel, &self.shared.client);
@@ -213,6 +235,18 @@ impl ReleaseWatch {
         }
         if let Some(waiters) = lock(&self.shared.channels).get_mut(channel) {
             waiters.released(id);
+        }
+    }
+
+    /// Waits (at most [`SUBSCRIBE_TIMEOUT`]) until a majority of the nodes' pub/sub
+    /// connections are up: the first waiter of a new client would otherwise subscribe nowhere,
+    /// then queue, and miss a hand-off published before the listeners connect.
+    async fn wait_for_listeners(&self) {
+        let needed = self.clients.len() / 2 + 1;
+        let up = || lock(&self.shared.sinks).iter().flatten().count() >= needed;
+        let deadline = tokio::time::Instant::now() + SUBSCRIBE_TIMEOUT;
+        while !up() && tokio::time::Instant::now() < deadline {
+            tokio::time::sleep(Duration::from_millis(2)).await;
         }
     }
 
@@ -282,15 +316,19 @@ impl Drop for Subscription {
         runtime.spawn(async move {
             tokio::time::sleep(LINGER).await;
             let Some(shared) = weak.upgrade() else { return };
+            let unused = |channels: &HashMap<Vec<u8>, Waiters>| {
+                channels
+                    .get(&channel)
+                    .is_some_and(|w| w.count == 0 && w.generation == generation)
+            };
             {
                 let mut channels = lock(&shared.channels);
-                let unused = channels
-                    .get(&channel)
-                    .is_some_and(|w| w.count == 0 && w.generation == generation);
-                if !unused {
+                if !unused(&channels) {
                     return;
                 }
-                channels.remove(&channel);
+                if let Some(entry) = channels.get_mut(&channel) {
+                    entry.closing = true;
+                }
             }
             let sinks: Vec<PubSubSink> = lock(&shared.sinks).iter().flatten().cloned().collect();
             let channels = node_channels(&channel, &shared.client);
@@ -298,9 +336,21 @@ impl Drop for Subscription {
                 let _ = tokio::time::timeout(SUBSCRIBE_TIMEOUT, sink.unsubscribe(channels.clone()))
                     .await;
             }
-            // A waiter that came meanwhile may have subscribed before our unsubscribe landed:
-            // subscribing twice is harmless, missing its messages is not.
-            if lock(&shared.channels).contains_key(&channel) {
+            let came_back = {
+                let mut waiting = lock(&shared.channels);
+                if unused(&waiting) {
+                    waiting.remove(&channel);
+                    false
+                } else {
+                    if let Some(entry) = waiting.get_mut(&channel) {
+                        entry.closing = false;
+                    }
+                    true
+                }
+            };
+            // A waiter that came meanwhile subscribed too, but perhaps before our unsubscribe
+            // landed: subscribing twice is harmless, missing its messages is not.
+            if came_back {
                 for mut sink in sinks {
                     let _ =
                         tokio::time::timeout(SUBSCRIBE_TIMEOUT, sink.subscribe(channels.clone()))
@@ -326,20 +376,22 @@ async fn listen(
         };
         if let Ok(Ok(pubsub)) = connected {
             let (mut sink, mut stream) = pubsub.split();
+            // The sink first, then the channels wanted so far: a channel added in between is
+            // subscribed by its first waiter through the sink, one added before by us here
+            // (twice is harmless; never is not).
             let (wanted, client): (Vec<Vec<u8>>, Vec<u8>) = match shared.upgrade() {
-                Some(s) => (
-                    lock(&s.channels).keys().cloned().collect(),
-                    s.client.clone(),
-                ),
+                Some(s) => {
+                    set_sink(&s, index, Some(sink.clone()));
+                    (
+                        lock(&s.channels).keys().cloned().collect(),
+                        s.client.clone(),
+                    )
+                }
                 None => return,
             };
             for channel in wanted {
                 let channels = node_channels(&channel, &client);
                 let _ = tokio::time::timeout(SUBSCRIBE_TIMEOUT, sink.subscribe(channels)).await;
-            }
-            match shared.upgrade() {
-                Some(s) => set_sink(&s, index, Some(sink)),
-                None => return,
             }
             loop {
                 let message = tokio::select! {
@@ -409,11 +461,13 @@ mod tests {
         let waiters = Waiters {
             count: ids.len(),
             generation: 0,
+            closing: false,
             notify: Arc::new(Notify::new()),
             named: ids
                 .iter()
                 .zip(&named)
-                .map(|(id, n)| (id.as_bytes().to_vec(), n.clone()))
+                .enumerate()
+                .map(|(place, (id, n))| (id.as_bytes().to_vec(), (place as u64, n.clone())))
                 .collect(),
             recent: VecDeque::new(),
         };
@@ -438,14 +492,21 @@ mod tests {
         assert!(!named.iter().any(|n| woken(n)) && !woken(&waiters.notify));
     }
 
+    /// Mutation: waking the longest waiter of the `Notify` (the order in which waiters last
+    /// went to sleep) instead of the first in the queue.
     #[test]
-    fn a_message_naming_nobody_wakes_the_longest_waiter_once() {
-        let (mut waiters, named) = waiting(&["c.a"]);
+    fn a_message_naming_nobody_wakes_the_first_queued_waiter_once() {
+        let (mut waiters, named) = waiting(&["c.a", "c.b"]);
         waiters.released(b"r1");
         waiters.released(b"r1");
-        assert!(woken(&waiters.notify));
-        assert!(!woken(&waiters.notify));
+        assert!(woken(&named[0]));
         assert!(!woken(&named[0]));
+        assert!(!woken(&named[1]) && !woken(&waiters.notify));
+        // With nobody queued (fenced waiters), the longest waiting.
+        let (mut unqueued, _) = waiting(&[]);
+        unqueued.count = 1;
+        unqueued.released(b"r2");
+        assert!(woken(&unqueued.notify));
     }
 
     /// Mutation: dropping the `count == 0` check keeps a wake-up for the next waiter, which

@@ -260,8 +260,8 @@ impl Sequential {
         say(self.ours.row("redquorum"));
         say(format!("  {:<38} {p50:>10.2} {p99:>10.2}", "ratio"));
         say(format!(
-            "  targets: p50 ≤ 1.10 × baseline: {}; p99 ≤ 1.25 ×: {}\n",
-            verdict(p50 <= 1.10),
+            "  targets: p50 ≤ 1.05 × baseline: {}; p99 ≤ 1.25 ×: {}\n",
+            verdict(p50 <= 1.05),
             verdict(p99 <= 1.25)
         ));
     }
@@ -417,9 +417,9 @@ fn print_throughput(rows: &[Throughput], each: Duration, say: &impl Fn(String)) 
     }
     if let Some(last) = rows.last() {
         say(format!(
-            "  target: ≥ 0.90 × baseline at {} tasks: {}\n",
+            "  target: ≥ 0.95 × baseline at {} tasks: {}\n",
             last.tasks,
-            verdict(last.ratio() >= 0.90)
+            verdict(last.ratio() >= 0.95)
         ));
     }
 }

@@ -233,12 +233,10 @@ async fn each_release_wakes_the_longest_waiting_waiter_once() {
     println!("served (waiter, rounds): {served:?}");
     let order: Vec<usize> = served.iter().map(|s| s.0).collect();
     assert_eq!(order, [0, 1, 2, 3], "first come, first served");
-    // Each waiter's first round queued it (the first one's was refused by the holder, the
-    // others' joined the queue behind it), its second took the lock handed to it.
-    assert!(
-        served.iter().all(|s| s.1 == 2),
-        "a waiter needed more than two rounds: {served:?}"
-    );
+    // The first waiter lost one round to the holder (which queued it on the nodes), then took
+    // the lock handed to it; the others waited behind it in this client without a round.
+    let rounds: Vec<u32> = served.iter().map(|s| s.1).collect();
+    assert_eq!(rounds, [2, 1, 1, 1], "{served:?}");
     crate::settled(&rl).await;
     cluster.assert_no_keys_under(PREFIX);
 }
