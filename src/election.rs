@@ -295,6 +295,12 @@ impl Leadership {
         self.lease.lost().await
     }
 
+    /// A token cancelled when the leadership is lost, resigned or dropped: hand it to the
+    /// work that only the leader may do ([`LeaseSignal::cancellation_token`]).
+    pub fn cancellation_token(&self) -> tokio_util::sync::CancellationToken {
+        self.lease.cancellation_token()
+    }
+
     /// A cloneable view of the deadline and the loss signal.
     pub fn signal(&self) -> LeaseSignal {
         self.lease.signal()

@@ -5,6 +5,7 @@ use std::time::{Duration, Instant};
 
 use tokio::sync::{oneshot, watch};
 use tokio::task::JoinHandle;
+use tokio_util::sync::CancellationToken;
 
 use crate::Result;
 use crate::error::{Error, LostReason};
@@ -104,6 +105,8 @@ struct Shared {
 pub struct LeaseSignal {
     valid_until: watch::Receiver<Deadline>,
     lost: watch::Receiver<Option<LostReason>>,
+    /// Cancelled when the lease is lost or ends (released or dropped).
+    ended: CancellationToken,
 }
 
 impl LeaseSignal {
@@ -122,6 +125,28 @@ impl LeaseSignal {
             // The keep-alive task is gone without saying why: treat it as lost.
             Err(_) => LostReason::DeadlinePassed,
         }
+    }
+
+    /// A [`CancellationToken`] cancelled when the protected work must stop: when the lease
+    /// is lost (at the same moment as [`lost`](Self::lost)), released or dropped. For
+    /// services that wire their shutdown through tokio-util's tokens; node-redlock hands out
+    /// an `AbortSignal` for the same purpose.
+    ///
+    /// Each call returns a child token: cancelling it stops only what waits on it, never the
+    /// lease.
+    ///
+    /// ```
+    /// # async fn demo(signal: redquorum::LeaseSignal) {
+    /// let stop = signal.cancellation_token();
+    /// tokio::select! {
+    ///     () = stop.cancelled() => eprintln!("lost the lock: stopping"),
+    ///     () = do_work() => {}
+    /// }
+    /// # }
+    /// # async fn do_work() {}
+    /// ```
+    pub fn cancellation_token(&self) -> CancellationToken {
+        self.ended.child_token()
     }
 
     /// True once the lease is lost.
@@ -216,15 +241,22 @@ impl Lock {
                 shared.valid_until.send_replace(lock.deadline());
             }
         };
-        let lose = move |reason: LostReason| {
-            tracing::warn!(%reason, "lease lost");
-            shared.lost.send_replace(Some(reason));
+        let ended = CancellationToken::new();
+        let lose = {
+            let ended = ended.clone();
+            move |reason: LostReason| {
+                tracing::warn!(%reason, "lease lost");
+                // The token first: whoever `lost()` wakes finds it cancelled.
+                ended.cancel();
+                shared.lost.send_replace(Some(reason));
+            }
         };
         let task = tokio::spawn(keep_alive(self, options, renewed, lose, stop_rx));
         Lease {
             signal: LeaseSignal {
                 valid_until: valid_rx,
                 lost: lost_rx,
+                ended,
             },
             resource,
             stop: Some(stop),
@@ -256,6 +288,12 @@ impl Lease {
         self.signal.valid_until()
     }
 
+    /// A token cancelled when the lease is lost, released or dropped
+    /// ([`LeaseSignal::cancellation_token`]).
+    pub fn cancellation_token(&self) -> CancellationToken {
+        self.signal.cancellation_token()
+    }
+
     /// A cloneable view (deadline and loss signal) to hand to the protected work.
     pub fn signal(&self) -> LeaseSignal {
         self.signal.clone()
@@ -276,6 +314,7 @@ impl Lease {
     /// # Ok(()) }
     /// ```
     pub async fn release(mut self) -> Result<Report> {
+        self.signal.ended.cancel();
         if let Some(stop) = self.stop.take() {
             let _ = stop.send(());
         }
@@ -298,6 +337,7 @@ impl Lease {
 
 impl Drop for Lease {
     fn drop(&mut self) {
+        self.signal.ended.cancel();
         // Abort, not just signal: a renewal must never outlive its holder. The aborted task
         // drops its lock, whose own Drop schedules a best-effort release.
         if let Some(task) = self.task.take() {

@@ -112,6 +112,8 @@ async fn a_lock_deleted_under_the_lease_is_lost_at_the_next_renewal() {
             .renew_every(Duration::from_millis(200))
             .expect("valid interval"),
     );
+    let stop = lease.cancellation_token();
+    assert!(!stop.is_cancelled(), "held: the work goes on");
     let key = lock_key(b"deleted");
     for i in 0..5 {
         let _: i64 = cluster.run(i, redis::cmd("DEL").arg(&key));
@@ -119,6 +121,9 @@ async fn a_lock_deleted_under_the_lease_is_lost_at_the_next_renewal() {
     let started = Instant::now();
     let reason = lease.lost().await;
     assert!(matches!(reason, LostReason::Gone(_)), "{reason}");
+    // Mutation: a loss that does not cancel the token (the `ended.cancel()` in `into_lease`'s
+    // `lose`) fails this.
+    assert!(stop.is_cancelled(), "lost: the work must stop");
     assert!(
         started.elapsed() < ttl / 2,
         "reported at the next renewal, not at the deadline"
@@ -216,4 +221,40 @@ async fn with_lock_cancels_the_work_when_the_lease_is_lost() {
         cluster.resume(i);
     }
     assert!(eventually(Duration::from_secs(3), || cluster.keys().is_empty()).await);
+}
+
+/// The lease's cancellation token is cancelled when the lease ends, released or dropped, and
+/// a holder's own token is a child: cancelling it stops only what waits on it.
+///
+/// Mutation: handing out the lease's own token (not a child) lets the first holder's cancel
+/// reach the second; not cancelling on release or drop leaves the work running.
+#[tokio::test]
+async fn the_cancellation_token_stops_the_work_when_the_lease_ends() {
+    let cluster = Cluster::start(3);
+    let rl = client(&cluster, NODE_TIMEOUT);
+    let ttl = Duration::from_secs(5);
+    let lease = rl
+        .try_acquire("token", ttl)
+        .await
+        .expect("acquire")
+        .into_lease(LeaseOptions::default());
+    let (mine, other) = (
+        lease.cancellation_token(),
+        lease.signal().cancellation_token(),
+    );
+    mine.cancel();
+    assert!(!other.is_cancelled(), "one holder's cancel reached another");
+    assert!(!lease.is_lost());
+    lease.release().await.expect("release");
+    assert!(other.is_cancelled(), "released: the work must stop");
+    let dropped = rl
+        .try_acquire("token", ttl)
+        .await
+        .expect("acquire again")
+        .into_lease(LeaseOptions::default());
+    let stop = dropped.cancellation_token();
+    drop(dropped);
+    assert!(stop.is_cancelled(), "dropped: the work must stop");
+    crate::settled(&rl).await;
+    cluster.assert_no_keys_under(PREFIX);
 }
