@@ -209,11 +209,12 @@ pub(crate) async fn acquire(
 struct Queue {
     shared: Arc<Shared>,
     key: Vec<u8>,
-    /// Not secret: release messages name it.
+    /// `<client>.<random>`, drawn when it first listens. Not secret: release messages name it.
     waiter: String,
     /// How long a registration stays live without another round.
     live_ms: u64,
-    /// Its place in the queue: when it was created, in µs of this host's wall clock. Sent to
+    /// Its place in the queue: when it first listened (its first refusal, or its arrival
+    /// behind this client's waiters), in µs of this host's wall clock. Sent to
     /// every node, so every node orders the waiters alike (the server's clocks would differ
     /// by a millisecond here and there, splitting the hand-off between two waiters); clocks
     /// that differ between hosts only shift whose turn comes first, never exclusion.
@@ -240,11 +241,11 @@ impl Queue {
         Self {
             shared: shared.clone(),
             key: key.to_vec(),
-            waiter: shared.releases.new_waiter_id(),
+            // Both drawn when it first listens: an acquire that wins its first round (the
+            // common case) never pays for them.
+            waiter: String::new(),
             live_ms: u64::try_from(live.as_millis()).unwrap_or(u64::MAX),
-            place: std::time::SystemTime::now()
-                .duration_since(std::time::UNIX_EPOCH)
-                .map_or(0, |d| u64::try_from(d.as_micros()).unwrap_or(u64::MAX)),
+            place: 0,
             per_node_timeout: timing.per_node_timeout,
             joined: false,
             subscription: None,
@@ -258,6 +259,12 @@ impl Queue {
     /// # Cancel safety
     /// Dropped part-way, it has joined nowhere.
     async fn listen(&mut self, shared: &Shared, channel: &[u8]) -> &Subscription {
+        if self.waiter.is_empty() {
+            self.waiter = shared.releases.new_waiter_id();
+            self.place = std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map_or(0, |d| u64::try_from(d.as_micros()).unwrap_or(u64::MAX));
+        }
         let watch = match self.subscription.take() {
             Some(watch) => watch,
             None => {
