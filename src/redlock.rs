@@ -383,10 +383,51 @@ impl RedLock {
         F: FnOnce(crate::LeaseSignal) -> Fut,
         Fut: std::future::Future<Output = T>,
     {
+        let policy = &self.shared.config.retry;
+        self.with_lock_using(resource, ttl, policy, crate::LeaseOptions::default(), work)
+            .await
+    }
+
+    /// As [`with_lock`](Self::with_lock), waiting for the lock as `policy` says (as
+    /// [`acquire_with`](Self::acquire_with)) and renewing it as `lease` says (as
+    /// [`Lock::into_lease`]): a lease limit that passes while `work` runs is a loss like any
+    /// other ([`Error::LeaseLost`] with [`LostReason::LimitReached`](crate::LostReason)).
+    ///
+    /// # Errors
+    /// As [`with_lock`](Self::with_lock).
+    ///
+    /// # Cancel safety
+    /// As [`with_lock`](Self::with_lock).
+    ///
+    /// ```no_run
+    /// # use std::time::Duration;
+    /// # async fn demo(rl: redquorum::RedLock) -> Result<(), redquorum::Error> {
+    /// let patient = redquorum::RetryPolicy::default()
+    ///     .max_attempts(None)
+    ///     .max_wait(Some(Duration::from_secs(60)));
+    /// let at_most_an_hour = redquorum::LeaseOptions::default().max_hold(Some(Duration::from_secs(3600)));
+    /// rl.with_lock_using("nightly-report", Duration::from_secs(30), &patient, at_most_an_hour, async |_signal| {
+    ///     // … the work …
+    /// })
+    /// .await?;
+    /// # Ok(()) }
+    /// ```
+    pub async fn with_lock_using<F, Fut, T>(
+        &self,
+        resource: impl AsRef<[u8]>,
+        ttl: Duration,
+        policy: &RetryPolicy,
+        lease: crate::LeaseOptions,
+        work: F,
+    ) -> Result<T>
+    where
+        F: FnOnce(crate::LeaseSignal) -> Fut,
+        Fut: std::future::Future<Output = T>,
+    {
         let lease = self
-            .acquire(resource, ttl)
+            .acquire_with(resource, ttl, policy)
             .await?
-            .into_lease(crate::LeaseOptions::default());
+            .into_lease(lease);
         let outcome = tokio::select! {
             reason = lease.lost() => Err(reason),
             value = work(lease.signal()) => Ok(value),

@@ -258,3 +258,55 @@ async fn the_cancellation_token_stops_the_work_when_the_lease_ends() {
     crate::settled(&rl).await;
     cluster.assert_no_keys_under(PREFIX);
 }
+
+/// `with_lock_using` waits as its policy says and renews as its lease options say: two
+/// attempts on a held lock, then `Conflict`; a lease limited to no renewal at all is lost at
+/// its first deadline while the work still runs, and the work is cancelled.
+///
+/// Mutation: `with_lock_using` ignoring `policy` (the client's default, 10 attempts) or `lease`
+/// (default options: renewed, the work finishes) fails this.
+#[tokio::test]
+async fn with_lock_using_follows_its_wait_and_lease_options() {
+    let cluster = Cluster::start(3);
+    let rl = client(&cluster, NODE_TIMEOUT);
+    let held = rl
+        .try_acquire("options", Duration::from_secs(10))
+        .await
+        .expect("acquire");
+    let twice = redquorum::RetryPolicy::default()
+        .max_attempts(Some(2))
+        .delay(Duration::from_millis(10))
+        .jitter(Duration::ZERO);
+    let err = rl
+        .with_lock_using(
+            "options",
+            Duration::from_secs(1),
+            &twice,
+            LeaseOptions::default(),
+            async |_| {},
+        )
+        .await
+        .expect_err("held");
+    assert!(err.is_conflict(), "{err}");
+    assert_eq!(err.failure().map(|f| f.attempts()), Some(2), "{err}");
+    held.release().await.expect("release");
+    let no_renewal = LeaseOptions::default().max_extensions(Some(0));
+    let err = rl
+        .with_lock_using(
+            "options",
+            Duration::from_millis(500),
+            &twice,
+            no_renewal,
+            async |_| tokio::time::sleep(Duration::from_secs(3)).await,
+        )
+        .await
+        .expect_err("lost at its first deadline");
+    match err {
+        redquorum::Error::LeaseLost { reason, .. } => {
+            assert!(matches!(reason, LostReason::LimitReached), "{reason}");
+        }
+        other => panic!("expected LeaseLost, got {other}"),
+    }
+    crate::settled(&rl).await;
+    cluster.assert_no_keys_under(PREFIX);
+}
