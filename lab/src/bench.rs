@@ -14,6 +14,7 @@ use serde_json::{Value, json};
 use crate::baseline::{Baseline, TTL};
 use crate::cpu::Meter;
 use crate::error::LabError;
+use crate::report::{Spread, ms, show, us, verdict};
 use crate::stop::{StopSignals, exit_code};
 use redquorum_testkit::DevCluster;
 
@@ -137,65 +138,6 @@ fn client(
 
 fn failed(e: impl std::fmt::Display) -> LabError {
     LabError::new(format!("bench: {e}"))
-}
-
-/// p50, p99 and max of some durations.
-#[derive(Debug, Clone, Copy, Default)]
-struct Spread {
-    p50: Duration,
-    p99: Duration,
-    max: Duration,
-}
-
-impl Spread {
-    fn of(mut samples: Vec<Duration>) -> Self {
-        samples.sort_unstable();
-        let at = |q: f64| {
-            let last = samples.len().saturating_sub(1);
-            // Nearest rank; the float only picks an index.
-            #[allow(clippy::cast_possible_truncation, clippy::cast_sign_loss)]
-            let i = ((last as f64) * q).round() as usize;
-            samples.get(i).copied().unwrap_or_default()
-        };
-        Self {
-            p50: at(0.5),
-            p99: at(0.99),
-            max: samples.last().copied().unwrap_or_default(),
-        }
-    }
-
-    fn to_json(self) -> Value {
-        json!({"p50_us": us(self.p50), "p99_us": us(self.p99), "max_us": us(self.max)})
-    }
-
-    fn row(self, label: &str) -> String {
-        format!(
-            "  {label:<38} {:>10} {:>10} {:>10}",
-            show(self.p50),
-            show(self.p99),
-            show(self.max)
-        )
-    }
-}
-
-fn us(d: Duration) -> f64 {
-    d.as_secs_f64() * 1e6
-}
-
-fn ms(d: Duration) -> f64 {
-    d.as_secs_f64() * 1e3
-}
-
-fn show(d: Duration) -> String {
-    if d < Duration::from_millis(10) {
-        format!("{:.0} µs", us(d))
-    } else {
-        format!("{:.1} ms", ms(d))
-    }
-}
-
-fn verdict(met: bool) -> &'static str {
-    if met { "met" } else { "NOT met" }
 }
 
 fn ratio(a: Duration, b: Duration) -> f64 {
@@ -767,17 +709,6 @@ impl HungMaster {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn spread_picks_nearest_ranks() {
-        let samples: Vec<Duration> = (1..=100).map(Duration::from_millis).collect();
-        let s = Spread::of(samples);
-        assert_eq!(s.p50, Duration::from_millis(51));
-        assert_eq!(s.p99, Duration::from_millis(99));
-        assert_eq!(s.max, Duration::from_millis(100));
-        let empty = Spread::of(Vec::new());
-        assert_eq!(empty.max, Duration::ZERO);
-    }
 
     #[test]
     fn jain_is_one_for_equal_waits_and_one_over_n_for_one_waiter() {

@@ -22,6 +22,7 @@ use serde_json::{Value, json};
 use tokio::io::AsyncReadExt;
 
 use crate::error::LabError;
+use crate::report::{Spread, ms, verdict};
 use crate::stop::{StopSignals, exit_code};
 use redquorum_testkit::DevCluster;
 
@@ -221,11 +222,10 @@ struct Figures {
     /// Share of the window during which the lock was held.
     busy: f64,
     mean_hold_ms: f64,
-    longest_wait_ms: f64,
-    /// p99 of the waits (from asking to acquiring).
-    wait_p99_ms: f64,
-    /// From one holder calling release to the next holder's acquire returning: p50 and p99.
-    gap_ms: (f64, f64),
+    /// From asking to acquiring (its max is the longest wait).
+    wait: Spread,
+    /// From one holder calling release to the next holder's acquire returning.
+    gap: Spread,
     /// Turns whose acquire returned before the previous holder called release.
     overlaps: usize,
     /// Rounds per acquisition (redquorum's workers count them).
@@ -270,29 +270,21 @@ impl Figures {
                 .sum::<f64>()
                 / count
                 / 1e6,
-            longest_wait_ms: turns
-                .iter()
-                .map(|t| t.acquired.saturating_sub(t.asked))
-                .max()
-                .unwrap_or(0) as f64
-                / 1e6,
-            wait_p99_ms: percentile(
+            wait: Spread::of(
                 turns
                     .iter()
-                    .map(|t| t.acquired.saturating_sub(t.asked))
+                    .map(|t| Duration::from_nanos(t.acquired.saturating_sub(t.asked)))
                     .collect(),
-                0.99,
             ),
-            gap_ms: {
-                let gaps: Vec<u64> = turns
+            gap: Spread::of(
+                turns
                     .windows(2)
                     .filter_map(|w| match w {
-                        [a, b] => Some(b.acquired.saturating_sub(a.released)),
+                        [a, b] => Some(Duration::from_nanos(b.acquired.saturating_sub(a.released))),
                         _ => None,
                     })
-                    .collect();
-                (percentile(gaps.clone(), 0.5), percentile(gaps, 0.99))
-            },
+                    .collect(),
+            ),
             overlaps,
             rounds_per_acquisition: rounds.map(|r| r as f64 / count),
             cpu_us_per_acquisition: None,
@@ -317,10 +309,10 @@ impl Figures {
             "spread": self.spread(),
             "busy": self.busy,
             "mean_hold_ms": self.mean_hold_ms,
-            "longest_wait_ms": self.longest_wait_ms,
-            "wait_p99_ms": self.wait_p99_ms,
-            "handoff_gap_p50_ms": self.gap_ms.0,
-            "handoff_gap_p99_ms": self.gap_ms.1,
+            "longest_wait_ms": ms(self.wait.max),
+            "wait_p99_ms": ms(self.wait.p99),
+            "handoff_gap_p50_ms": ms(self.gap.p50),
+            "handoff_gap_p99_ms": ms(self.gap.p99),
             "overlaps": self.overlaps,
             "rounds_per_acquisition": self.rounds_per_acquisition,
             "cpu_us_per_acquisition": self.cpu_us_per_acquisition,
@@ -349,11 +341,11 @@ fn print(figures: &[Figures], run: &Contention) {
             f.busy * 100.0,
             format!("{:?}", f.per_process),
             f.spread() * 100.0,
-            f.longest_wait_ms,
+            ms(f.wait.max),
             bound,
-            f.wait_p99_ms,
-            f.gap_ms.0,
-            f.gap_ms.1,
+            ms(f.wait.p99),
+            ms(f.gap.p50),
+            ms(f.gap.p99),
             f.rounds_per_acquisition
                 .map_or_else(|| "-".to_owned(), |r| format!("{r:.2}")),
             f.cpu_us_per_acquisition
@@ -373,24 +365,11 @@ fn print(figures: &[Figures], run: &Contention) {
             verdict(ours.busy >= theirs.busy),
             ours.spread() * 100.0,
             verdict(ours.spread() <= 0.10),
-            ours.longest_wait_ms,
+            ms(ours.wait.max),
             bound,
-            verdict(ours.longest_wait_ms <= bound),
+            verdict(ms(ours.wait.max) <= bound),
         );
     }
-}
-
-/// The `q` quantile (nearest rank) of nanosecond samples, in ms; 0 for none.
-#[allow(clippy::cast_precision_loss)]
-fn percentile(mut samples: Vec<u64>, q: f64) -> f64 {
-    samples.sort_unstable();
-    #[allow(clippy::cast_possible_truncation, clippy::cast_sign_loss)]
-    let rank = ((samples.len() as f64 * q).ceil() as usize).saturating_sub(1);
-    samples.get(rank).copied().unwrap_or(0) as f64 / 1e6
-}
-
-fn verdict(met: bool) -> &'static str {
-    if met { "met" } else { "NOT MET" }
 }
 
 /// The worker's arguments, as `contend` passes them (also to `--against` binaries).
@@ -500,7 +479,7 @@ mod tests {
         assert_eq!(f.per_process, [2, 2]);
         assert_eq!(f.overlaps, 1);
         assert!((f.busy - 0.75).abs() < 1e-9, "{}", f.busy);
-        assert!((f.longest_wait_ms - 5e-6).abs() < 1e-12);
+        assert_eq!(f.wait.max, Duration::from_nanos(5));
         assert_eq!(f.rounds_per_acquisition, Some(2.0));
         assert!(f.spread().abs() < 1e-9);
     }

@@ -16,6 +16,7 @@ mod contend;
 mod cpu;
 mod demo;
 mod error;
+mod report;
 mod stop;
 
 pub use bench::bench;
