@@ -20,7 +20,7 @@ use crate::confirm::confirm_fence;
 use crate::error::{Error, Failure, Operation};
 use crate::node_error::NodeError;
 use crate::quorum::Deadline;
-use crate::release::{Delete, release_everywhere, reservation};
+use crate::release::{Delete, hand_over_arguments, release_everywhere};
 use crate::report::{NodeOutcome, Report};
 use crate::request::{Command, Request};
 use crate::reseed;
@@ -81,21 +81,28 @@ pub(crate) async fn acquire(
     let channel = resource::release_channel(&key);
     let waits = shared.config.wait_for_release && policy.attempts_limit() != Some(1);
     // A waiting acquire queues on the nodes for its turn (`Queue`); a fenced one does not
-    // (its round is the fenced script) and races for the lock when it is released.
-    let mut queue = (waits && !fencing).then(|| Queue::new(shared, &key, timing, policy));
+    // (its round is the fenced script) and races for the lock when it is released. The queue
+    // is made only once needed: an acquire that wins its first round (the common case) never
+    // pays for it.
+    let queues = waits && !fencing;
+    let mut queue: Option<Queue> = None;
     if waits && shared.releases.has_waiters(&channel) {
         // Others of this client already wait for this resource: wait behind them, without a
         // round, until a release wakes this one (the client's first in the queue) or its
         // timer fires. Its first refused round then queues it on the nodes, in its place: no
         // round at all while this client's waiters take the lock from each other.
-        let watch = match queue.as_mut() {
-            Some(queue) => queue.listen(shared, &channel).await,
-            None => subscription.insert(
+        let watch = if queues {
+            queue
+                .get_or_insert_with(|| Queue::new(shared, &key, timing, policy))
+                .listen(shared, &channel)
+                .await
+        } else {
+            subscription.insert(
                 shared
                     .releases
                     .subscribe(channel.clone(), "", u64::MAX)
                     .await,
-            ),
+            )
         };
         let delay = retry_delay(shared, policy, deadline, Instant::now(), None);
         tokio::select! {
@@ -114,7 +121,7 @@ pub(crate) async fn acquire(
             &key,
             timing,
             fencing,
-            queue.as_mut(),
+            queues.then_some((&mut queue, policy)),
             will_retry,
         )
         .await
@@ -172,7 +179,7 @@ pub(crate) async fn acquire(
             .report
             .iter()
             .any(|r| matches!(r.outcome(), NodeOutcome::HeldByOther { .. }));
-        if held && subscription.is_none() && queue.is_none() && shared.config.wait_for_release {
+        if held && subscription.is_none() && !queues && shared.config.wait_for_release {
             subscription = Some(
                 shared
                     .releases
@@ -305,8 +312,6 @@ impl Queue {
     /// already reserved for it (`scripts::DEQUEUE`).
     fn leave_request(&self) -> Request {
         let (keys, _) = self.arguments();
-        let reservation =
-            u64::try_from(reservation(self.per_node_timeout).as_millis()).unwrap_or(u64::MAX);
         Request::for_waiter(
             Operation::Release,
             &scripts::DEQUEUE,
@@ -315,11 +320,11 @@ impl Queue {
             NodeOutcome::Released,
         )
         .with_extra_keys(keys)
-        .with_payload(vec![
-            resource::release_channel(&self.key),
-            Token::generate().release_id().into_bytes(),
-            reservation.to_string().into_bytes(),
-        ])
+        .with_payload(hand_over_arguments(
+            &self.key,
+            &Token::generate().release_id(),
+            self.per_node_timeout,
+        ))
     }
 
     /// The leaving round, on each node behind this waiter's requests still running there
@@ -415,16 +420,17 @@ struct FailedRound {
 }
 
 /// One attempt: the round, its verdict, the fencing confirm, and the cleanup when it failed.
-/// A won round gives the round, its token and the confirmed fencing token. With a `queue`,
-/// the round is the queued acquire once the waiter has joined, and a failed round's cleanup
-/// joins (or keeps its place).
+/// A won round gives the round, its token and the confirmed fencing token. With `queue` (an
+/// acquire that may queue: its queue, made when first needed, and its policy), the round is
+/// the queued acquire once the waiter has joined, and a failed round's cleanup joins (or keeps
+/// its place) unless this was the last attempt.
 async fn round(
     shared: &Arc<Shared>,
     resource: &[u8],
     key: &[u8],
     timing: &Timing,
     fencing: bool,
-    mut queue: Option<&mut Queue>,
+    mut queue: Option<(&mut Option<Queue>, &RetryPolicy)>,
     will_retry: bool,
 ) -> Result<(Round, Token, Option<u64>), FailedRound> {
     let token = Token::generate();
@@ -450,7 +456,11 @@ async fn round(
             )
             .with_extra_keys(extra)
         }
-        None => match queue.as_deref().filter(|q| q.joined) {
+        None => match queue
+            .as_ref()
+            .and_then(|(slot, _)| slot.as_ref())
+            .filter(|q| q.joined)
+        {
             Some(queue) => {
                 let (keys, arguments) = queue.arguments();
                 Request::new(
@@ -532,8 +542,9 @@ async fn round(
             }
         }
     };
-    let (undone, still_running) = match queue.as_deref_mut() {
-        Some(queue) if will_retry => {
+    let (undone, still_running) = match queue.as_mut() {
+        Some((slot, policy)) if will_retry => {
+            let queue = slot.get_or_insert_with(|| Queue::new(shared, key, timing, policy));
             queue.join(shared, &resource::release_channel(key)).await;
             cleanup.queue_as(queue);
             cleanup.run().await
@@ -541,7 +552,7 @@ async fn round(
         _ => cleanup.run().await,
     };
     // A waiter that may have joined leaves behind these requests too.
-    if let Some(queue) = queue
+    if let Some(queue) = queue.and_then(|(slot, _)| slot.as_mut())
         && still_running.is_some()
     {
         queue.after = still_running;

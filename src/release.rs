@@ -114,46 +114,31 @@ async fn delete_everywhere(
     delete: &Delete,
     wait: Wait,
 ) -> Round {
+    let release_id = token.release_id();
+    let compare_and_delete = |script: &'static scripts::Lua| {
+        Request::new(
+            Operation::Release,
+            Command::Script(script),
+            key,
+            token,
+            NodeOutcome::Released,
+        )
+    };
     let request = match delete {
         // Hand the lock to the first live waiter queued on each node, else delete it; either
         // way publish.
-        Delete::Release => {
-            let reservation =
-                u64::try_from(reservation(per_node_timeout).as_millis()).unwrap_or(u64::MAX);
-            Request::new(
-                Operation::Release,
-                Command::Script(&scripts::RELEASE),
-                key,
-                token,
-                NodeOutcome::Released,
-            )
+        Delete::Release => compare_and_delete(&scripts::RELEASE)
             .with_extra_keys(resource::queue_keys(key).into())
-            .with_payload(vec![
-                resource::release_channel(key),
-                token.release_id().into_bytes(),
-                reservation.to_string().into_bytes(),
-            ])
-        }
+            .with_payload(hand_over_arguments(key, &release_id, per_node_timeout)),
         // Two empty arguments and no queue: publish nothing, hand nothing over.
-        Delete::Silent => Request::new(
-            Operation::Release,
-            Command::Script(&scripts::RELEASE),
-            key,
-            token,
-            NodeOutcome::Released,
-        )
-        .with_payload(vec![Vec::new(), Vec::new()]),
-        Delete::SilentAndQueue { keys, arguments } => Request::new(
-            Operation::Release,
-            Command::Script(&scripts::UNDO_AND_QUEUE),
-            key,
-            token,
-            NodeOutcome::Released,
-        )
-        .with_extra_keys(keys.clone())
-        .with_payload(arguments.clone()),
+        Delete::Silent => {
+            compare_and_delete(&scripts::RELEASE).with_payload(vec![Vec::new(), Vec::new()])
+        }
+        Delete::SilentAndQueue { keys, arguments } => compare_and_delete(&scripts::UNDO_AND_QUEUE)
+            .with_extra_keys(keys.clone())
+            .with_payload(arguments.clone()),
     };
-    // Our own longest waiter need not wait for the message to come back from a node, nor
+    // Our own first queued waiter need not wait for the message to come back from a node, nor
     // even for the deletes to be done: its round shares our connections, so each node runs
     // our release first. If a node handed the lock to a waiter of another process instead,
     // ours loses one round there and waits on; the nodes' messages wake the waiter each named.
@@ -167,19 +152,33 @@ async fn delete_everywhere(
         after,
         || {
             if let Some(channel) = &channel {
-                shared
-                    .releases
-                    .released(channel, token.release_id().as_bytes());
+                shared.releases.released(channel, release_id.as_bytes());
             }
         },
     )
     .await
 }
 
+/// The arguments after the first of a script that hands the lock over (`scripts::hand_over!`,
+/// in `RELEASE` and `DEQUEUE`): the release channel, the release id the message carries, and
+/// the reservation in ms.
+pub(crate) fn hand_over_arguments(
+    key: &[u8],
+    release_id: &str,
+    per_node_timeout: Duration,
+) -> Vec<Vec<u8>> {
+    let reservation = u64::try_from(reservation(per_node_timeout).as_millis()).unwrap_or(u64::MAX);
+    vec![
+        resource::release_channel(key),
+        release_id.as_bytes().to_vec(),
+        reservation.to_string().into_bytes(),
+    ]
+}
+
 /// How long a release keeps the lock reserved for the waiter it hands it to: time for the
 /// waiter to hear the message and run one round. Should the waiter be gone, this is how long
 /// the lock stays idle: twice the per-node timeout, at least 20 ms.
-pub(crate) fn reservation(per_node_timeout: Duration) -> Duration {
+fn reservation(per_node_timeout: Duration) -> Duration {
     per_node_timeout
         .saturating_mul(2)
         .max(Duration::from_millis(20))
