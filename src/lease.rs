@@ -708,15 +708,19 @@ mod tests {
         assert!(matches!(reason, LostReason::Gone(_)), "{reason:?}");
     }
 
-    /// Mutation: `extensions >= max` → `extensions > max` (one renewal too many).
-    #[tokio::test(start_paused = true)]
-    async fn max_extensions_stops_renewing_and_loses_at_the_deadline() {
-        let options = LeaseOptions::default().max_extensions(Some(2));
-        let run = run(&[], options, secs(80)).await;
+    /// Renewed at 10 s and 20 s only, then lost for a limit at the last deadline (20 + 30 s).
+    fn renewed_twice_then_lost_at_the_limit(run: Run) {
         assert_eq!(run.calls, [secs(10), secs(20)]);
         let (at, reason) = run.lost.expect("lost");
         assert_eq!(at, secs(50));
         assert!(matches!(reason, LostReason::LimitReached), "{reason:?}");
+    }
+
+    /// Mutation: `extensions >= max` → `extensions > max` (one renewal too many).
+    #[tokio::test(start_paused = true)]
+    async fn max_extensions_stops_renewing_and_loses_at_the_deadline() {
+        let options = LeaseOptions::default().max_extensions(Some(2));
+        renewed_twice_then_lost_at_the_limit(run(&[], options, secs(80)).await);
     }
 
     /// No renewal once `max_hold` has passed, even one already scheduled (the renewal due at
@@ -725,11 +729,7 @@ mod tests {
     #[tokio::test(start_paused = true)]
     async fn max_hold_stops_renewing_and_loses_at_the_deadline() {
         let options = LeaseOptions::default().max_hold(Some(secs(25)));
-        let run = run(&[], options, secs(80)).await;
-        assert_eq!(run.calls, [secs(10), secs(20)]);
-        let (at, reason) = run.lost.expect("lost");
-        assert_eq!(at, secs(50));
-        assert!(matches!(reason, LostReason::LimitReached), "{reason:?}");
+        renewed_twice_then_lost_at_the_limit(run(&[], options, secs(80)).await);
     }
 
     /// Stopping while an extension hangs returns the lock at once, lost or not.

@@ -43,6 +43,15 @@ fn queue_by_hand(cluster: &Cluster, resource: &str, waiter: &str, score: u64, li
     }
 }
 
+/// How many waiters node `i` has queued for `resource`.
+fn queued(cluster: &Cluster, i: usize, resource: &str) -> usize {
+    let n: i64 = cluster.run(
+        i,
+        redis::cmd("ZCARD").arg(format!("{}:queue", key(resource))),
+    );
+    usize::try_from(n).unwrap_or(usize::MAX)
+}
+
 fn value(cluster: &Cluster, i: usize, key: &str) -> Option<String> {
     cluster.run(i, redis::cmd("GET").arg(key))
 }
@@ -91,11 +100,11 @@ async fn a_release_hands_the_lock_to_the_queued_waiter_and_reserves_it() {
             (0..=1000).contains(&pttl),
             "node {i}: reserved for at most 2 × 500 ms, not {pttl} ms"
         );
-        let queued: i64 = cluster.run(
-            i,
-            redis::cmd("ZCARD").arg(format!("{}:queue", key("baton"))),
+        assert_eq!(
+            queued(&cluster, i, "baton"),
+            0,
+            "node {i}: the waiter left the queue"
         );
-        assert_eq!(queued, 0, "node {i}: the waiter left the queue");
     }
     let message = tokio::time::timeout(Duration::from_secs(2), pubsub.on_message().next())
         .await
@@ -199,13 +208,8 @@ async fn waiters_of_separate_clients_are_served_in_the_order_they_queued() {
         // Queued on every node before the next one comes.
         let n = waiters.len();
         assert!(
-            crate::eventually(Duration::from_secs(5), || (0..cluster.len()).all(|i| {
-                let queued: i64 = cluster.run(
-                    i,
-                    redis::cmd("ZCARD").arg(format!("{}:queue", key("turns"))),
-                );
-                usize::try_from(queued).is_ok_and(|q| q == n)
-            }))
+            crate::eventually(Duration::from_secs(5), || (0..cluster.len())
+                .all(|i| queued(&cluster, i, "turns") == n))
             .await,
             "waiter {n} queued on every node"
         );
@@ -244,8 +248,11 @@ async fn a_waiter_that_gives_up_has_left_the_queue_when_it_returns() {
     assert!(err.is_conflict(), "{err}");
     assert!(started.elapsed() >= Duration::from_millis(300));
     for i in 0..cluster.len() {
-        let queued: i64 = cluster.run(i, redis::cmd("ZCARD").arg(format!("{}:queue", key("door"))));
-        assert_eq!(queued, 0, "node {i}: still queued after giving up");
+        assert_eq!(
+            queued(&cluster, i, "door"),
+            0,
+            "node {i}: still queued after giving up"
+        );
     }
     lock.release().await.expect("release");
     crate::settled(&holder).await;
