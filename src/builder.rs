@@ -6,6 +6,7 @@ use crate::config_error::ConfigError;
 use crate::error::Error;
 use crate::node::{IntoNode, Node};
 use crate::retry::{Jitter, RetryPolicy};
+use crate::server_identity::ServerIdentities;
 use crate::settings::{Config, MAX_TTL};
 use crate::shared::Shared;
 
@@ -191,11 +192,18 @@ impl Builder {
             return Err(ConfigError::NoAttempts.into());
         }
         let watch = crate::waiting::ReleaseWatch::new(clients.clone());
+        let servers = ServerIdentities::new();
         let nodes: Vec<Node> = clients
             .into_iter()
             .enumerate()
             .map(|(index, client)| {
-                Node::new(index, client, config.connect_timeout, config.restart_grace)
+                Node::new(
+                    index,
+                    client,
+                    config.connect_timeout,
+                    config.restart_grace,
+                    servers.clone(),
+                )
             })
             .collect();
         for (i, later) in nodes.iter().enumerate() {

@@ -4,7 +4,9 @@ use std::time::Duration;
 
 use crate::node_id::NodeId;
 
-/// A configuration or argument error, found before any I/O.
+/// A configuration or argument error, found before any I/O (but
+/// [`DuplicateNode`](Self::DuplicateNode), which [`RedLock::connect`](crate::RedLock::connect)
+/// also finds by the servers' `run_id`).
 ///
 /// ```
 /// let err = redquorum::RedLock::new(Vec::<&str>::new()).unwrap_err();
@@ -26,6 +28,12 @@ pub enum ConfigError {
         source: redis::RedisError,
     },
     /// Two entries name the same server; one server must never count twice toward a majority.
+    ///
+    /// Found by address when the client is built (`localhost`, `127.0.0.1`, `::1` and
+    /// `::ffff:127.0.0.1` are one host), and by `run_id` when [`RedLock::connect`] finds two
+    /// nodes answering as one server process.
+    ///
+    /// [`RedLock::connect`]: crate::RedLock::connect
     #[error("{second} names the same server as {first}")]
     DuplicateNode {
         /// The first entry.

@@ -73,6 +73,7 @@ mod resource;
 mod retry;
 mod round;
 mod scripts;
+mod server_identity;
 mod settings;
 mod shared;
 pub mod telemetry;

@@ -18,6 +18,7 @@ use tokio::sync::{Notify, watch};
 
 use crate::node_error::NodeError;
 use crate::node_id::NodeId;
+use crate::server_identity::ServerIdentities;
 
 /// The first reconnect delay after a failed connection attempt; it doubles up to
 /// [`RECONNECT_MAX_DELAY`].
@@ -93,8 +94,9 @@ enum Link {
     Connecting,
     /// Connected.
     Ready(Ready),
-    /// The last attempt failed; the supervisor retries after a backoff.
-    Down(RedisError),
+    /// The last attempt failed (the server could not be reached, or it is one another node
+    /// already speaks for); the supervisor retries after a backoff.
+    Down(NodeError),
 }
 
 /// A usable connection to a node.
@@ -133,6 +135,8 @@ pub(crate) struct Node {
     id: NodeId,
     client: Client,
     identity: Identity,
+    /// Which node speaks for which server, shared by all nodes of one client.
+    servers: Arc<ServerIdentities>,
     connect_timeout: Duration,
     restart_grace: Option<Duration>,
     handle: Mutex<Option<LinkHandle>>,
@@ -155,6 +159,7 @@ impl Node {
         client: Client,
         connect_timeout: Duration,
         restart_grace: Option<Duration>,
+        servers: Arc<ServerIdentities>,
     ) -> Self {
         let (identity, address) = match client.get_connection_info().addr() {
             ConnectionAddr::Tcp(host, port) | ConnectionAddr::TcpTls { host, port, .. } => (
@@ -172,6 +177,7 @@ impl Node {
             id: NodeId::new(index, address.into()),
             client,
             identity,
+            servers,
             connect_timeout,
             restart_grace,
             handle: Mutex::new(None),
@@ -225,7 +231,7 @@ impl Node {
                     {
                         h.broken.wanted.notify_one();
                     }
-                    return Err(NodeError::Unreachable(err.clone()));
+                    return Err(err.clone());
                 }
                 Link::Connecting => {}
             }
@@ -299,6 +305,7 @@ impl Node {
             self.client.clone(),
             config,
             self.restart_grace.is_some(),
+            self.servers.clone(),
             tx,
             broken.clone(),
             self.id.clone(),
@@ -321,6 +328,7 @@ async fn supervise(
     client: Client,
     config: AsyncConnectionConfig,
     ask_uptime: bool,
+    servers: Arc<ServerIdentities>,
     tx: watch::Sender<Link>,
     broken: Arc<BrokenSignal>,
     id: NodeId,
@@ -332,20 +340,35 @@ async fn supervise(
         let attempt = async {
             let mut conn = client
                 .get_multiplexed_async_connection_with_config(&config)
-                .await?;
-            // Always asked: the fenced acquire needs the run_id. Only with a restart grace is
-            // an answer required; without one, a server that refuses INFO still serves plain
-            // locks (its fenced acquires report `NodeError::Unidentified`).
+                .await
+                .map_err(NodeError::Unreachable)?;
+            // Always asked: the fenced acquire needs the run_id, and one server must not vote
+            // under two names. Only with a restart grace is an answer required; without one, a
+            // server that refuses INFO still serves plain locks (its fenced acquires report
+            // `NodeError::Unidentified`), and only the builder's address check guards it.
             let age = match server_age(&mut conn).await {
                 Ok(age) => Some(age),
-                Err(err) if ask_uptime || breaks_connection(&err) => return Err(err),
+                Err(err) if ask_uptime || breaks_connection(&err) => {
+                    return Err(NodeError::Unreachable(err));
+                }
                 Err(err) => {
-                    tracing::debug!(node = %id, error = %err, "INFO server refused");
+                    tracing::warn!(node = %id, error = %err, "INFO server refused: cannot check that this node is not another node's server under a second name");
                     None
                 }
             };
-            load_scripts(&mut conn, &id).await?;
-            Ok::<_, RedisError>((conn, age))
+            // Before the connection carries any request: one server, one vote.
+            if let Some(run_id) = age.as_ref().and_then(|age| age.run_id.as_deref()) {
+                servers
+                    .claim(&id, run_id)
+                    .map_err(|other| NodeError::SameServer {
+                        other,
+                        run_id: run_id.to_owned(),
+                    })?;
+            }
+            load_scripts(&mut conn, &id)
+                .await
+                .map_err(NodeError::Unreachable)?;
+            Ok::<_, NodeError>((conn, age))
         };
         let result = tokio::select! {
             _ = tx.closed() => return,
@@ -386,7 +409,14 @@ async fn supervise(
                 tx.send_replace(Link::Connecting);
             }
             Err(err) => {
-                tracing::debug!(node = %id, error = %err, retry_in = ?delay, "connection attempt failed");
+                let newly_same = matches!(err, NodeError::SameServer { .. })
+                    && !matches!(&*tx.borrow(), Link::Down(NodeError::SameServer { .. }));
+                if newly_same {
+                    // A misconfiguration (or a name that moved): loud once, quiet on retries.
+                    tracing::error!(node = %id, error = %err, "node does not vote");
+                } else {
+                    tracing::debug!(node = %id, error = %err, retry_in = ?delay, "connection attempt failed");
+                }
                 tx.send_replace(Link::Down(err));
                 let earliest = tokio::time::Instant::now() + RECONNECT_MIN_DELAY;
                 tokio::select! {
@@ -478,15 +508,19 @@ pub(crate) fn breaks_connection(err: &RedisError) -> bool {
     err.is_io_error() || err.is_connection_dropped() || err.is_unrecoverable_error()
 }
 
+/// The host as the address check compares it: `localhost`, `127.0.0.1`, `::1` and the
+/// IPv4-mapped `::ffff:127.0.0.1` are one host; other addresses in their canonical form (a
+/// mapped IPv4 address as the IPv4 address); names in lower case. What spelling cannot tell
+/// (`127.1`, two names of one host) the `run_id` check finds at connect.
 fn canonical_host(host: &str) -> String {
     let trimmed = host.trim_start_matches('[').trim_end_matches(']');
     if trimmed.eq_ignore_ascii_case("localhost") {
         return "loopback".to_owned();
     }
-    match trimmed.parse::<IpAddr>() {
-        Ok(ip) if ip.is_loopback() && matches!(ip, IpAddr::V6(_)) => "loopback".to_owned(),
+    match trimmed.parse::<IpAddr>().map(|ip| ip.to_canonical()) {
+        Ok(IpAddr::V6(v6)) if v6.is_loopback() => "loopback".to_owned(),
         Ok(IpAddr::V4(v4)) if v4 == std::net::Ipv4Addr::LOCALHOST => "loopback".to_owned(),
-        Ok(ip) => ip.to_canonical().to_string(),
+        Ok(ip) => ip.to_string(),
         Err(_) => trimmed.to_ascii_lowercase(),
     }
 }
@@ -509,6 +543,7 @@ mod tests {
             url.into_client().expect("valid url"),
             Duration::from_secs(1),
             None,
+            ServerIdentities::new(),
         )
     }
 
@@ -518,6 +553,9 @@ mod tests {
             ("redis://localhost:6379", "redis://127.0.0.1:6379"),
             ("redis://127.0.0.1:6379/0", "redis://127.0.0.1:6379/3"),
             ("redis://[::1]:6379", "redis://LOCALHOST:6379"),
+            // Mutation: the loopback test before `to_canonical` lets the mapped form pass.
+            ("redis://[::ffff:127.0.0.1]:6379", "redis://127.0.0.1:6379"),
+            ("redis://[::ffff:10.0.0.7]:6379", "redis://10.0.0.7:6379"),
             (
                 "redis://user:pw@example.com:7000",
                 "redis://EXAMPLE.com:7000",

@@ -2,6 +2,8 @@
 
 use std::time::Duration;
 
+use crate::node_id::NodeId;
+
 /// Why one node did not answer usefully. Kept in the node's line of the [`Report`](crate::Report).
 ///
 /// ```
@@ -46,6 +48,18 @@ pub enum NodeError {
     /// locks are unaffected.
     #[error("INFO server refused: cannot tell whether the fence counter survived a restart")]
     Unidentified,
+    /// The node reached a server that another configured node already speaks for: the same
+    /// `run_id`, so one server under two names (`127.1` and `127.0.0.1`, a second bind
+    /// address, a Unix socket, a port forward, a DNS name that moved). It does not vote, so the
+    /// server counts once; it looks again at each reconnect (every 250 ms at most), and votes
+    /// once it reaches a server of its own.
+    #[error("reaches the same server as {other} (run_id {run_id}); it does not vote twice")]
+    SameServer {
+        /// The node that speaks for that server.
+        other: NodeId,
+        /// The server's `run_id`.
+        run_id: String,
+    },
     /// The node answered with a value none of redquorum's scripts returns (shown, truncated).
     #[error("unexpected reply {0}")]
     UnexpectedReply(String),

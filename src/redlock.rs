@@ -141,9 +141,18 @@ impl RedLock {
     ///
     /// Nodes that fail keep reconnecting in the background.
     ///
+    /// It is also the check that every node is a server of its own: each connection reads the
+    /// server's `run_id`, and a node that reaches a server another node already speaks for
+    /// (`127.1` beside `127.0.0.1`, a second bind address, a Unix socket, a port forward, two
+    /// DNS names of one host) does not vote. Here that is an error; on the lock path the node
+    /// counts as failed, with [`NodeError::SameServer`](crate::NodeError::SameServer) in the
+    /// report, until it reaches a server of its own.
+    ///
     /// # Errors
-    /// [`Error::NoQuorum`] when fewer than a majority connected, with each node's error;
-    /// [`Error::NoRuntime`] outside a tokio runtime.
+    /// - [`Error::Config`] with [`ConfigError::DuplicateNode`](crate::ConfigError::DuplicateNode)
+    ///   naming both nodes, when two of them reached the same server;
+    /// - [`Error::NoQuorum`] when fewer than a majority connected, with each node's error;
+    /// - [`Error::NoRuntime`] outside a tokio runtime.
     ///
     /// # Cancel safety
     /// Cancel safe: dropping the future only stops waiting; connections keep being made.
@@ -168,7 +177,20 @@ impl RedLock {
         }))
         .await;
         let report = Report::new(reports);
-        let result = if report.successes() >= self.quorum() {
+        let same_server = report.iter().find_map(|line| match line.outcome() {
+            NodeOutcome::Failed(NodeError::SameServer { other, .. }) => {
+                Some((other.clone(), line.node().clone()))
+            }
+            _ => None,
+        });
+        let result = if let Some((a, b)) = same_server {
+            let (first, second) = if a.index() < b.index() {
+                (a, b)
+            } else {
+                (b, a)
+            };
+            Err(Error::Config(ConfigError::DuplicateNode { first, second }))
+        } else if report.successes() >= self.quorum() {
             Ok(report)
         } else {
             let failure = Failure::new(Operation::Connect, b"", 1, start.elapsed(), report);

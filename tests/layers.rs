@@ -31,6 +31,7 @@ const LAYERS: &[(&str, &[&str])] = &[
             "verdict",
             "telemetry",
             "settings",
+            "server_identity",
         ],
     ),
     ("io", &["node", "waiting", "reseed"]),

@@ -46,12 +46,21 @@ pub(crate) fn redlock(
 /// Connects to every master before the first round, so a one-shot `run` does not spend its
 /// first round's per-node budget (milliseconds) on TCP, TLS, AUTH and loading scripts. A
 /// master that cannot be reached now is no error here: the round that follows reports it.
+/// Two masters that are one server (`ConfigError::DuplicateNode`, found by `run_id`) are.
+///
+/// # Errors
+/// The configuration error when two configured masters are one server.
 ///
 /// # Cancel safety
 /// Cancel safe: connections go on being made in the background.
-pub(crate) async fn connect_first(rl: &RedLock) {
-    if let Err(e) = rl.connect().await {
-        tracing::debug!(error = %e, "not every master connected before the first round");
+pub(crate) async fn connect_first(rl: &RedLock) -> Result<(), redquorum::Error> {
+    match rl.connect().await {
+        Err(e) if e.is_config() => Err(e),
+        Err(e) => {
+            tracing::debug!(error = %e, "not every master connected before the first round");
+            Ok(())
+        }
+        Ok(_) => Ok(()),
     }
 }
 

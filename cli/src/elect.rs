@@ -35,7 +35,7 @@ async fn elect_with(
         exporter::serve(address)?;
     }
     let gauges = exporter::Leadership::new(&args.resource);
-    client::connect_first(rl).await;
+    client::connect_first(rl).await?;
     let mut signals = Signals::new()?;
     let resource = args.resource.as_str();
     loop {

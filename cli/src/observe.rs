@@ -34,7 +34,7 @@ pub(crate) async fn observe(
     let rl = client::redlock(nodes, tuning, false)?;
     let election = rl.election(&args.resource, READ_TTL)?;
     let mut signals = Signals::new()?;
-    client::connect_first(&rl).await;
+    client::connect_first(&rl).await?;
     let mut last = None;
     let mut ticks = tokio::time::interval(args.every);
     ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);

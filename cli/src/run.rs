@@ -40,7 +40,7 @@ async fn run_with(
         args.wait
     };
     let taken = async {
-        client::connect_first(rl).await;
+        client::connect_first(rl).await?;
         acquire(rl, &args.resource, args.ttl, wait).await
     };
     let taken = tokio::select! {

@@ -284,6 +284,25 @@ fn usage_and_configuration_errors_exit_64() {
     let (code, _, err) =
         output(bare(dir.path()).args(["--nodes", "not a url", "run", "r", "--", "true"]));
     assert_eq!(code, 64, "{err}");
+    // One server under two names (the address check cannot tell `127.1`): found by its
+    // run_id at connect, before any lock; the command never runs. Mutation: `connect_first`
+    // ignoring every error (as it did): the round runs, one vote short, and the
+    // misconfiguration is reported as an outage (69).
+    let ran = dir.path().join("ran");
+    let aliases = format!(
+        "{},redis://127.1:{}",
+        cluster.server(0).url(),
+        cluster.server(0).port()
+    );
+    let (code, _, err) = output(
+        bare(dir.path())
+            .args(["--nodes", &aliases, "run", "r", "--"])
+            .arg("touch")
+            .arg(&ran),
+    );
+    assert_eq!(code, 64, "{err}");
+    assert!(err.contains("names the same server as"), "{err}");
+    assert!(!ran.exists());
     // No nodes anywhere, and no dev cluster: say what to do.
     let (code, _, err) = output(bare(dir.path()).args(["status", "r"]));
     assert_eq!(code, 64, "{err}");

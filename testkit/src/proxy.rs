@@ -43,6 +43,17 @@ impl Proxy {
         Self::serve_from(listener, target_port)
     }
 
+    /// As [`start`](Self::start), listening on `127.0.0.1:listen_port` instead of a free port:
+    /// after a server there was killed, its address now reaches the server at `target_port`
+    /// (a name that moved to another server). The listener reuses the address, so the killed
+    /// server's closing connections do not block the port.
+    pub async fn start_on(listen_port: u16, target_port: u16) -> Self {
+        let listener = TcpListener::bind(("127.0.0.1", listen_port))
+            .await
+            .expect("bind the proxy to the given port");
+        Self::serve_from(listener, target_port)
+    }
+
     /// As [`start`](Self::start), with the client-side sockets' receive buffer fixed at
     /// `bytes` (no autotuning): under a black hole the client's writes block after a few KiB
     /// instead of tens of MiB, as behind a hung master whose buffers have filled.

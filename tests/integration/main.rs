@@ -7,6 +7,7 @@ mod election;
 mod failures;
 mod fencing;
 mod handoff;
+mod identity;
 mod leases;
 mod lifecycle;
 mod metric_recording;
