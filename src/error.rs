@@ -48,6 +48,15 @@ pub enum Error {
         /// The election's resource, with non-printable bytes escaped.
         resource: String,
     },
+    /// The caller already holds this lock: the acquire was made from within the work of
+    /// [`RedLock::with_lock`](crate::RedLock::with_lock) (or `with_lock_using`) on the same
+    /// resource and client, which would otherwise wait for itself until its own lock expired.
+    /// Nothing was sent. Pass the work's [`LeaseSignal`](crate::LeaseSignal) (or the lock) down
+    /// instead of taking the lock again; see the README's "Asking again for a lock you hold".
+    HeldByCaller {
+        /// The resource, with non-printable bytes escaped.
+        resource: String,
+    },
     /// The lease was lost while the work ran under it
     /// ([`RedLock::with_lock`](crate::RedLock::with_lock)); the work was cancelled.
     LeaseLost {
@@ -89,6 +98,11 @@ impl Error {
         matches!(self, Self::LeaseLost { .. })
     }
 
+    /// The caller already holds this lock (an acquire from within its own `with_lock`).
+    pub fn is_held_by_caller(&self) -> bool {
+        matches!(self, Self::HeldByCaller { .. })
+    }
+
     /// The configuration or the arguments are invalid.
     pub fn is_config(&self) -> bool {
         matches!(self, Self::Config(_))
@@ -107,9 +121,11 @@ impl Error {
             | Self::NoQuorum(f)
             | Self::ValidityExhausted(f)
             | Self::Expired(f) => Some(f),
-            Self::Config(_) | Self::NoRuntime | Self::LeaseLost { .. } | Self::NoLeader { .. } => {
-                None
-            }
+            Self::Config(_)
+            | Self::NoRuntime
+            | Self::LeaseLost { .. }
+            | Self::NoLeader { .. }
+            | Self::HeldByCaller { .. } => None,
         }
     }
 
@@ -159,6 +175,10 @@ impl fmt::Display for Error {
             ),
             Self::NoRuntime => f.write_str("no tokio runtime is running"),
             Self::NoLeader { resource } => write!(f, "the election on {resource} has no leader"),
+            Self::HeldByCaller { resource } => write!(
+                f,
+                "the lock on {resource} is already held by the caller (an acquire from within its own with_lock): pass the lock down instead of taking it again"
+            ),
             Self::LeaseLost { resource, reason } => {
                 write!(
                     f,

@@ -53,6 +53,7 @@ mod confirm;
 mod election;
 mod error;
 mod extend;
+mod held_locks;
 mod inspect;
 mod leader_info;
 mod lease;

@@ -11,6 +11,7 @@ use crate::acquire::acquire;
 use crate::builder::Builder;
 use crate::config_error::ConfigError;
 use crate::error::{Error, Failure, Operation};
+use crate::held_locks;
 use crate::lock::Lock;
 use crate::node::IntoNode;
 use crate::node_error::NodeError;
@@ -332,6 +333,16 @@ impl RedLock {
         self.acquire_checked(resource, ttl, policy, true).await
     }
 
+    /// This client's identity for [`held_locks`]: the address of what all its handles share,
+    /// which stays put while any of them (or a lock of theirs) lives.
+    fn client_address(&self) -> usize {
+        Arc::as_ptr(&self.shared).addr()
+    }
+
+    fn lock_key(&self, resource: &[u8]) -> Vec<u8> {
+        resource::lock_key(&self.shared.config.key_prefix, resource)
+    }
+
     /// Every acquire ends here: the arguments are checked before any I/O, the protocol runs,
     /// and one place records the call's outcome and duration.
     async fn acquire_checked(
@@ -349,6 +360,11 @@ impl RedLock {
                 return Err(ConfigError::NoAttempts.into());
             }
             ensure_runtime()?;
+            if held_locks::held_here(self.client_address(), &self.lock_key(resource)) {
+                return Err(Error::HeldByCaller {
+                    resource: resource::display(resource),
+                });
+            }
             let span = tracing::debug_span!(
                 "redquorum.acquire",
                 resource = %resource::display(resource),
@@ -446,13 +462,16 @@ impl RedLock {
         F: FnOnce(crate::LeaseSignal) -> Fut,
         Fut: std::future::Future<Output = T>,
     {
+        let resource = resource.as_ref();
         let lease = self
             .acquire_with(resource, ttl, policy)
             .await?
             .into_lease(lease);
+        // An acquire of this lock from within the work is refused at once (`HeldByCaller`).
+        let held = self.lock_key(resource);
         let outcome = tokio::select! {
             reason = lease.lost() => Err(reason),
-            value = work(lease.signal()) => Ok(value),
+            value = held_locks::holding(self.client_address(), held, work(lease.signal())) => Ok(value),
         };
         match outcome {
             Ok(value) => lease.release().await.map(|_| value),

@@ -53,6 +53,7 @@ fn outcome_label(result: Result<(), &Error>) -> &'static str {
         Err(Error::NoRuntime) => "no_runtime",
         Err(Error::LeaseLost { .. }) => "lease_lost",
         Err(Error::NoLeader { .. }) => "no_leader",
+        Err(Error::HeldByCaller { .. }) => "held_by_caller",
     }
 }
 

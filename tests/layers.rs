@@ -32,6 +32,7 @@ const LAYERS: &[(&str, &[&str])] = &[
             "telemetry",
             "settings",
             "server_identity",
+            "held_locks",
         ],
     ),
     ("io", &["node", "waiting", "reseed"]),

@@ -66,7 +66,7 @@ impl From<redquorum::Error> for CliError {
     fn from(e: redquorum::Error) -> Self {
         use redquorum::Error;
         let code = match &e {
-            Error::Config(_) => USAGE,
+            Error::Config(_) | Error::HeldByCaller { .. } => USAGE,
             Error::Conflict(_) => BUSY,
             Error::NoQuorum(_) | Error::ValidityExhausted(_) | Error::NoLeader { .. } => NO_QUORUM,
             Error::Expired(_) | Error::LeaseLost { .. } => LOST,

@@ -310,3 +310,61 @@ async fn with_lock_using_follows_its_wait_and_lease_options() {
     crate::settled(&rl).await;
     cluster.assert_no_keys_under(PREFIX);
 }
+
+/// Work under `with_lock` that asks its own client for the same lock is told at once
+/// (`HeldByCaller`, nothing sent) instead of waiting for itself until its own lock expires;
+/// other owners of the same process (a spawned task, a sibling future) wait their turn as
+/// always.
+///
+/// Mutation: no `held_locks::held_here` check in `RedLock::acquire_checked`: the inner
+/// acquire waits out its retries against its own lock and ends in `Conflict`.
+#[tokio::test]
+async fn asking_again_for_the_lock_the_work_holds_is_an_error_at_once() {
+    let cluster = Cluster::start(3);
+    let rl = client(&cluster, Duration::from_millis(250));
+    let ttl = Duration::from_secs(5);
+    let same_client = rl.clone();
+    let spawned = std::sync::Mutex::new(None);
+    let outer = rl.with_lock("report", ttl, async |_signal| {
+        let again = same_client
+            .acquire("report", ttl)
+            .await
+            .expect_err("held here");
+        assert!(again.is_held_by_caller(), "{again}");
+        assert!(again.to_string().contains("report"), "{again}");
+        // Nested work under another lock still knows the outer one.
+        let nested = same_client
+            .with_lock("other", ttl, async |_| {
+                same_client.try_acquire("report", ttl).await
+            })
+            .await
+            .expect("the other lock");
+        assert!(nested.expect_err("still held here").is_held_by_caller());
+        // A spawned task is another owner: it waits for the release.
+        let waiter = same_client.clone();
+        let task = tokio::spawn(async move {
+            let lock = waiter
+                .acquire_within("report", ttl, Duration::from_secs(10))
+                .await?;
+            lock.release().await.map(drop)
+        });
+        *spawned.lock().expect("slot") = Some(task);
+    });
+    // A sibling future of the same task is another owner too.
+    let sibling = async {
+        tokio::task::yield_now().await;
+        let lock = rl
+            .acquire_within("report", ttl, Duration::from_secs(10))
+            .await?;
+        lock.release().await.map(drop)
+    };
+    let (outer, sibling) = tokio::join!(outer, sibling);
+    outer.expect("with_lock");
+    sibling.expect("the sibling waited its turn");
+    let task = spawned.lock().expect("slot").take().expect("spawned");
+    task.await
+        .expect("task")
+        .expect("the spawned task waited its turn");
+    crate::settled(&rl).await;
+    cluster.assert_no_keys_under(PREFIX);
+}
