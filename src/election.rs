@@ -139,6 +139,95 @@ impl Election {
         }
     }
 
+    /// Leads whenever it can until `stop` is cancelled: campaigns (as [`campaign`](Self::campaign)),
+    /// runs `lead` while this candidate leads, and campaigns again afterwards — the loop every
+    /// service and the `redquorum elect` command would otherwise write (client-go's
+    /// `leaderelection.Run`, Curator's `LeaderSelector` with auto-requeue).
+    ///
+    /// - Leadership lost (see [`Leadership::lost`]): `lead`'s future is dropped at once — it
+    ///   must not act as leader after that — and the candidate campaigns again.
+    /// - `lead` returns: the candidate resigns (another may take over) and campaigns again.
+    /// - `stop` cancelled: while campaigning, the campaign is dropped (its round cleans up
+    ///   after itself); while leading, `lead`'s future is dropped and the candidate resigns
+    ///   before `run` returns `Ok(())`.
+    ///
+    /// `lead` gets a [`Leading`]: the term (the fencing token to hand to what it writes), the
+    /// value and the loss signal; `run` keeps the [`Leadership`] itself, to resign it. (A
+    /// leader that must [`proclaim`](Leadership::proclaim) new values campaigns by hand.)
+    /// It is called once per leadership, so it is an `FnMut` returning a future that owns what
+    /// it uses: clone shared state into it, as in the example.
+    ///
+    /// # Errors
+    /// [`Error::NoRuntime`] outside a tokio runtime. Outages and busy rounds are not errors:
+    /// the campaign waits them out.
+    ///
+    /// # Cancel safety
+    /// Dropping the future stops as a cancelled `stop` does, except that the resignation
+    /// happens in the background (the dropped leadership's release).
+    ///
+    /// ```no_run
+    /// # use std::time::Duration;
+    /// # async fn demo(rl: redquorum::RedLock) -> Result<(), redquorum::Error> {
+    /// let election = rl.election("scheduler", Duration::from_secs(10))?;
+    /// let stop = tokio_util::sync::CancellationToken::new();
+    /// let jobs = std::sync::Arc::new(Jobs);
+    /// election
+    ///     .run("worker-7", &stop, |leading| {
+    ///         let jobs = jobs.clone();
+    ///         // Dropped at once if the leadership is lost.
+    ///         async move { jobs.schedule(leading.term()).await }
+    ///     })
+    ///     .await?;
+    /// # Ok(()) }
+    /// # struct Jobs;
+    /// # impl Jobs { async fn schedule(&self, _term: u64) {} }
+    /// ```
+    pub async fn run<F, Fut>(
+        &self,
+        value: impl Into<Vec<u8>>,
+        stop: &tokio_util::sync::CancellationToken,
+        mut lead: F,
+    ) -> Result<()>
+    where
+        F: FnMut(Leading) -> Fut,
+        Fut: std::future::Future<Output = ()>,
+    {
+        let value = value.into();
+        loop {
+            let leadership = tokio::select! {
+                biased;
+                () = stop.cancelled() => return Ok(()),
+                campaigned = self.campaign(value.clone()) => campaigned?,
+            };
+            let signal = leadership.signal();
+            let leading = Leading {
+                term: leadership.term(),
+                value: leadership.value().to_vec(),
+                signal: signal.clone(),
+            };
+            let ended = tokio::select! {
+                biased;
+                () = stop.cancelled() => Ended::Stopped,
+                reason = signal.lost() => Ended::Lost(reason),
+                () = lead(leading) => Ended::Returned,
+            };
+            match ended {
+                Ended::Lost(reason) => {
+                    tracing::warn!(term = leadership.term(), %reason, "leadership lost, campaigning again");
+                }
+                Ended::Returned | Ended::Stopped => {
+                    let term = leadership.term();
+                    if let Err(e) = leadership.resign().await {
+                        tracing::warn!(term, error = %e, "resigning failed; the lock expires with its ttl");
+                    }
+                    if matches!(ended, Ended::Stopped) {
+                        return Ok(());
+                    }
+                }
+            }
+        }
+    }
+
     /// The current leader, as agreed by a majority: the leader named on a majority of nodes
     /// whose lock is held by that same leader.
     ///
@@ -246,6 +335,46 @@ impl Election {
             ))
         })
     }
+}
+
+/// What the work of [`Election::run`] gets while it leads: the term, the value and the loss
+/// signal of the [`Leadership`] that `run` holds for it.
+///
+/// ```
+/// # fn demo(leading: redquorum::Leading) {
+/// let fencing_token = leading.term();
+/// let shutdown = leading.signal().cancellation_token();
+/// # }
+/// ```
+#[derive(Debug, Clone)]
+pub struct Leading {
+    term: u64,
+    value: Vec<u8>,
+    signal: LeaseSignal,
+}
+
+impl Leading {
+    /// The term: the leadership's fencing token.
+    pub fn term(&self) -> u64 {
+        self.term
+    }
+
+    /// The advertised value.
+    pub fn value(&self) -> &[u8] {
+        &self.value
+    }
+
+    /// The leadership's deadline and loss signal (`run` also drops the work when it fires).
+    pub fn signal(&self) -> &LeaseSignal {
+        &self.signal
+    }
+}
+
+/// How one leadership under [`Election::run`] ended.
+enum Ended {
+    Stopped,
+    Lost(LostReason),
+    Returned,
 }
 
 /// Leading an [`Election`]: a fenced lease plus the advertised value.

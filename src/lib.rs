@@ -85,7 +85,7 @@ mod waiting;
 
 pub use builder::Builder;
 pub use config_error::ConfigError;
-pub use election::{Election, Leadership};
+pub use election::{Election, Leadership, Leading};
 pub use error::{Error, Failure, LostReason, Operation};
 pub use inspect::{Holding, Inspection, NodeInspection};
 pub use leader_info::Leader;

@@ -4,7 +4,7 @@ use std::time::{Duration, Instant};
 
 use redquorum::RedLock;
 
-use crate::client;
+use crate::{client, eventually};
 use redquorum_testkit::{Cluster, Persistence};
 
 const TTL: Duration = Duration::from_secs(1);
@@ -272,4 +272,128 @@ fn a_frozen_leader_has_lost_by_its_deadline_and_the_next_term_starts_after_it() 
         "leadership windows overlap: b elected before a's deadline"
     );
     assert!(term_b > term_a, "term {term_b} after {term_a}");
+}
+
+/// Who did what under `Election::run`, in order: (candidate, term, event).
+type Log = std::sync::Arc<std::sync::Mutex<Vec<(char, u64, &'static str)>>>;
+
+/// Logs `"dropped"` when the leading work's future is dropped (cancelled by `run`).
+struct OnDrop(Log, char, u64);
+
+impl Drop for OnDrop {
+    fn drop(&mut self) {
+        self.0
+            .lock()
+            .expect("log")
+            .push((self.1, self.2, "dropped"));
+    }
+}
+
+fn seen(log: &Log, who: char, event: &str) -> Vec<u64> {
+    let log = log.lock().expect("log");
+    log.iter()
+        .filter(|(w, _, e)| *w == who && *e == event)
+        .map(|(_, term, _)| *term)
+        .collect()
+}
+
+/// `Election::run`: leads, and when the leadership is lost (its key deleted under it) drops
+/// the work at once and campaigns again; when the work returns, resigns and campaigns again;
+/// when stopped, drops the work and resigns, so the other candidate leads promptly, with a
+/// higher term each time.
+///
+/// Mutations: the `signal.lost()` arm removed from `run` (the lost leader's work is never
+/// dropped and never starts again); returning instead of campaigning again when the work
+/// returns (b never leads a second time). Both run: both fail.
+#[tokio::test]
+async fn run_leads_campaigns_again_after_a_loss_or_a_return_and_stops_on_cancel() {
+    use tokio_util::sync::CancellationToken;
+    let cluster = Cluster::start(3);
+    let log = Log::default();
+    let (client_a, client_b) = (candidate(&cluster), candidate(&cluster));
+    let (stop_a, stop_b) = (CancellationToken::new(), CancellationToken::new());
+
+    let a = client_a.election("daemon", TTL).expect("election");
+    let (log_a, stop) = (log.clone(), stop_a.clone());
+    let run_a = tokio::spawn(async move {
+        a.run("a", &stop, |leading| {
+            let log = log_a.clone();
+            async move {
+                let term = leading.term();
+                log.lock().expect("log").push(('a', term, "start"));
+                let _guard = OnDrop(log, 'a', term);
+                std::future::pending::<()>().await;
+            }
+        })
+        .await
+    });
+    assert!(
+        eventually(Duration::from_secs(10), || seen(&log, 'a', "start").len()
+            == 1)
+        .await
+    );
+
+    // The lock vanishes under the leader: its next renewal finds it gone.
+    let key = crate::lock_key(b"daemon");
+    for i in 0..cluster.len() {
+        let _: i64 = cluster.run(i, redis::cmd("DEL").arg(&key));
+    }
+    assert!(
+        eventually(Duration::from_secs(10), || seen(&log, 'a', "start").len()
+            == 2)
+        .await,
+        "{:?}",
+        log.lock().expect("log")
+    );
+    let a_terms = seen(&log, 'a', "start");
+    assert_eq!(seen(&log, 'a', "dropped"), a_terms[..1]);
+    assert!(a_terms[1] > a_terms[0], "{a_terms:?}");
+
+    // b's work returns the first time it leads, and waits the second time.
+    let b = client_b.election("daemon", TTL).expect("election");
+    let (log_b, stop) = (log.clone(), stop_b.clone());
+    let run_b = tokio::spawn(async move {
+        b.run("b", &stop, |leading| {
+            let log = log_b.clone();
+            async move {
+                let term = leading.term();
+                let first = seen(&log, 'b', "start").is_empty();
+                log.lock().expect("log").push(('b', term, "start"));
+                if first {
+                    log.lock().expect("log").push(('b', term, "returned"));
+                    return;
+                }
+                let _guard = OnDrop(log, 'b', term);
+                std::future::pending::<()>().await;
+            }
+        })
+        .await
+    });
+    stop_a.cancel();
+    run_a.await.expect("task").expect("a stopped");
+    assert_eq!(seen(&log, 'a', "dropped"), a_terms);
+    assert!(
+        eventually(Duration::from_secs(10), || seen(&log, 'b', "start").len()
+            == 2)
+        .await,
+        "{:?}",
+        log.lock().expect("log")
+    );
+    let b_terms = seen(&log, 'b', "start");
+    assert_eq!(seen(&log, 'b', "returned"), b_terms[..1]);
+    assert!(
+        a_terms[1] < b_terms[0] && b_terms[0] < b_terms[1],
+        "{log:?}"
+    );
+
+    stop_b.cancel();
+    run_b.await.expect("task").expect("b stopped");
+    assert_eq!(seen(&log, 'b', "dropped"), b_terms[1..]);
+    // Resigned before `run` returned: the lock is free on a majority right away.
+    let holders = (0..cluster.len())
+        .filter(|i| cluster.get(*i, &key).is_some())
+        .count();
+    assert!(holders < 2, "{holders} masters still hold the lock");
+    crate::settled(&client_a).await;
+    crate::settled(&client_b).await;
 }
