@@ -346,7 +346,7 @@ mod tests {
         assert!(Builder::new(one).build().is_ok());
     }
 
-    #[cfg(not(feature = "tls"))]
+    #[cfg(not(any(feature = "tls", feature = "tls-aws-lc-rs")))]
     #[test]
     fn rediss_without_tls_compiled_in_is_a_config_error() {
         let err = Builder::new(["redis://127.0.0.1:1", "rediss://127.0.0.1:2"]).build();
@@ -359,7 +359,7 @@ mod tests {
         );
     }
 
-    #[cfg(feature = "tls")]
+    #[cfg(any(feature = "tls", feature = "tls-aws-lc-rs"))]
     #[test]
     fn rediss_with_tls_compiled_in_is_accepted() {
         assert!(Builder::new(["rediss://127.0.0.1:2"]).build().is_ok());

@@ -32,6 +32,10 @@
 //! - `tls`: `rediss://` nodes over TLS (rustls with the ring provider). Certificates are
 //!   verified unless a URL ends in `#insecure`. Without it a `rediss://` node is a
 //!   configuration error.
+//! - `tls-aws-lc-rs`: the same with the aws-lc-rs provider. Whichever is on, the provider is
+//!   installed as rustls's process default only if the application installed none before
+//!   building a client, so an application that has both compiled in does not panic at the
+//!   first TLS connection, and one that chose its own keeps it.
 //! - `metrics`: counters, histograms and a gauge through the `metrics` facade (names in the
 //!   README).
 //!
@@ -78,6 +82,8 @@ mod server_identity;
 mod settings;
 mod shared;
 pub mod telemetry;
+#[cfg(any(feature = "tls", feature = "tls-aws-lc-rs"))]
+mod tls;
 mod token;
 mod verdict;
 mod voter;

@@ -161,7 +161,12 @@ impl Node {
         restart_grace: Option<Duration>,
         servers: Arc<ServerIdentities>,
     ) -> Self {
-        let (identity, address) = match client.get_connection_info().addr() {
+        let addr = client.get_connection_info().addr();
+        #[cfg(any(feature = "tls", feature = "tls-aws-lc-rs"))]
+        if matches!(addr, ConnectionAddr::TcpTls { .. }) {
+            crate::tls::ensure_crypto_provider();
+        }
+        let (identity, address) = match addr {
             ConnectionAddr::Tcp(host, port) | ConnectionAddr::TcpTls { host, port, .. } => (
                 Identity::Tcp(canonical_host(host), *port),
                 format!("{}:{port}", bracket_ipv6(host)),

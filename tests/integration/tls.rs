@@ -1,5 +1,5 @@
 //! TLS against real `redis-server --tls-port` processes, with certificates made for the test.
-#![cfg(feature = "tls")]
+#![cfg(any(feature = "tls", feature = "tls-aws-lc-rs"))]
 
 use std::path::Path;
 use std::process::Command;
