@@ -582,7 +582,7 @@ async fn round(
 
 /// The policy's next delay, never past the holder's expiry as the nodes reported it
 /// (`holder_left`), nor past the wait's `deadline`.
-fn retry_delay(
+pub(crate) fn retry_delay(
     shared: &Shared,
     policy: &RetryPolicy,
     deadline: Option<Instant>,
@@ -594,7 +594,7 @@ fn retry_delay(
 }
 
 /// The earliest expiry of another owner's key, as the nodes reported it in a round.
-fn holder_expires_in(report: &Report) -> Option<Duration> {
+pub(crate) fn holder_expires_in(report: &Report) -> Option<Duration> {
     report
         .iter()
         .filter_map(|r| match r.outcome() {

@@ -88,6 +88,18 @@ pub enum ConfigError {
         /// The maximum.
         max: Duration,
     },
+    /// A semaphore of zero permits.
+    #[error("a semaphore needs at least one permit")]
+    NoPermits,
+    /// A semaphore of more permits than [`MAX_PERMITS`](crate::MAX_PERMITS) (each acquire
+    /// tries every permit on every master).
+    #[error("{permits} permits are more than the maximum of {max}")]
+    TooManyPermits {
+        /// The permits asked for.
+        permits: u32,
+        /// The maximum.
+        max: u32,
+    },
     /// The retry policy allows no attempt at all.
     #[error("the retry policy allows no attempt")]
     NoAttempts,

@@ -44,7 +44,13 @@ pub(crate) async fn confirm_fence(
     .with_number(fence)
     // Only the masters that granted before the decision: their counters are in the token.
     .counting_only(granted.iter().map(|v| *v == Vote::Yes).collect())
-    .with_epochs(acquired.epochs.clone());
+    .with_epochs(
+        acquired
+            .grants
+            .iter()
+            .map(|grant| grant.map(|g| g.epoch))
+            .collect(),
+    );
     let confirm = round::run(
         &shared.nodes,
         &shared.background,

@@ -82,7 +82,9 @@ pub(crate) async fn extend(
 /// have set it, and if it lost it since, that loss is evidence, not a gap to fill.
 fn never_took_our_key(outcome: &NodeOutcome) -> bool {
     match outcome {
-        NodeOutcome::HeldByOther { .. } | NodeOutcome::Missing => true,
+        NodeOutcome::HeldByOther { .. } | NodeOutcome::Missing | NodeOutcome::OtherPermit(_) => {
+            true
+        }
         NodeOutcome::Failed(NodeError::Unreachable(_) | NodeError::RecentlyRestarted { .. }) => {
             true
         }

@@ -67,6 +67,7 @@ mod model;
 mod node;
 mod node_error;
 mod node_id;
+mod permit;
 mod query;
 mod quorum;
 mod redlock;
@@ -78,6 +79,7 @@ mod resource;
 mod retry;
 mod round;
 mod scripts;
+mod semaphore;
 mod server_identity;
 mod settings;
 mod shared;
@@ -100,11 +102,13 @@ pub use lock::Lock;
 pub use node::IntoNode;
 pub use node_error::NodeError;
 pub use node_id::NodeId;
+pub use permit::MAX_PERMITS;
 pub use quorum::DRIFT_FLOOR;
 pub use redlock::RedLock;
 pub use report::{NodeOutcome, NodeReport, Report};
 pub use resource::{DEFAULT_KEY_PREFIX, MAX_RESOURCE_LEN};
 pub use retry::RetryPolicy;
+pub use semaphore::{Permit, Semaphore};
 pub use settings::{
     DEFAULT_CONNECT_TIMEOUT, DEFAULT_DRIFT_FACTOR, MAX_DERIVED_NODE_TIMEOUT, MAX_TTL,
     MIN_DERIVED_NODE_TIMEOUT,

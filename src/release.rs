@@ -73,6 +73,10 @@ pub(crate) enum Delete {
         keys: Vec<Vec<u8>>,
         arguments: Vec<Vec<u8>>,
     },
+    /// A permit round's cleanup: deletes whichever of the semaphore's permit keys (the
+    /// delete's key and these) holds the token, and publishes on the semaphore's channel when
+    /// it deleted any (`scripts::GIVE_BACK_PERMITS`).
+    GiveBackPermits { others: Vec<Vec<u8>> },
 }
 
 /// Compare-and-delete of `key` on every node, waiting for every answer or timeout (but a
@@ -137,6 +141,12 @@ async fn delete_everywhere(
         Delete::SilentAndQueue { keys, arguments } => compare_and_delete(&scripts::UNDO_AND_QUEUE)
             .with_extra_keys(keys.clone())
             .with_payload(arguments.clone()),
+        Delete::GiveBackPermits { others } => compare_and_delete(&scripts::GIVE_BACK_PERMITS)
+            .with_extra_keys(others.clone())
+            .with_payload(vec![
+                resource::release_channel(key),
+                release_id.as_bytes().to_vec(),
+            ]),
     };
     // Our own first queued waiter need not wait for the message to come back from a node, nor
     // even for the deletes to be done: its round shares our connections, so each node runs

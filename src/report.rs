@@ -48,6 +48,9 @@ pub enum NodeOutcome {
     /// was decided, so its fence counter is not part of the fencing token and its confirmation
     /// does not count (it is no evidence of loss either).
     LateGrant,
+    /// Semaphore acquire: the node granted another permit than the one a majority granted
+    /// (its holders were not the same as on the majority); that grant was given back.
+    OtherPermit(u32),
     /// The node could not be asked, or did not answer usefully.
     Failed(NodeError),
     /// The round was decided before this node answered; its request was abandoned.
@@ -66,7 +69,7 @@ impl NodeOutcome {
             | Self::Released
             | Self::Connected
             | Self::FenceConfirmed => Vote::Yes,
-            Self::HeldByOther { .. } | Self::Missing => Vote::Refused,
+            Self::HeldByOther { .. } | Self::Missing | Self::OtherPermit(_) => Vote::Refused,
             Self::Failed(_) | Self::NoReply | Self::LateGrant => Vote::Failed,
         }
     }
@@ -114,6 +117,9 @@ impl fmt::Display for NodeOutcome {
                 f.write_str("held by another owner, no expiry known")
             }
             Self::Missing => f.write_str("key not found"),
+            Self::OtherPermit(permit) => {
+                write!(f, "granted permit {permit} instead (given back)")
+            }
             Self::LateGrant => f.write_str(
                 "holds our key, granted after the acquire was decided: not counted for the fencing token",
             ),

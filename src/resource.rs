@@ -154,9 +154,34 @@ pub(crate) fn leader_key(prefix: &[u8], resource: &[u8]) -> Vec<u8> {
     key
 }
 
+/// What follows a semaphore's lock key in the key of each of its permits.
+const PERMIT_INFIX: &[u8] = b":permit:";
+
+/// The key of permit `index` of the semaphore `name`: `prefix{name}:permit:<index>`, in the
+/// name's hash slot. A lock key always ends with its closing brace, so no lock's key is ever a
+/// permit's (the lock named `x}:permit:0` has the key `prefix{x}:permit:0}`).
+pub(crate) fn permit_key(prefix: &[u8], name: &[u8], index: u32) -> Vec<u8> {
+    let mut key = lock_key(prefix, name);
+    key.extend_from_slice(PERMIT_INFIX);
+    key.extend_from_slice(index.to_string().as_bytes());
+    key
+}
+
 /// The channel releases of the lock `key` are published on: `key:released` (a pub/sub
-/// channel, not a key: it lives in no slot and is never stored).
+/// channel, not a key: it lives in no slot and is never stored). The permits of one semaphore
+/// share one channel, `prefix{name}:permit:released`: a waiter wants any permit, and listens
+/// on one channel, not on one per permit.
 pub(crate) fn release_channel(key: &[u8]) -> Vec<u8> {
+    let digits = key.iter().rev().take_while(|b| b.is_ascii_digit()).count();
+    let before_digits = key.len() - digits;
+    let permit_of = key
+        .get(..before_digits)
+        .filter(|head| digits > 0 && head.ends_with(PERMIT_INFIX));
+    if let Some(head) = permit_of {
+        let mut channel = head.to_vec();
+        channel.extend_from_slice(b"released");
+        return channel;
+    }
     let mut channel = key.to_vec();
     channel.extend_from_slice(b":released");
     channel
@@ -287,6 +312,24 @@ mod tests {
             validate(&[b'x'; MAX_RESOURCE_LEN + 1]),
             Err(ConfigError::ResourceTooLong { len, max: MAX_RESOURCE_LEN }) if len == MAX_RESOURCE_LEN + 1
         ));
+    }
+
+    /// Mutation: one channel per permit (the plain `key:released`) leaves a waiter deaf to
+    /// every permit but one.
+    #[test]
+    fn the_permits_of_a_semaphore_share_one_release_channel_and_no_lock_key() {
+        let channel = |key: &[u8]| String::from_utf8(release_channel(key)).expect("utf-8");
+        let permit = |i| permit_key(b"p:", b"pool", i);
+        assert_eq!(permit(7), b"p:{pool}:permit:7");
+        assert_eq!(channel(&permit(0)), "p:{pool}:permit:released");
+        assert_eq!(channel(&permit(0)), channel(&permit(255)));
+        assert_eq!(channel(b"p:{pool}"), "p:{pool}:released");
+        // Locks whose names look like permits keep channels (and keys) of their own.
+        for name in [&b"pool}:permit:0"[..], b"pool:permit:1", b"x:permit:"] {
+            let key = lock_key(b"p:", name);
+            assert_ne!(key, permit(0));
+            assert_eq!(channel(&key), format!("{}:released", display(&key)));
+        }
     }
 
     #[test]

@@ -33,6 +33,11 @@ pub(crate) enum Wait {
         validity_left: bool,
         granted: Option<Vec<Vote>>,
     },
+    /// A permit round (`crate::permit`): until one permit has a majority of grants, or no
+    /// permit can reach one with the answers still out. The tally above counts a grant of any
+    /// permit as a yes, so it cannot decide such a round; a suspect node is waited for while
+    /// its answer could still make a majority (bounded by the deadline).
+    UntilPermitDecided,
     /// Until every node has answered or timed out (a failed acquire's cleanup: its report says
     /// how long the holder's key lives; an extend that re-adds keys). A suspect node is not
     /// waited for once the round is decided without it: its request goes on in the
@@ -148,9 +153,9 @@ pub(crate) struct Round {
     pub(crate) stragglers: Option<Stragglers>,
     /// The highest fence counter among the answers before the decision (fenced acquire).
     pub(crate) fence: Option<u64>,
-    /// Each master's re-seed epoch at its grant, for the grants before the decision (fenced
-    /// acquire).
-    pub(crate) epochs: Vec<Option<u64>>,
+    /// What each master's grant said, for the grants before the decision: a fenced
+    /// acquire's counter and re-seed epoch, a permit acquire's permit number.
+    pub(crate) grants: Vec<Option<Grant>>,
 }
 
 impl Round {
@@ -299,9 +304,21 @@ pub(crate) async fn run_then<V: Voter>(
     let mut answers: Vec<Option<(NodeOutcome, Duration)>> = vec![None; count];
     let mut tally = Tally::new(count);
     let mut fence: Option<u64> = None;
-    let mut epochs: Vec<Option<u64>> = vec![None; count];
-    let finished = |tally: &Tally, answers: &[Option<(NodeOutcome, Duration)>]| match &wait {
+    let mut grants: Vec<Option<Grant>> = vec![None; count];
+    let finished = |tally: &Tally,
+                    answers: &[Option<(NodeOutcome, Duration)>],
+                    grants: &[Option<Grant>]| match &wait {
         Wait::UntilDecided => tally.decision() != Decision::Open,
+        Wait::UntilPermitDecided => {
+            let mut counts: std::collections::HashMap<u64, usize> =
+                std::collections::HashMap::new();
+            for grant in grants.iter().flatten() {
+                *counts.entry(grant.counter).or_default() += 1;
+            }
+            let best = counts.values().copied().max().unwrap_or(0);
+            let out = answers.iter().filter(|answer| answer.is_none()).count();
+            best >= tally.quorum() || best + out < tally.quorum()
+        }
         Wait::UntilSettled {
             kind,
             validity_left,
@@ -336,7 +353,7 @@ pub(crate) async fn run_then<V: Voter>(
     let mut early = early.into_iter();
     let expiry = tokio::time::sleep_until(deadline);
     tokio::pin!(expiry);
-    while !finished(&tally, &answers) {
+    while !finished(&tally, &answers, &grants) {
         let answer = match early.next() {
             Some(answer) => answer,
             None => tokio::select! {
@@ -373,8 +390,8 @@ pub(crate) async fn run_then<V: Voter>(
         }
         if let Some(grant) = grant {
             fence = fence.max(Some(grant.counter));
-            if let Some(slot) = epochs.get_mut(index) {
-                *slot = Some(grant.epoch);
+            if let Some(slot) = grants.get_mut(index) {
+                *slot = Some(grant);
             }
         }
         record(nodes, &mut tally, index, &outcome, latency);
@@ -469,7 +486,7 @@ pub(crate) async fn run_then<V: Voter>(
         report: Report::new(report),
         stragglers,
         fence,
-        epochs,
+        grants,
     }
 }
 

@@ -12,6 +12,7 @@
 //! | `-6` | fenced acquire: the master's fence counter was not re-seeded since it last started |
 //! | `-7` | fenced confirm: a re-seed read this master's counter after it granted |
 //! | `{-1, f, e}` | fenced acquire: the key was set, the fence counter is now `f`, the re-seed epoch is `e` |
+//! | `{-1, p, 0}` | permit acquire: the key of permit `p` was set |
 //!
 //! A round sends `EVALSHA` and, on `NOSCRIPT` (a restarted node, a `SCRIPT FLUSH`), loads the
 //! script and sends it once more (`request::Prepared::send`). The plain acquire is not a script:
@@ -91,8 +92,10 @@ impl std::fmt::Debug for Lua {
 
 /// Every script sent by hash, for loading them all on a new connection (`QUEUED_ACQUIRE` is
 /// sent whole).
-pub(crate) fn all() -> [&'static Lua; 9] {
+pub(crate) fn all() -> [&'static Lua; 11] {
     [
+        &ACQUIRE_PERMIT,
+        &GIVE_BACK_PERMITS,
         &RELEASE,
         &UNDO_AND_QUEUE,
         &DEQUEUE,
@@ -237,6 +240,43 @@ pub(crate) static QUEUED_ACQUIRE: Lua = Lua::sent_whole(concat!(
     "local ttl = redis.call('PTTL', KEYS[1])\n",
     "if ttl == -1 then return -3 end\n",
     "return ttl\n",
+));
+
+/// `KEYS[1..P]` the keys of a semaphore's permits, in the order this acquire tries them;
+/// `ARGV[1]` token, `ARGV[2]` ttl in ms, `ARGV[2 + i]` the number of the permit `KEYS[i]`.
+///
+/// Takes the first free permit in that order (`SET NX PX`) and answers `{-1, its number, 0}`;
+/// when every permit is held, answers the shortest remaining ttl among them (`-3` when none
+/// expires). Each permit is a lock of its own: the client trusts a permit only when a majority
+/// of masters granted *that* permit, never by adding grants of different ones (see
+/// `crate::permit`). O(P) per call; the number of permits is bounded (`MAX_PERMITS`).
+pub(crate) static ACQUIRE_PERMIT: Lua = Lua::new(concat!(
+    "local shortest = -1\n",
+    "for i, key in ipairs(KEYS) do\n",
+    "  if redis.call('SET', key, ARGV[1], 'NX', 'PX', ARGV[2]) then\n",
+    "    return {-1, tonumber(ARGV[i + 2]), 0}\n",
+    "  end\n",
+    "  local ttl = redis.call('PTTL', key)\n",
+    "  if ttl >= 0 and (shortest < 0 or ttl < shortest) then shortest = ttl end\n",
+    "end\n",
+    "if shortest < 0 then return -3 end\n",
+    "return shortest\n",
+));
+
+/// `KEYS[1..]` permit keys; `ARGV[1]` token, `ARGV[2]` the semaphore's release channel,
+/// `ARGV[3]` a release id. Deletes each key that holds the token (the permits a failed or
+/// split permit round was granted, or all but the one it keeps) and, when it deleted any,
+/// publishes, since a permit came free; answers `-1`.
+pub(crate) static GIVE_BACK_PERMITS: Lua = Lua::new(concat!(
+    "local given = 0\n",
+    "for _, key in ipairs(KEYS) do\n",
+    "  if redis.call('GET', key) == ARGV[1] then\n",
+    "    redis.call('DEL', key)\n",
+    "    given = given + 1\n",
+    "  end\n",
+    "end\n",
+    "if given > 0 then redis.call('PUBLISH', ARGV[2], ARGV[3]) end\n",
+    "return -1\n",
 ));
 
 /// `KEYS[1]` lock key, `KEYS[2]` its waiters' queue, `KEYS[3]` their liveness; `ARGV[1]`
@@ -725,6 +765,62 @@ mod tests {
             assert_eq!(get(&cluster).as_deref(), Some("tv"));
             let pttl: i64 = cluster.run(0, redis::cmd("PTTL").arg(KEY));
             assert!(pttl > 9_000, "the full ttl, not the reservation's: {pttl}");
+        }
+
+        /// `ACQUIRE_PERMIT` with permits tried in the order 1, 2, 0.
+        fn acquire_permit(cluster: &Cluster, token: &str) -> redis::Value {
+            let mut cmd = redis::cmd("EVAL");
+            cmd.arg(super::super::ACQUIRE_PERMIT.code()).arg(3);
+            cmd.arg("s:{p}:permit:1")
+                .arg("s:{p}:permit:2")
+                .arg("s:{p}:permit:0");
+            cmd.arg(token).arg(10_000).arg(1).arg(2).arg(0);
+            cluster.run(0, &cmd)
+        }
+
+        /// Each call takes the first free permit in its order and names it; a full semaphore
+        /// answers the shortest remaining ttl; giving back deletes only the caller's own.
+        ///
+        /// Mutation: `SET` without `NX` in `ACQUIRE_PERMIT` takes a held permit (the second
+        /// call is granted permit 1 again).
+        #[test]
+        fn a_permit_round_takes_the_first_free_permit_and_gives_back_only_its_own() {
+            use redis::Value;
+            let cluster = Cluster::start(1);
+            let _: () = cluster.run(
+                0,
+                redis::cmd("SET")
+                    .arg("s:{p}:permit:0")
+                    .arg("x")
+                    .arg("PX")
+                    .arg(5_000),
+            );
+            let granted = |n| Value::Array(vec![Value::Int(-1), Value::Int(n), Value::Int(0)]);
+            assert_eq!(acquire_permit(&cluster, "a"), granted(1));
+            assert_eq!(acquire_permit(&cluster, "b"), granted(2));
+            match acquire_permit(&cluster, "c") {
+                Value::Int(ttl) => assert!((1..=5_000).contains(&ttl), "{ttl}"),
+                other => panic!("a full semaphore answers a ttl, not {other:?}"),
+            }
+            let mut give_back = redis::cmd("EVAL");
+            give_back
+                .arg(super::super::GIVE_BACK_PERMITS.code())
+                .arg(3)
+                .arg("s:{p}:permit:0")
+                .arg("s:{p}:permit:1")
+                .arg("s:{p}:permit:2")
+                .arg("a")
+                .arg("s:{p}:permit:released")
+                .arg("r1");
+            assert_eq!(cluster.run::<i64>(0, &give_back), -1);
+            let left: Vec<Option<String>> = cluster.run(
+                0,
+                redis::cmd("MGET")
+                    .arg("s:{p}:permit:0")
+                    .arg("s:{p}:permit:1")
+                    .arg("s:{p}:permit:2"),
+            );
+            assert_eq!(left, [Some("x".into()), None, Some("b".into())]);
         }
     }
 }

@@ -44,13 +44,22 @@ const LAYERS: &[(&str, &[&str])] = &[
             "release",
             "confirm",
             "acquire",
+            "permit",
             "extend",
             "leader_info",
         ],
     ),
     (
         "api",
-        &["builder", "lock", "lease", "redlock", "election", "inspect"],
+        &[
+            "builder",
+            "lock",
+            "lease",
+            "redlock",
+            "election",
+            "inspect",
+            "semaphore",
+        ],
     ),
 ];
 

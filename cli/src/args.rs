@@ -203,6 +203,12 @@ pub(crate) struct RunArgs {
     /// a time" becomes "one per run" (SIGINT or SIGTERM end the hold early).
     #[arg(long, value_parser = duration)]
     pub(crate) min_hold: Option<Duration>,
+    /// Hold one of N permits of the semaphore RESOURCE instead of the lock RESOURCE, so at
+    /// most N such commands run at once (consul lock -n; here -n stays flock's non-blocking
+    /// flag). Every run must give the same N. The command gets REDQUORUM_PERMIT (0 to N−1,
+    /// never the same for two commands at once) instead of a fencing token.
+    #[arg(long, value_parser = clap::value_parser!(u32).range(1..))]
+    pub(crate) permits: Option<u32>,
     /// The lock's name.
     pub(crate) resource: String,
     /// The command and its arguments, after `--`.

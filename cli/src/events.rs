@@ -36,6 +36,8 @@ pub(crate) enum Event<'a> {
     Acquired {
         resource: &'a str,
         fencing_token: Option<u64>,
+        /// `run --permits`: which permit.
+        permit: Option<u32>,
         valid_until: Instant,
     },
     /// An extension moved the deadline (no sentence: one every ttl/3 is noise on a terminal).
@@ -134,10 +136,12 @@ impl Event<'_> {
             Self::Acquired {
                 resource,
                 fencing_token,
+                permit,
                 valid_until,
             } => json!({
                 "resource": resource,
                 "fencing_token": fencing_token,
+                "permit": permit,
                 "valid_ms": remaining_ms(*valid_until),
             }),
             Self::Renewed {

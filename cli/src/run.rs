@@ -41,14 +41,14 @@ async fn run_with(
     };
     let taken = async {
         client::connect_first(rl).await?;
-        acquire(rl, &args.resource, args.ttl, wait).await
+        acquire(rl, &args.resource, args.permits, args.ttl, wait).await
     };
     let taken = tokio::select! {
         lock = taken => Ok(lock),
         signal = signals.recv() => Err(signal),
     };
     // The acquire is dropped by now: if a signal cancelled it, its clean-up was spawned.
-    let lock = match taken {
+    let (lock, permit) = match taken {
         Ok(lock) => lock.map_err(|mut e| {
             if e.code == exit::BUSY
                 && let Some(code) = args.conflict_exit_code
@@ -62,17 +62,24 @@ async fn run_with(
         }
     };
     let acquired_at = Instant::now();
-    let token = lock.fencing_token().unwrap_or_default();
     events::emit(Event::Acquired {
         resource: &args.resource,
         fencing_token: lock.fencing_token(),
+        permit,
         valid_until: lock.valid_until(),
     });
-    let lease = lock.into_lease(LeaseOptions::default());
+    // A permit's holder gets its permit's number; a lock's, its fencing token.
     let env = [
         ("REDQUORUM_RESOURCE", args.resource.clone()),
-        ("REDQUORUM_FENCING_TOKEN", token.to_string()),
+        match permit {
+            Some(permit) => ("REDQUORUM_PERMIT", permit.to_string()),
+            None => (
+                "REDQUORUM_FENCING_TOKEN",
+                lock.fencing_token().unwrap_or_default().to_string(),
+            ),
+        },
     ];
+    let lease = lock.into_lease(LeaseOptions::default());
     let ending = child::run_guarded(
         &args.command,
         &env,
@@ -146,33 +153,58 @@ async fn hold_until(lease: &Lease, resource: &str, until: Option<Instant>, signa
     }
 }
 
-/// Acquires, waiting up to `wait` for a busy lock, and says on stderr what it waits for.
+/// Acquires the lock `resource`, or with `permits` one permit of the semaphore `resource`,
+/// waiting up to `wait` for one, and says on stderr what it waits for. The permit is held as
+/// the lock on its key, with its number.
 ///
 /// # Cancel safety
 /// Cancel safe: a dropped acquire cleans up its keys.
 pub(crate) async fn acquire(
     rl: &RedLock,
     resource: &str,
+    permits: Option<u32>,
     ttl: Duration,
     wait: WaitLimit,
-) -> Result<Lock, CliError> {
+) -> Result<(Lock, Option<u32>), CliError> {
     let start = Instant::now();
+    let semaphore = match permits {
+        Some(permits) => Some(rl.semaphore(resource, permits)?),
+        None => None,
+    };
+    let forever = RetryPolicy::default().max_attempts(None).max_wait(None);
     let attempt = async {
-        match wait {
-            WaitLimit::For(limit) if limit.is_zero() => rl.try_acquire(resource, ttl).await,
-            WaitLimit::For(limit) => rl.acquire_within(resource, ttl, limit).await,
-            WaitLimit::Forever => {
-                let forever = RetryPolicy::default().max_attempts(None).max_wait(None);
-                rl.acquire_with(resource, ttl, &forever).await
+        match (&semaphore, wait) {
+            (Some(semaphore), wait) => {
+                let permit = match wait {
+                    WaitLimit::For(limit) if limit.is_zero() => semaphore.try_acquire(ttl).await,
+                    WaitLimit::For(limit) => semaphore.acquire_within(ttl, limit).await,
+                    WaitLimit::Forever => semaphore.acquire_with(ttl, &forever).await,
+                }?;
+                Ok((Some(permit.index()), permit.into_lock()))
             }
+            (None, WaitLimit::For(limit)) if limit.is_zero() => {
+                rl.try_acquire(resource, ttl).await.map(|lock| (None, lock))
+            }
+            (None, WaitLimit::For(limit)) => rl
+                .acquire_within(resource, ttl, limit)
+                .await
+                .map(|lock| (None, lock)),
+            (None, WaitLimit::Forever) => rl
+                .acquire_with(resource, ttl, &forever)
+                .await
+                .map(|lock| (None, lock)),
         }
+        .map(|(index, lock)| (lock, index))
     };
     let progress = {
         let (rl, resource) = (rl.clone(), resource.to_owned());
         AbortOnDrop(tokio::spawn(async move {
             loop {
                 tokio::time::sleep(PROGRESS_EVERY).await;
-                let holder = holder(&rl, &resource).await;
+                let holder = match permits {
+                    Some(permits) => format!("all {permits} permits held"),
+                    None => holder(&rl, &resource).await,
+                };
                 events::emit(Event::Waiting {
                     resource: &resource,
                     waited: start.elapsed(),
@@ -186,8 +218,12 @@ pub(crate) async fn acquire(
     result.map_err(|e| {
         let mut err = CliError::from(e);
         if err.code == exit::BUSY {
+            let held = match permits {
+                Some(permits) => format!("all {permits} permits held"),
+                None => "held by another owner".to_owned(),
+            };
             err.message = format!(
-                "{resource} is busy (held by another owner; waited {:.1?}): {}",
+                "{resource} is busy ({held}; waited {:.1?}): {}",
                 start.elapsed(),
                 err.message
             );

@@ -2047,3 +2047,112 @@ async fn a_signal_during_an_acquire_leaves_no_key_behind() {
     );
     cluster.resume(1);
 }
+
+/// `run --permits 2`: three commands that each run 1.5 s, started together, run at most two
+/// at a time (each logs its start and end from its own shell), each with its permit's number
+/// in `REDQUORUM_PERMIT` (two at once never share one) and no fencing token; a fourth with
+/// `-n` while two run exits 75 and never runs; nothing is left once they are done.
+///
+/// Mutation: `run` ignoring `--permits` (taking the lock): run, fails (the fourth is refused
+/// as a busy lock, and the three run one at a time).
+#[test]
+fn run_with_permits_runs_at_most_n_commands_at_once() {
+    let cluster = Cluster::start(3);
+    let dir = tempfile::tempdir().expect("tempdir");
+    let log = dir.path().join("log");
+    let script = format!(
+        "echo \"start $REDQUORUM_PERMIT ${{REDQUORUM_FENCING_TOKEN:-none}} $(date +%s%N)\" >> {log}; \
+         sleep 1.5; echo \"end $REDQUORUM_PERMIT x $(date +%s%N)\" >> {log}",
+        log = log.display()
+    );
+    let mut runs: Vec<Child> = (0..3)
+        .map(|_| {
+            redquorum(&cluster, dir.path())
+                .args([
+                    "run",
+                    "--permits",
+                    "2",
+                    "--wait",
+                    "20s",
+                    "pool",
+                    "--",
+                    "sh",
+                    "-c",
+                ])
+                .arg(&script)
+                .spawn()
+                .expect("spawn")
+        })
+        .collect();
+    // While two run, a non-blocking fourth is refused.
+    assert!(wait_until(Duration::from_secs(10), || {
+        std::fs::read_to_string(&log).is_ok_and(|l| l.matches("start").count() >= 2)
+    }));
+    let ran = dir.path().join("fourth-ran");
+    let (code, _, err) = output(
+        redquorum(&cluster, dir.path())
+            .args(["run", "-n", "--permits", "2", "pool", "--", "touch"])
+            .arg(&ran),
+    );
+    // (A command may have ended in between; then the fourth legitimately ran.)
+    if code == 75 {
+        assert!(err.contains("all 2 permits held"), "{err}");
+        assert!(!ran.exists());
+    } else {
+        assert_eq!(code, 0, "{err}");
+    }
+    for run in &mut runs {
+        assert_eq!(wait_exit(run, Duration::from_secs(20)), 0);
+    }
+    let log = std::fs::read_to_string(&log).expect("log");
+    // (time, +1 or -1, permit): the most commands running at once, and permits shared.
+    let mut events: Vec<(u128, i32, String)> = log
+        .lines()
+        .map(|line| {
+            let parts: Vec<&str> = line.split_whitespace().collect();
+            assert_eq!(parts.len(), 4, "{line}");
+            if parts[0] == "start" {
+                assert_eq!(parts[2], "none", "a permit's holder gets no fencing token");
+            }
+            let delta = if parts[0] == "start" { 1 } else { -1 };
+            (parts[3].parse().expect("ns"), delta, parts[1].to_owned())
+        })
+        .collect();
+    events.sort_by_key(|(at, delta, _)| (*at, *delta));
+    let (mut running, mut most) = (Vec::<String>::new(), 0);
+    for (_, delta, permit) in events {
+        if delta > 0 {
+            assert!(
+                !running.contains(&permit),
+                "permit {permit} twice at once: {log}"
+            );
+            assert!(permit == "0" || permit == "1", "{log}");
+            running.push(permit);
+        } else {
+            let at = running.iter().position(|p| *p == permit).expect("started");
+            running.remove(at);
+        }
+        most = most.max(running.len());
+    }
+    assert_eq!(most, 2, "{log}");
+    assert!(lock_keys(&cluster).is_empty(), "{:?}", lock_keys(&cluster));
+    let (code, _, err) = output(redquorum(&cluster, dir.path()).args([
+        "run",
+        "--permits",
+        "0",
+        "pool",
+        "--",
+        "true",
+    ]));
+    assert_eq!(code, 64, "{err}");
+    let (code, _, err) = output(redquorum(&cluster, dir.path()).args([
+        "run",
+        "--permits",
+        "257",
+        "pool",
+        "--",
+        "true",
+    ]));
+    assert_eq!(code, 64, "{err}");
+    assert!(err.contains("maximum of 256"), "{err}");
+}
