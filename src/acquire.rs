@@ -24,7 +24,7 @@ use crate::release::{Delete, hand_over_arguments, release_everywhere};
 use crate::report::{NodeOutcome, Report};
 use crate::request::{Command, Request};
 use crate::reseed;
-use crate::resource;
+use crate::resource::{self, KeyLayout};
 use crate::retry::RetryPolicy;
 use crate::round::{self, Round, Stragglers, Wait};
 use crate::scripts;
@@ -72,7 +72,7 @@ pub(crate) async fn acquire(
     policy: &RetryPolicy,
     fencing: bool,
 ) -> Result<Acquired, Error> {
-    let key = resource::lock_key(&shared.config.key_prefix, resource);
+    let key = shared.config.lock_key(resource);
     let started = Instant::now();
     let deadline = policy.wait_limit().and_then(|w| started.checked_add(w));
     let mut attempts = 0u32;
@@ -84,7 +84,7 @@ pub(crate) async fn acquire(
     // (its round is the fenced script) and races for the lock when it is released. The queue
     // is made only once needed: an acquire that wins its first round (the common case) never
     // pays for it.
-    let queues = waits && !fencing;
+    let queues = waits && !fencing && shared.config.key_layout == KeyLayout::Tagged;
     let mut queue: Option<Queue> = None;
     if waits && shared.releases.has_waiters(&channel) {
         // Others of this client already wait for this resource: wait behind them, without a

@@ -102,6 +102,14 @@ impl Builder {
         self
     }
 
+    /// How a resource name becomes its key: [`KeyLayout::Tagged`](crate::KeyLayout) (the
+    /// default, `prefix{resource}`) or [`KeyLayout::Shared`](crate::KeyLayout) (`prefix` +
+    /// `resource`, to share locks with other languages' Redlock clients; plain locks only).
+    pub fn key_layout(mut self, layout: crate::KeyLayout) -> Self {
+        self.config.key_layout = layout;
+        self
+    }
+
     /// The retry policy of [`RedLock::acquire`](crate::RedLock::acquire).
     pub fn retry(mut self, policy: RetryPolicy) -> Self {
         self.config.retry = policy;
@@ -190,6 +198,9 @@ impl Builder {
         }
         if !config.retry.allows_any_attempt() {
             return Err(ConfigError::NoAttempts.into());
+        }
+        if config.fencing {
+            config.needs_tagged_keys("fencing tokens")?;
         }
         let watch = crate::waiting::ReleaseWatch::new(clients.clone());
         let servers = ServerIdentities::new();

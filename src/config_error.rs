@@ -100,6 +100,14 @@ pub enum ConfigError {
         /// The maximum.
         max: u32,
     },
+    /// A feature that keeps keys of its own beside the lock's (fencing, elections,
+    /// semaphores) asked of a client with the [`Shared`](crate::KeyLayout::Shared) key
+    /// layout: other clients do not know those keys, and they could not share the lock's
+    /// hash slot.
+    #[error(
+        "{0} need the tagged key layout; the shared layout (for other clients' locks) offers plain locks only"
+    )]
+    NeedsTaggedKeys(&'static str),
     /// The retry policy allows no attempt at all.
     #[error("the retry policy allows no attempt")]
     NoAttempts,

@@ -64,6 +64,7 @@ impl RedLock {
     pub fn election(&self, resource: impl AsRef<[u8]>, ttl: Duration) -> Result<Election> {
         let resource = resource.as_ref();
         resource::validate(resource)?;
+        self.shared().config.needs_tagged_keys("elections")?;
         let timing = self.shared().config.timing(ttl)?;
         let prefix = &self.shared().config.key_prefix;
         Ok(Election {

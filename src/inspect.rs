@@ -210,7 +210,7 @@ impl RedLock {
         let config = &self.shared().config;
         let prefix = &config.key_prefix;
         let keys = [
-            resource::lock_key(prefix, resource),
+            config.lock_key(resource),
             resource::fence_key(prefix, resource),
             resource::leader_key(prefix, resource),
         ];

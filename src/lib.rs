@@ -106,7 +106,7 @@ pub use permit::MAX_PERMITS;
 pub use quorum::DRIFT_FLOOR;
 pub use redlock::RedLock;
 pub use report::{NodeOutcome, NodeReport, Report};
-pub use resource::{DEFAULT_KEY_PREFIX, MAX_RESOURCE_LEN};
+pub use resource::{DEFAULT_KEY_PREFIX, KeyLayout, MAX_RESOURCE_LEN};
 pub use retry::RetryPolicy;
 pub use semaphore::{Permit, Semaphore};
 pub use settings::{

@@ -340,7 +340,7 @@ impl RedLock {
     }
 
     fn lock_key(&self, resource: &[u8]) -> Vec<u8> {
-        resource::lock_key(&self.shared.config.key_prefix, resource)
+        self.shared.config.lock_key(resource)
     }
 
     /// Every acquire ends here: the arguments are checked before any I/O, the protocol runs,

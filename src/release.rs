@@ -5,7 +5,7 @@ use std::time::Duration;
 use crate::error::Operation;
 use crate::report::{NodeOutcome, Report};
 use crate::request::{Command, Request};
-use crate::resource;
+use crate::resource::{self, KeyLayout};
 use crate::round::{self, Round, Stragglers, Wait};
 use crate::scripts;
 use crate::shared::Shared;
@@ -131,8 +131,13 @@ async fn delete_everywhere(
     let request = match delete {
         // Hand the lock to the first live waiter queued on each node, else delete it; either
         // way publish.
+        // With the shared layout nobody queues, and the keys beside the lock's are not ours
+        // to touch (they could be another client's): no queue keys, so nothing is handed over.
         Delete::Release => compare_and_delete(&scripts::RELEASE)
-            .with_extra_keys(resource::queue_keys(key).into())
+            .with_extra_keys(match shared.config.key_layout {
+                KeyLayout::Tagged => resource::queue_keys(key).into(),
+                KeyLayout::Shared => Vec::new(),
+            })
             .with_payload(hand_over_arguments(key, &release_id, per_node_timeout)),
         // Two empty arguments and no queue: publish nothing, hand nothing over.
         Delete::Silent => {

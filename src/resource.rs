@@ -11,6 +11,44 @@ pub const MAX_RESOURCE_LEN: usize = 1024;
 /// The key prefix used when none is configured.
 pub const DEFAULT_KEY_PREFIX: &str = "redquorum:";
 
+/// How a resource name becomes its lock's key.
+///
+/// ```
+/// # fn demo() -> Result<(), redquorum::Error> {
+/// // Share locks with node-redlock, redsync or pottery: the key is exactly prefix + name.
+/// let rl = redquorum::RedLock::builder(["redis://127.0.0.1:7001"])
+///     .key_prefix("")
+///     .key_layout(redquorum::KeyLayout::Shared)
+///     .build()?;
+/// # Ok(()) }
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[non_exhaustive]
+pub enum KeyLayout {
+    /// `prefix{resource}`: the name is a Redis Cluster hash tag, so every key redquorum keeps
+    /// for one resource (fence counter, leader info, permits, the waiters' queue) shares its
+    /// slot, and no lock key can be another's suffixed key. What every feature needs.
+    #[default]
+    Tagged,
+    /// `prefix` + `resource`, nothing added: the key other Redlock clients use for the same
+    /// name, so a lock taken here blocks theirs and theirs blocks ours (node-redlock and
+    /// redsync use the name as the key; pottery `redlock:` + the name, i.e. prefix
+    /// `redlock:`). Redisson keeps its locks as hashes and cannot share. Fencing, elections and
+    /// semaphores keep keys of their own beside the lock's, which other clients do not know,
+    /// so they are refused ([`ConfigError::NeedsTaggedKeys`]); waiters do not queue on the
+    /// masters (a queue key beside a name other clients own could be one of their locks):
+    /// they wake on the release message and otherwise retry on their timers.
+    Shared,
+}
+
+/// The lock key of `resource` in `layout`.
+pub(crate) fn lock_key_in(layout: KeyLayout, prefix: &[u8], resource: &[u8]) -> Vec<u8> {
+    match layout {
+        KeyLayout::Tagged => lock_key(prefix, resource),
+        KeyLayout::Shared => [prefix, resource].concat(),
+    }
+}
+
 /// Checks a resource name: not empty, at most [`MAX_RESOURCE_LEN`] bytes. Any bytes are allowed.
 pub(crate) fn validate(resource: &[u8]) -> Result<(), ConfigError> {
     if resource.is_empty() {
@@ -330,6 +368,22 @@ mod tests {
             assert_ne!(key, permit(0));
             assert_eq!(channel(&key), format!("{}:released", display(&key)));
         }
+    }
+
+    #[test]
+    fn the_shared_layout_is_exactly_prefix_and_name() {
+        assert_eq!(
+            lock_key_in(KeyLayout::Shared, b"", b"jobs:nightly"),
+            b"jobs:nightly"
+        );
+        assert_eq!(
+            lock_key_in(KeyLayout::Shared, b"redlock:", b"nightly"),
+            b"redlock:nightly"
+        );
+        assert_eq!(
+            lock_key_in(KeyLayout::Tagged, b"p:", b"nightly"),
+            lock_key(b"p:", b"nightly")
+        );
     }
 
     #[test]

@@ -41,6 +41,7 @@ impl RedLock {
     pub fn semaphore(&self, name: impl AsRef<[u8]>, permits: u32) -> Result<Semaphore> {
         let name = name.as_ref();
         resource::validate(name)?;
+        self.shared().config.needs_tagged_keys("semaphores")?;
         if permits == 0 {
             return Err(ConfigError::NoPermits.into());
         }

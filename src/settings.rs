@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use crate::config_error::ConfigError;
 use crate::quorum;
-use crate::resource::DEFAULT_KEY_PREFIX;
+use crate::resource::{DEFAULT_KEY_PREFIX, KeyLayout};
 use crate::retry::RetryPolicy;
 
 /// The default drift factor: 1 % of the ttl (plus 2 ms) is allowed for clock drift.
@@ -28,6 +28,7 @@ pub(crate) struct Config {
     pub(crate) connect_timeout: Duration,
     pub(crate) min_validity: Duration,
     pub(crate) key_prefix: Vec<u8>,
+    pub(crate) key_layout: KeyLayout,
     pub(crate) retry: RetryPolicy,
     pub(crate) restart_grace: Option<Duration>,
     pub(crate) fencing: bool,
@@ -58,6 +59,19 @@ impl Timing {
 }
 
 impl Config {
+    /// The lock key of `resource` in this client's layout.
+    pub(crate) fn lock_key(&self, resource: &[u8]) -> Vec<u8> {
+        crate::resource::lock_key_in(self.key_layout, &self.key_prefix, resource)
+    }
+
+    /// [`ConfigError::NeedsTaggedKeys`] for `feature` unless the layout is tagged.
+    pub(crate) fn needs_tagged_keys(&self, feature: &'static str) -> Result<(), ConfigError> {
+        match self.key_layout {
+            KeyLayout::Tagged => Ok(()),
+            KeyLayout::Shared => Err(ConfigError::NeedsTaggedKeys(feature)),
+        }
+    }
+
     /// Checks a ttl against this configuration and derives the per-call numbers.
     pub(crate) fn timing(&self, ttl: Duration) -> Result<Timing, ConfigError> {
         if ttl > MAX_TTL {
@@ -94,6 +108,7 @@ impl Default for Config {
             connect_timeout: DEFAULT_CONNECT_TIMEOUT,
             min_validity: Duration::ZERO,
             key_prefix: DEFAULT_KEY_PREFIX.as_bytes().to_vec(),
+            key_layout: KeyLayout::Tagged,
             retry: RetryPolicy::default(),
             restart_grace: None,
             fencing: false,

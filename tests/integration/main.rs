@@ -8,6 +8,7 @@ mod failures;
 mod fencing;
 mod handoff;
 mod identity;
+mod interop;
 mod leases;
 mod lifecycle;
 mod metric_recording;

@@ -1,0 +1,135 @@
+//! Sharing a lock with another language's Redlock client: node-redlock (v4, from npm, installed
+//! by `.ci/test` into `tests/interop/node_modules`) against redquorum's shared key layout, on
+//! five real masters, each blocking the other both ways.
+
+use std::io::{BufRead, BufReader, Write};
+use std::path::PathBuf;
+use std::process::{Child, ChildStdout, Command, Stdio};
+use std::time::Duration;
+
+use redquorum::{ConfigError, Error, KeyLayout, RedLock};
+use redquorum_testkit::Cluster;
+
+const RESOURCE: &str = "jobs:nightly";
+const TTL: Duration = Duration::from_secs(10);
+
+/// A running peer, killed (by its pid) if the test ends before it does, also on a panic.
+struct Peer(Child);
+
+impl Drop for Peer {
+    fn drop(&mut self) {
+        if matches!(self.0.try_wait(), Ok(None)) {
+            let _ = self.0.kill();
+        }
+        let _ = self.0.wait();
+    }
+}
+
+/// The node-redlock peer, or a panic that says how to install it: never skipped.
+fn peer(cluster: &Cluster, mode: &str) -> (Peer, BufReader<ChildStdout>) {
+    let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/interop");
+    assert!(
+        dir.join("node_modules/redlock").is_dir(),
+        "node-redlock is not installed: run `npm ci --prefix tests/interop` (Node.js 18+), or `bash .ci/test`, which does"
+    );
+    let ports: Vec<String> = (0..cluster.len())
+        .map(|i| cluster.server(i).port().to_string())
+        .collect();
+    let mut child = Command::new("node")
+        .arg(dir.join("redlock-peer.js"))
+        .arg(ports.join(","))
+        .arg(RESOURCE)
+        .arg(mode)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .expect("node on PATH (Node.js 18+; `bash .ci/test` installs it)");
+    let stdout = BufReader::new(child.stdout.take().expect("stdout"));
+    (Peer(child), stdout)
+}
+
+fn next_line(stdout: &mut BufReader<ChildStdout>) -> String {
+    let mut line = String::new();
+    stdout.read_line(&mut line).expect("peer output");
+    line.trim().to_owned()
+}
+
+/// Runs the peer in `try` mode to the end: what it said first.
+fn peer_tries(cluster: &Cluster) -> String {
+    let (mut peer, mut stdout) = peer(cluster, "try");
+    let first = next_line(&mut stdout);
+    assert!(peer.0.wait().expect("peer").success(), "peer said {first}");
+    first
+}
+
+/// Mutation: the shared layout ignored (the key stays `{jobs:nightly}`): redquorum takes the
+/// lock node-redlock holds, and node-redlock the one redquorum holds.
+#[tokio::test]
+async fn a_lock_shared_with_node_redlock_blocks_both_ways() {
+    let cluster = Cluster::start(5);
+    let rl = RedLock::builder(cluster.urls())
+        .key_prefix("")
+        .key_layout(KeyLayout::Shared)
+        .per_node_timeout(Duration::from_millis(250))
+        .build()
+        .expect("config");
+    rl.connect().await.expect("connected");
+
+    // node-redlock holds it: redquorum is refused, and sees node-redlock's value as holder.
+    let (mut holder, mut stdout) = peer(&cluster, "hold");
+    let said = next_line(&mut stdout);
+    let value = said
+        .strip_prefix("acquired ")
+        .expect("node-redlock took it");
+    let on_masters = (0..5)
+        .filter(|i| cluster.get(*i, RESOURCE.as_bytes()).as_deref() == Some(value.as_bytes()))
+        .count();
+    assert!(
+        on_masters >= 3,
+        "node-redlock's key on {on_masters} masters"
+    );
+    let err = rl
+        .try_acquire(RESOURCE, TTL)
+        .await
+        .expect_err("node-redlock holds it");
+    assert!(err.is_conflict(), "{err}");
+    holder
+        .0
+        .stdin
+        .as_mut()
+        .expect("stdin")
+        .write_all(b"release\n")
+        .expect("tell the peer");
+    assert_eq!(next_line(&mut stdout), "released");
+    assert!(holder.0.wait().expect("peer").success());
+
+    // redquorum holds it: node-redlock is refused; released, node-redlock takes it.
+    let lock = rl
+        .try_acquire(RESOURCE, TTL)
+        .await
+        .expect("free after node-redlock released it");
+    assert_eq!(
+        cluster.get(0, RESOURCE.as_bytes()).as_deref(),
+        Some(lock.token().expose().as_bytes()),
+        "the key is exactly the name"
+    );
+    assert_eq!(peer_tries(&cluster), "busy");
+    lock.release().await.expect("release");
+    crate::settled(&rl).await;
+    assert!(peer_tries(&cluster).starts_with("acquired "));
+    assert!(cluster.keys().is_empty(), "{:?}", cluster.keys());
+}
+
+#[test]
+fn the_shared_layout_refuses_what_needs_keys_of_its_own() {
+    let shared = || RedLock::builder(["redis://127.0.0.1:1"]).key_layout(KeyLayout::Shared);
+    let needs_tagged = |result: Result<(), Error>| {
+        matches!(result, Err(Error::Config(ConfigError::NeedsTaggedKeys(_))))
+    };
+    assert!(needs_tagged(shared().fencing(true).build().map(drop)));
+    let rl = shared().build().expect("plain locks are fine");
+    assert!(needs_tagged(
+        rl.election("e", Duration::from_secs(1)).map(drop)
+    ));
+    assert!(needs_tagged(rl.semaphore("s", 2).map(drop)));
+}
