@@ -108,6 +108,26 @@ pub enum ConfigError {
         "{0} need the tagged key layout; the shared layout (for other clients' locks) offers plain locks only"
     )]
     NeedsTaggedKeys(&'static str),
+    /// An operation that hands out no fencing token on a client built with
+    /// [`fencing(true)`](crate::Builder::fencing): its locks would let a stalled holder's
+    /// token be accepted after them.
+    #[error("{0} carry no fencing token, and this client is built with fencing")]
+    Unfenced(&'static str),
+    /// A multi-resource lock of no resources.
+    #[error("a multi-resource lock needs at least one resource")]
+    NoResources,
+    /// The same resource twice in one multi-resource lock.
+    #[error("{0} appears twice in one multi-resource lock")]
+    DuplicateResource(String),
+    /// More resources in one lock than
+    /// [`MAX_RESOURCES_PER_LOCK`](crate::MAX_RESOURCES_PER_LOCK).
+    #[error("{len} resources in one lock are more than the maximum of {max}")]
+    TooManyResources {
+        /// The resources asked for.
+        len: usize,
+        /// The maximum.
+        max: usize,
+    },
     /// The retry policy allows no attempt at all.
     #[error("the retry policy allows no attempt")]
     NoAttempts,

@@ -11,11 +11,12 @@ use crate::shared::Shared;
 use crate::token::Token;
 use crate::verdict::{Rejection, RoundKind};
 
-/// Renews `key` (and `companion`, a key that lives as long as the lock, like an election's
-/// leader info) to `timing.ttl` on every node that still holds `token`. `granted` is the
-/// report of the acquire or extend that last granted the lock: nodes that never took our key
-/// then get it re-added (while the lock is valid, which the caller checked); a node that did
-/// and lost it is evidence for the verdict, never re-added.
+/// Renews `keys` (the lock's key and the keys that live as long as it: an election's leader
+/// info, or the rest of a multi-resource lock's set, all of which must hold the token) to
+/// `timing.ttl` on every node that still holds `token`. `granted` is the report of the acquire
+/// or extend that last granted the lock: nodes that never took our key then get it re-added
+/// (while the lock is valid, which the caller checked; never a set's); a node that did and
+/// lost it is evidence for the verdict, never re-added.
 ///
 /// On a node where a request of an earlier round of this lock is still running (`after`),
 /// the renewal is sent once that request is ordered on the node's connection, so the
@@ -29,16 +30,20 @@ use crate::verdict::{Rejection, RoundKind};
 /// longer, which the lock's release deletes.
 pub(crate) async fn extend(
     shared: &Shared,
-    key: &[u8],
-    token: &Token,
-    companion: Option<&[u8]>,
+    keys: Renewal<'_>,
     granted: &Report,
     timing: &Timing,
     after: Option<&Stragglers>,
 ) -> (Round, Result<(), Rejection>) {
+    let Renewal {
+        key,
+        token,
+        companions,
+        set,
+    } = keys;
     let readd_on: Vec<bool> = granted
         .iter()
-        .map(|r| never_took_our_key(r.outcome()))
+        .map(|r| !set && never_took_our_key(r.outcome()))
         .collect();
     // While our key is not on every node, wait for every answer (each bounded by the per-node
     // timeout): a node re-added after an early decision would stay out of the report, and so
@@ -50,12 +55,16 @@ pub(crate) async fn extend(
     };
     let request = Request::new(
         Operation::Extend,
-        Command::Script(&scripts::EXTEND),
+        Command::Script(if set {
+            &scripts::EXTEND_MANY
+        } else {
+            &scripts::EXTEND
+        }),
         key,
         token,
         NodeOutcome::Extended,
     )
-    .with_extra_keys(companion.iter().map(|k| k.to_vec()).collect())
+    .with_extra_keys(companions)
     .with_number(timing.ttl_ms)
     .readding_on(readd_on);
     let round = round::run_then(
@@ -74,6 +83,18 @@ pub(crate) async fn extend(
         Some(&granted.votes()),
     );
     (round, verdict)
+}
+
+/// What an extend renews: the lock's key and token, and the keys renewed with it.
+pub(crate) struct Renewal<'a> {
+    pub(crate) key: &'a [u8],
+    pub(crate) token: &'a Token,
+    /// Keys renewed with the lock's: an election's leader info (`set: false`), or the other
+    /// keys of a multi-resource lock (`set: true`).
+    pub(crate) companions: Vec<Vec<u8>>,
+    /// The companions are the rest of a multi-resource lock's set: every key must hold the
+    /// token (`scripts::EXTEND_MANY`), and nothing is re-added.
+    pub(crate) set: bool,
 }
 
 /// Whether a node's last answer says for certain that our key never got there: another

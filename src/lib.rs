@@ -51,6 +51,7 @@
 )]
 
 mod acquire;
+mod acquire_many;
 mod builder;
 mod config_error;
 mod confirm;
@@ -64,6 +65,7 @@ mod lease;
 mod lock;
 #[cfg(test)]
 mod model;
+mod multi_lock;
 mod node;
 mod node_error;
 mod node_id;
@@ -91,6 +93,7 @@ mod verdict;
 mod voter;
 mod waiting;
 
+pub use acquire_many::MAX_RESOURCES_PER_LOCK;
 pub use builder::Builder;
 pub use config_error::ConfigError;
 pub use election::{Election, Leadership, Leading};

@@ -10,9 +10,9 @@ use std::sync::Arc;
 use crate::Result;
 use crate::acquire::{Acquired, Cleanup};
 use crate::error::{Error, Failure, Operation};
-use crate::extend::extend;
+use crate::extend::{Renewal, extend};
 use crate::quorum::Deadline;
-use crate::release::{Delete, release};
+use crate::release::{Delete, Judged, release};
 use crate::report::Report;
 use crate::round::Stragglers;
 use crate::settings::Timing;
@@ -59,6 +59,9 @@ pub struct Lock {
     fencing_token: Option<u64>,
     /// A key renewed with the lock's (see [`Lock::set_companion`]).
     companion: Option<Vec<u8>>,
+    /// A multi-resource lock's other resources and keys, renewed and released with the first
+    /// (see [`Lock::set_others`]); empty for a lock on one resource.
+    others: Vec<(Vec<u8>, Vec<u8>)>,
 }
 
 impl Lock {
@@ -78,17 +81,24 @@ impl Lock {
             counted: true,
             fencing_token: acquired.fencing_token,
             companion: None,
+            others: Vec::new(),
         }
     }
 
-    /// The resource this lock holds, as given to `acquire`.
+    /// The resource this lock holds, as given to `acquire` (for a multi-resource lock, the
+    /// first of [`resources`](Self::resources)).
     pub fn resource(&self) -> &[u8] {
         &self.resource
     }
 
     /// The resource for messages, with non-printable bytes escaped.
     pub fn resource_display(&self) -> String {
-        crate::resource::display(&self.resource)
+        let shown: Vec<String> = self
+            .resources()
+            .into_iter()
+            .map(crate::resource::display)
+            .collect();
+        shown.join(" + ")
     }
 
     /// The local deadline: `start + ttl − drift` of the last successful acquire or extend, on
@@ -155,6 +165,31 @@ impl Lock {
     /// it too.
     pub(crate) fn set_companion(&mut self, key: Vec<u8>) {
         self.companion = Some(key);
+    }
+
+    /// The other resources and keys of a multi-resource lock, taken with the first.
+    pub(crate) fn set_others(&mut self, others: Vec<(Vec<u8>, Vec<u8>)>) {
+        self.others = others;
+    }
+
+    /// Every resource this lock holds: the one it was acquired for, or each of a
+    /// multi-resource lock's ([`RedLock::acquire_many`](crate::RedLock::acquire_many)), in the
+    /// order of their keys.
+    pub fn resources(&self) -> Vec<&[u8]> {
+        std::iter::once(self.resource.as_slice())
+            .chain(self.others.iter().map(|(resource, _)| resource.as_slice()))
+            .collect()
+    }
+
+    /// How a release deletes this lock's keys.
+    fn delete(&self) -> Delete {
+        if self.others.is_empty() {
+            Delete::Release
+        } else {
+            Delete::ReleaseMany {
+                others: self.others.iter().map(|(_, key)| key.clone()).collect(),
+            }
+        }
     }
 
     /// How many acquire rounds it took to get the lock.
@@ -224,9 +259,17 @@ impl Lock {
         }
         let (mut round, verdict) = extend(
             &self.shared,
-            &self.key,
-            &self.token,
-            self.companion.as_deref(),
+            Renewal {
+                key: &self.key,
+                token: &self.token,
+                companions: self
+                    .companion
+                    .iter()
+                    .cloned()
+                    .chain(self.others.iter().map(|(_, key)| key.clone()))
+                    .collect(),
+                set: !self.others.is_empty(),
+            },
             &self.report,
             &timing,
             self.stragglers.as_ref(),
@@ -312,8 +355,11 @@ impl Lock {
             &self.token,
             self.timing.per_node_timeout,
             self.stragglers.as_ref(),
-            &self.report,
-            expired_before,
+            Judged {
+                granted: &self.report,
+                expired_before,
+            },
+            &self.delete(),
         )
         .instrument(tracing::debug_span!(
             "redquorum.release",
@@ -342,7 +388,7 @@ impl Lock {
     ) -> Error {
         rejection.error(Failure::new(
             operation,
-            &self.resource,
+            self.resource_display().as_bytes(),
             1,
             started.elapsed(),
             report,
@@ -358,12 +404,13 @@ impl Drop for Lock {
         }
         tracing::debug!(resource = %self.resource_display(), "lock dropped without release; releasing in the background");
         // The cleanup guard's drop does exactly the spawn we need.
+        let delete = self.delete();
         let mut cleanup = Cleanup::arm(
             self.shared.clone(),
             std::mem::take(&mut self.key),
             self.token.clone(),
             self.timing.per_node_timeout,
-            Delete::Release,
+            delete,
         );
         cleanup.after(self.stragglers.take());
         drop(cleanup);

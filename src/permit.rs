@@ -183,7 +183,7 @@ async fn permit_round(
         head.clone(),
         token.clone(),
         timing.per_node_timeout,
-        Delete::GiveBackPermits {
+        Delete::GiveBack {
             others: in_order.clone(),
         },
     );
@@ -246,7 +246,7 @@ async fn permit_round(
                         head,
                         token.clone(),
                         timing.per_node_timeout,
-                        Delete::GiveBackPermits { others },
+                        Delete::GiveBack { others },
                     );
                     give_back.after(round.stragglers.clone());
                     drop(give_back);

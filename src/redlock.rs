@@ -335,7 +335,7 @@ impl RedLock {
 
     /// This client's identity for [`held_locks`]: the address of what all its handles share,
     /// which stays put while any of them (or a lock of theirs) lives.
-    fn client_address(&self) -> usize {
+    pub(crate) fn client_address(&self) -> usize {
         Arc::as_ptr(&self.shared).addr()
     }
 

@@ -12,10 +12,18 @@ use crate::shared::Shared;
 use crate::token::Token;
 use crate::verdict::{Rejection, RoundKind};
 
-/// Releases a held lock: [`release_everywhere`] with the waiters woken, judged against
-/// `granted`, the report of the acquire or extend that last granted it. `expired_before`: the
-/// lock's local deadline had passed when the release began (then it is gone, whatever the
-/// answers).
+/// What a release is judged against.
+pub(crate) struct Judged<'a> {
+    /// The report of the acquire or extend that last granted the lock.
+    pub(crate) granted: &'a Report,
+    /// The lock's local deadline had passed when the release began (then it is gone,
+    /// whatever the answers).
+    pub(crate) expired_before: bool,
+}
+
+/// Releases a held lock (`delete`: [`Delete::Release`], or [`Delete::ReleaseMany`] for a
+/// multi-resource lock): [`release_everywhere`] with the waiters woken, judged as `judged`
+/// says.
 ///
 /// # Cancel safety
 /// As [`release_everywhere`]; the lock's `Drop` releases again in the background.
@@ -25,9 +33,13 @@ pub(crate) async fn release(
     token: &Token,
     per_node_timeout: Duration,
     after: Option<&Stragglers>,
-    granted: &Report,
-    expired_before: bool,
+    judged: Judged<'_>,
+    delete: &Delete,
 ) -> Result<Report, (Rejection, Report)> {
+    let Judged {
+        granted,
+        expired_before,
+    } = judged;
     let granted = granted.votes();
     // Decided as soon as the remaining answers cannot change the verdict: usually at the
     // majority, so one slow or hung master costs a release nothing. A release that began
@@ -42,16 +54,7 @@ pub(crate) async fn release(
             granted: Some(granted.clone()),
         }
     };
-    let round = delete_everywhere(
-        shared,
-        key,
-        token,
-        per_node_timeout,
-        after,
-        &Delete::Release,
-        wait,
-    )
-    .await;
+    let round = delete_everywhere(shared, key, token, per_node_timeout, after, delete, wait).await;
     match round.judge(RoundKind::Release, !expired_before, Some(&granted)) {
         Ok(()) => Ok(round.report),
         Err(rejection) => Err((rejection, round.report)),
@@ -73,10 +76,14 @@ pub(crate) enum Delete {
         keys: Vec<Vec<u8>>,
         arguments: Vec<Vec<u8>>,
     },
-    /// A permit round's cleanup: deletes whichever of the semaphore's permit keys (the
-    /// delete's key and these) holds the token, and publishes on the semaphore's channel when
-    /// it deleted any (`scripts::GIVE_BACK_PERMITS`).
-    GiveBackPermits { others: Vec<Vec<u8>> },
+    /// The release of a multi-resource lock: every key of the set (the delete's key and
+    /// these), compare-and-delete on the first, publishing on each key's channel
+    /// (`scripts::RELEASE_MANY`).
+    ReleaseMany { others: Vec<Vec<u8>> },
+    /// A failed round over several keys (a permit round, a multi-resource acquire): deletes
+    /// whichever of the keys (the delete's key and these) holds the token, and publishes on
+    /// the first key's channel when it deleted any (`scripts::GIVE_BACK_PERMITS`).
+    GiveBack { others: Vec<Vec<u8>> },
 }
 
 /// Compare-and-delete of `key` on every node, waiting for every answer or timeout (but a
@@ -146,7 +153,18 @@ async fn delete_everywhere(
         Delete::SilentAndQueue { keys, arguments } => compare_and_delete(&scripts::UNDO_AND_QUEUE)
             .with_extra_keys(keys.clone())
             .with_payload(arguments.clone()),
-        Delete::GiveBackPermits { others } => compare_and_delete(&scripts::GIVE_BACK_PERMITS)
+        Delete::ReleaseMany { others } => compare_and_delete(&scripts::RELEASE_MANY)
+            .with_extra_keys(others.clone())
+            .with_payload(
+                std::iter::once(release_id.as_bytes().to_vec())
+                    .chain(
+                        std::iter::once(key)
+                            .chain(others.iter().map(Vec::as_slice))
+                            .map(resource::release_channel),
+                    )
+                    .collect(),
+            ),
+        Delete::GiveBack { others } => compare_and_delete(&scripts::GIVE_BACK_PERMITS)
             .with_extra_keys(others.clone())
             .with_payload(vec![
                 resource::release_channel(key),
@@ -157,7 +175,14 @@ async fn delete_everywhere(
     // even for the deletes to be done: its round shares our connections, so each node runs
     // our release first. If a node handed the lock to a waiter of another process instead,
     // ours loses one round there and waits on; the nodes' messages wake the waiter each named.
-    let channel = matches!(delete, Delete::Release).then(|| resource::release_channel(key));
+    let channels: Vec<Vec<u8>> = match delete {
+        Delete::Release => vec![resource::release_channel(key)],
+        Delete::ReleaseMany { others } => std::iter::once(key)
+            .chain(others.iter().map(Vec::as_slice))
+            .map(resource::release_channel)
+            .collect(),
+        Delete::Silent | Delete::SilentAndQueue { .. } | Delete::GiveBack { .. } => Vec::new(),
+    };
     round::run_then(
         &shared.nodes,
         &shared.background,
@@ -166,7 +191,7 @@ async fn delete_everywhere(
         wait,
         after,
         || {
-            if let Some(channel) = &channel {
+            for channel in &channels {
                 shared.releases.released(channel, release_id.as_bytes());
             }
         },

@@ -92,8 +92,11 @@ impl std::fmt::Debug for Lua {
 
 /// Every script sent by hash, for loading them all on a new connection (`QUEUED_ACQUIRE` is
 /// sent whole).
-pub(crate) fn all() -> [&'static Lua; 11] {
+pub(crate) fn all() -> [&'static Lua; 14] {
     [
+        &ACQUIRE_MANY,
+        &EXTEND_MANY,
+        &RELEASE_MANY,
         &ACQUIRE_PERMIT,
         &GIVE_BACK_PERMITS,
         &RELEASE,
@@ -242,6 +245,67 @@ pub(crate) static QUEUED_ACQUIRE: Lua = Lua::sent_whole(concat!(
     "return ttl\n",
 ));
 
+/// `KEYS[1..]` the lock keys of a multi-resource lock; `ARGV[1]` token, `ARGV[2]` ttl in ms.
+///
+/// All or nothing on this master: when any key exists (held, or reserved for a waiter), sets
+/// none and answers that key's remaining ttl (`-3` without expiry); else sets every key to the
+/// token and answers `-1`. A client never holds part of a set on a master, so two clients
+/// asking for overlapping sets in any order cannot deadlock: each round either takes all of a
+/// master's keys or none, and a failed round gives back what it took elsewhere.
+pub(crate) static ACQUIRE_MANY: Lua = Lua::new(concat!(
+    "for _, key in ipairs(KEYS) do\n",
+    "  local ttl = redis.call('PTTL', key)\n",
+    "  if ttl == -1 then return -3 end\n",
+    "  if ttl >= 0 then return ttl end\n",
+    "end\n",
+    "for _, key in ipairs(KEYS) do redis.call('SET', key, ARGV[1], 'PX', ARGV[2]) end\n",
+    "return -1\n",
+));
+
+/// `KEYS[1..]` the lock keys of a multi-resource lock; `ARGV[1]` token, `ARGV[2]` new ttl in
+/// ms. Renews the set only when *every* key holds the token, and answers `-1`; else renews
+/// nothing and answers for the first key that is not ours as `compare_and!` does (`-2`
+/// missing, else its holder's ttl): a master where one key of the set expired or belongs to
+/// someone else does not hold the set, and renewing the others there would extend another
+/// client's key.
+pub(crate) static EXTEND_MANY: Lua = Lua::new(concat!(
+    "for _, key in ipairs(KEYS) do\n",
+    "  local value = redis.call('GET', key)\n",
+    "  if value ~= ARGV[1] then\n",
+    "    if not value then return -2 end\n",
+    "    local ttl = redis.call('PTTL', key)\n",
+    "    if ttl == -1 then return -3 end\n",
+    "    return ttl\n",
+    "  end\n",
+    "end\n",
+    "for _, key in ipairs(KEYS) do redis.call('PEXPIRE', key, ARGV[2]) end\n",
+    "return -1\n",
+));
+
+/// `KEYS[1..]` the lock keys of a multi-resource lock; `ARGV[1]` token, `ARGV[2]` release id,
+/// `ARGV[2 + i]` the release channel of `KEYS[i]` (`resource::release_channel`). The release
+/// of the whole set: deletes every key that holds the token and publishes the release on its
+/// channel, so waiters for any of them wake; answers `-1` when every key was ours, else for
+/// the first key that was not, as `compare_and!` does. Nothing is handed over.
+pub(crate) static RELEASE_MANY: Lua = Lua::new(concat!(
+    "local answer = -1\n",
+    "for i, key in ipairs(KEYS) do\n",
+    "  local value = redis.call('GET', key)\n",
+    "  if value == ARGV[1] then\n",
+    "    redis.call('DEL', key)\n",
+    "    redis.pcall('PUBLISH', ARGV[i + 2], ARGV[2])\n",
+    "  elseif answer == -1 then\n",
+    "    if not value then\n",
+    "      answer = -2\n",
+    "    else\n",
+    "      answer = redis.call('PTTL', key)\n",
+    "      if answer == -1 then answer = -3 end\n",
+    "    end\n",
+    "  end\n",
+    "end\n",
+    "return answer\n",
+));
+
 /// `KEYS[1..P]` the keys of a semaphore's permits, in the order this acquire tries them;
 /// `ARGV[1]` token, `ARGV[2]` ttl in ms, `ARGV[2 + i]` the number of the permit `KEYS[i]`.
 ///
@@ -275,7 +339,7 @@ pub(crate) static GIVE_BACK_PERMITS: Lua = Lua::new(concat!(
     "    given = given + 1\n",
     "  end\n",
     "end\n",
-    "if given > 0 then redis.call('PUBLISH', ARGV[2], ARGV[3]) end\n",
+    "if given > 0 then redis.pcall('PUBLISH', ARGV[2], ARGV[3]) end\n",
     "return -1\n",
 ));
 
@@ -315,8 +379,8 @@ pub(crate) static DEQUEUE: Lua = Lua::new(concat!(
     "return -1\n",
 ));
 
-/// `KEYS[1]` lock key, optional `KEYS[2]` a key that lives as long as the lock (an election's
-/// leader info), `ARGV[1]` token, `ARGV[2]` new ttl in ms, `ARGV[3]` `1` to re-add a missing
+/// `KEYS[1]` lock key, optional `KEYS[2..]` keys that live as long as the lock (an election's
+/// leader info, the other keys of a multi-resource lock), `ARGV[1]` token, `ARGV[2]` new ttl in ms, `ARGV[3]` `1` to re-add a missing
 /// key. Renews the key's ttl (and the companion's) only if it holds our token; with `ARGV[3]`
 /// = `1` and no key at all, sets ours again (`-5`). Never deletes a key, never touches another
 /// owner's.
@@ -330,8 +394,7 @@ pub(crate) static EXTEND: Lua = Lua::new(
     r"
 local value = redis.call('GET', KEYS[1])
 if value == ARGV[1] then
-  redis.call('PEXPIRE', KEYS[1], ARGV[2])
-  if KEYS[2] then redis.call('PEXPIRE', KEYS[2], ARGV[2]) end
+  for i = 1, #KEYS do redis.call('PEXPIRE', KEYS[i], ARGV[2]) end
   return -1
 end
 if not value then

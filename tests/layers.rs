@@ -44,6 +44,7 @@ const LAYERS: &[(&str, &[&str])] = &[
             "release",
             "confirm",
             "acquire",
+            "acquire_many",
             "permit",
             "extend",
             "leader_info",
@@ -59,6 +60,7 @@ const LAYERS: &[(&str, &[&str])] = &[
             "election",
             "inspect",
             "semaphore",
+            "multi_lock",
         ],
     ),
 ];

@@ -239,6 +239,21 @@ async fn the_rule_from_before_the_hand_off_still_waits_and_releases() {
         .release()
         .await
         .expect("release");
+    // Multi-resource locks and semaphores came later, and use nothing the old rule lacks.
+    // (Mutation: `EXISTS` in `ACQUIRE_MANY`, as first written: every master refuses it.)
+    let mut set = holder
+        .try_acquire_many(&["old", "older"], TTL)
+        .await
+        .expect("a set under the old rule");
+    set.extend(TTL).await.expect("extend the set");
+    set.release().await.expect("release the set");
+    let permit = holder
+        .semaphore("pool", 2)
+        .expect("semaphore")
+        .try_acquire(TTL)
+        .await
+        .expect("a permit under the old rule");
+    permit.release().await.expect("release the permit");
     crate::settled(&holder).await;
     crate::settled(&waiter).await;
     cluster.assert_no_keys_under(PREFIX);

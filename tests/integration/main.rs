@@ -11,6 +11,7 @@ mod identity;
 mod interop;
 mod leases;
 mod lifecycle;
+mod many;
 mod metric_recording;
 mod misbehaving;
 mod network;
@@ -31,7 +32,7 @@ pub(crate) use redquorum_testkit::eventually;
 
 pub(crate) const PREFIX: &[u8] = b"redquorum:";
 /// How many Lua scripts redquorum loads on every new connection (`scripts::all`).
-pub(crate) const SCRIPT_COUNT: u64 = 11;
+pub(crate) const SCRIPT_COUNT: u64 = 14;
 
 /// A client over every server of `cluster`, with a per-node timeout generous enough for a
 /// loaded 2-core CI machine.
