@@ -582,7 +582,7 @@ async fn round(
 
 /// The policy's next delay, never past the holder's expiry as the nodes reported it
 /// (`holder_left`), nor past the wait's `deadline`.
-pub(crate) fn retry_delay(
+fn retry_delay(
     shared: &Shared,
     policy: &RetryPolicy,
     deadline: Option<Instant>,
@@ -593,8 +593,45 @@ pub(crate) fn retry_delay(
     policy.delay_before_next(&shared.jitter, holder_left, wait_left)
 }
 
+/// After a failed round of an acquire that does not queue (a permit, a set of resources): the
+/// caller's error when the policy allows no further round (out of attempts, or past its
+/// wait), else how long to wait before the next (never past the earliest expiry the report
+/// shows, nor past the wait).
+///
+/// # Errors
+/// The round's rejection as the caller's error, carrying `report`.
+pub(crate) fn give_up_or_wait(
+    shared: &Shared,
+    policy: &RetryPolicy,
+    (started, deadline): (Instant, Option<Instant>),
+    attempts: u32,
+    resource: &[u8],
+    rejection: Rejection,
+    report: Report,
+) -> Result<Duration, Error> {
+    let now = Instant::now();
+    let out_of_attempts = policy.attempts_limit().is_some_and(|max| attempts >= max);
+    if out_of_attempts || deadline.is_some_and(|d| now >= d) {
+        let failure = Failure::new(
+            Operation::Acquire,
+            resource,
+            attempts,
+            started.elapsed(),
+            report,
+        );
+        return Err(rejection.error(failure));
+    }
+    Ok(retry_delay(
+        shared,
+        policy,
+        deadline,
+        now,
+        holder_expires_in(&report),
+    ))
+}
+
 /// The earliest expiry of another owner's key, as the nodes reported it in a round.
-pub(crate) fn holder_expires_in(report: &Report) -> Option<Duration> {
+fn holder_expires_in(report: &Report) -> Option<Duration> {
     report
         .iter()
         .filter_map(|r| match r.outcome() {

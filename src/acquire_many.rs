@@ -16,8 +16,8 @@
 use std::sync::Arc;
 use std::time::Instant;
 
-use crate::acquire::{Acquired, Cleanup, holder_expires_in, retry_delay};
-use crate::error::{Error, Failure, Operation};
+use crate::acquire::{Acquired, Cleanup, give_up_or_wait};
+use crate::error::{Error, Operation};
 use crate::release::Delete;
 use crate::report::{NodeOutcome, Report};
 use crate::request::{Command, Request};
@@ -69,19 +69,15 @@ pub(crate) async fn acquire_many(
             }
             Err(failed) => failed,
         };
-        let now = Instant::now();
-        let out_of_attempts = policy.attempts_limit().is_some_and(|max| attempts >= max);
-        if out_of_attempts || deadline.is_some_and(|d| now >= d) {
-            let failure = Failure::new(
-                Operation::Acquire,
-                display,
-                attempts,
-                started.elapsed(),
-                report,
-            );
-            return Err(rejection.error(failure));
-        }
-        let delay = retry_delay(shared, policy, deadline, now, holder_expires_in(&report));
+        let delay = give_up_or_wait(
+            shared,
+            policy,
+            (started, deadline),
+            attempts,
+            display,
+            rejection,
+            report,
+        )?;
         tracing::debug!(attempts, ?delay, "multi-resource round failed, retrying");
         tokio::time::sleep(delay).await;
     }

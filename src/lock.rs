@@ -235,14 +235,7 @@ impl Lock {
     /// # Ok(()) }
     /// ```
     pub async fn extend(&mut self, ttl: Duration) -> Result<()> {
-        let started = Instant::now();
-        let result = self.extend_checked(ttl).await;
-        telemetry::operation_finished(
-            Operation::Extend,
-            result.as_ref().map(drop),
-            started.elapsed(),
-        );
-        result
+        telemetry::recorded(Operation::Extend, self.extend_checked(ttl)).await
     }
 
     async fn extend_checked(&mut self, ttl: Duration) -> Result<()> {
@@ -334,14 +327,7 @@ impl Lock {
     /// # }
     /// ```
     pub async fn release(mut self) -> Result<Report> {
-        let started = Instant::now();
-        let result = self.release_checked().await;
-        telemetry::operation_finished(
-            Operation::Release,
-            result.as_ref().map(drop),
-            started.elapsed(),
-        );
-        result
+        telemetry::recorded(Operation::Release, self.release_checked()).await
     }
 
     async fn release_checked(&mut self) -> Result<Report> {

@@ -1,6 +1,6 @@
 //! Several resources as one lock: `RedLock::acquire_many` and its variants.
 
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use crate::acquire_many::{MAX_RESOURCES_PER_LOCK, acquire_many};
 use crate::config_error::ConfigError;
@@ -90,8 +90,7 @@ impl RedLock {
         ttl: Duration,
         policy: &RetryPolicy,
     ) -> Result<Lock> {
-        let started = Instant::now();
-        let result = async {
+        telemetry::recorded(Operation::Acquire, async {
             let config = &self.shared().config;
             if config.fencing {
                 return Err(ConfigError::Unfenced("multi-resource locks").into());
@@ -146,13 +145,7 @@ impl RedLock {
             let mut lock = Lock::new(self.shared().clone(), &first, acquired);
             lock.set_others(others);
             Ok(lock)
-        }
-        .await;
-        telemetry::operation_finished(
-            Operation::Acquire,
-            result.as_ref().map(drop),
-            started.elapsed(),
-        );
-        result
+        })
+        .await
     }
 }

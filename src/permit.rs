@@ -28,12 +28,12 @@ use std::time::Instant;
 
 use rand::RngExt;
 
-use crate::acquire::{Acquired, Cleanup, holder_expires_in, retry_delay};
-use crate::error::{Error, Failure, Operation};
+use crate::acquire::{Acquired, Cleanup, give_up_or_wait};
+use crate::error::{Error, Operation};
 use crate::quorum::Tally;
 use crate::release::Delete;
 use crate::report::{NodeOutcome, NodeReport, Report};
-use crate::request::{Command, Request};
+use crate::request::{Command, Grant, Request};
 use crate::resource;
 use crate::retry::RetryPolicy;
 use crate::round::{self, Round, Wait};
@@ -104,25 +104,15 @@ pub(crate) async fn acquire_permit(
             attempts -= 1;
             continue;
         }
-        let now = Instant::now();
-        let out_of_attempts = policy.attempts_limit().is_some_and(|max| attempts >= max);
-        if out_of_attempts || deadline.is_some_and(|d| now >= d) {
-            let failure = Failure::new(
-                Operation::Acquire,
-                name,
-                attempts,
-                started.elapsed(),
-                failed.report,
-            );
-            return Err(failed.rejection.error(failure));
-        }
-        let delay = retry_delay(
+        let delay = give_up_or_wait(
             shared,
             policy,
-            deadline,
-            now,
-            holder_expires_in(&failed.report),
-        );
+            (started, deadline),
+            attempts,
+            name,
+            failed.rejection,
+            failed.report,
+        )?;
         if subscription.is_none() && shared.config.wait_for_release {
             subscription = Some(
                 shared
@@ -210,7 +200,7 @@ async fn permit_round(
     )
     .await;
     cleanup.after(round.stragglers.clone());
-    let chosen = most_granted(&round);
+    let chosen = most_granted(&round, count);
     round.report = for_permit(&round, chosen);
     let votes = round.report.votes();
     let mut tally = Tally::new(votes.len());
@@ -270,10 +260,13 @@ async fn permit_round(
     }
 }
 
-/// The permit most masters granted in `round` (the lowest number among equals), if any.
-fn most_granted(round: &Round) -> Option<u32> {
+/// The permit most masters granted in `round` among the `permits` there are (the lowest
+/// number among equals), if any.
+fn most_granted(round: &Round, permits: usize) -> Option<u32> {
     let mut counts: HashMap<u64, usize> = HashMap::new();
-    for grant in round.grants.iter().flatten() {
+    // A number no permit has (a server answering nonsense) is never chosen.
+    let real = |grant: &&Grant| usize::try_from(grant.counter).is_ok_and(|n| n < permits);
+    for grant in round.grants.iter().flatten().filter(real) {
         *counts.entry(grant.counter).or_default() += 1;
     }
     counts

@@ -352,8 +352,7 @@ impl RedLock {
         policy: &RetryPolicy,
         fencing: bool,
     ) -> Result<Lock> {
-        let started = Instant::now();
-        let result = async {
+        telemetry::recorded(Operation::Acquire, async {
             resource::validate(resource)?;
             let timing = self.shared.config.timing(ttl)?;
             if !policy.allows_any_attempt() {
@@ -375,14 +374,8 @@ impl RedLock {
                 .instrument(span)
                 .await?;
             Ok(Lock::new(self.shared.clone(), resource, acquired))
-        }
-        .await;
-        telemetry::operation_finished(
-            Operation::Acquire,
-            result.as_ref().map(drop),
-            started.elapsed(),
-        );
-        result
+        })
+        .await
     }
 
     /// Runs `work` while holding `resource` as a [`Lease`](crate::Lease): acquires (retrying as

@@ -143,9 +143,8 @@ impl Semaphore {
     /// # Cancel safety
     /// As [`try_acquire`](Self::try_acquire).
     pub async fn acquire_with(&self, ttl: Duration, policy: &RetryPolicy) -> Result<Permit> {
-        let started = Instant::now();
         let shared = self.redlock.shared();
-        let result = async {
+        telemetry::recorded(Operation::Acquire, async {
             let timing = shared.config.timing(ttl)?;
             if !policy.allows_any_attempt() {
                 return Err(ConfigError::NoAttempts.into());
@@ -156,14 +155,8 @@ impl Semaphore {
                 lock: Lock::new(shared.clone(), &self.name, taken.acquired),
                 index: taken.index,
             })
-        }
-        .await;
-        telemetry::operation_finished(
-            Operation::Acquire,
-            result.as_ref().map(drop),
-            started.elapsed(),
-        );
-        result
+        })
+        .await
     }
 }
 

@@ -100,6 +100,20 @@ pub(crate) fn locks_held(delta: f64) {
 #[cfg(not(feature = "metrics"))]
 pub(crate) fn operation_finished(_: Operation, _: Result<(), &Error>, _: Duration) {}
 
+/// Runs one call of `operation` and records its outcome and duration.
+///
+/// # Cancel safety
+/// As `call`; a call dropped part-way records nothing.
+pub(crate) async fn recorded<T>(
+    operation: Operation,
+    call: impl std::future::Future<Output = Result<T, Error>>,
+) -> Result<T, Error> {
+    let started = std::time::Instant::now();
+    let result = call.await;
+    operation_finished(operation, result.as_ref().map(drop), started.elapsed());
+    result
+}
+
 #[cfg(not(feature = "metrics"))]
 pub(crate) fn round_decided(_: Operation, _: Decision) {}
 
