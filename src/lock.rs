@@ -93,12 +93,7 @@ impl Lock {
 
     /// The resource for messages, with non-printable bytes escaped.
     pub fn resource_display(&self) -> String {
-        let shown: Vec<String> = self
-            .resources()
-            .into_iter()
-            .map(crate::resource::display)
-            .collect();
-        shown.join(" + ")
+        crate::resource::display(&crate::resource::joined(self.resources()))
     }
 
     /// The local deadline: `start + ttl − drift` of the last successful acquire or extend, on
@@ -374,7 +369,7 @@ impl Lock {
     ) -> Error {
         rejection.error(Failure::new(
             operation,
-            self.resource_display().as_bytes(),
+            &crate::resource::joined(self.resources()),
             1,
             started.elapsed(),
             report,

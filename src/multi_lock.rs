@@ -137,10 +137,9 @@ impl RedLock {
             let mut pairs = set.into_iter().map(|(key, resource)| (resource, key));
             let (first, _) = pairs.next().ok_or(ConfigError::NoResources)?;
             let others: Vec<(Vec<u8>, Vec<u8>)> = pairs.collect();
-            let shown: Vec<u8> = std::iter::once(first.as_slice())
-                .chain(others.iter().map(|(r, _)| r.as_slice()))
-                .collect::<Vec<_>>()
-                .join(&b" + "[..]);
+            let shown = resource::joined(
+                std::iter::once(first.as_slice()).chain(others.iter().map(|(r, _)| r.as_slice())),
+            );
             let acquired = acquire_many(self.shared(), &keys, &shown, &timing, policy).await?;
             let mut lock = Lock::new(self.shared().clone(), &first, acquired);
             lock.set_others(others);

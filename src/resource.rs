@@ -237,6 +237,12 @@ pub(crate) fn queue_keys(key: &[u8]) -> [Vec<u8>; 2] {
     [with(b":queue"), with(b":waiters")]
 }
 
+/// Several resource names as one, for messages about a multi-resource lock: `a + b + c`
+/// (raw bytes; shown through [`display`] like a single name).
+pub(crate) fn joined<'a>(resources: impl IntoIterator<Item = &'a [u8]>) -> Vec<u8> {
+    resources.into_iter().collect::<Vec<_>>().join(&b" + "[..])
+}
+
 /// A resource name for messages: UTF-8 shown as is, other bytes escaped.
 pub(crate) fn display(resource: &[u8]) -> String {
     resource.escape_ascii().to_string()

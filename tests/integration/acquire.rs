@@ -307,6 +307,36 @@ async fn binary_resource_names_round_trip_exactly() {
     cluster.assert_no_keys_under(PREFIX);
 }
 
+/// A lock's errors name its resource escaped once, as the acquire's errors do: for a single
+/// lock and for each resource of a set.
+///
+/// Mutation: the lock's failures built from `resource_display()` (already escaped) instead
+/// of the raw names, as this session first did: `\x00` shows as `\\x00`.
+#[tokio::test]
+async fn a_locks_errors_name_its_resources_escaped_once() {
+    let cluster = Cluster::start(3);
+    let rl = client(&cluster, NODE_TIMEOUT);
+    let single = rl.try_acquire(b"bin\0", TTL).await.expect("acquire");
+    let set = rl
+        .try_acquire_many(&[&b"x\0"[..], b"y"], TTL)
+        .await
+        .expect("acquire the set");
+    crate::settled(&rl).await;
+    for key in [lock_key(b"bin\0"), lock_key(b"x\0"), lock_key(b"y")] {
+        for node in 0..3 {
+            let _: i64 = cluster.run(node, redis::cmd("DEL").arg(&key));
+        }
+    }
+    let err = single.release().await.expect_err("the key vanished");
+    assert!(err.to_string().contains("bin\\x00"), "{err}");
+    assert!(!err.to_string().contains("\\\\x00"), "{err}");
+    let err = set.release().await.expect_err("the keys vanished");
+    assert!(err.to_string().contains("x\\x00 + y"), "{err}");
+    assert!(!err.to_string().contains("\\\\x00"), "{err}");
+    crate::settled(&rl).await;
+    cluster.assert_no_keys_under(PREFIX);
+}
+
 /// Property, against a real server: any byte string (seeded random, 1 to 300 bytes, every byte
 /// value) round-trips exactly as the resource name and key.
 #[tokio::test]
