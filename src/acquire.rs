@@ -56,7 +56,8 @@ pub(crate) struct Acquired {
 /// as an attempt or waiting.
 const RESEED_RETRIES: u8 = 3;
 
-/// Takes `resource` (already validated) for `timing`, retrying as `policy` says.
+/// Takes `resource` (already validated; `key` its lock key) for `timing`, retrying as
+/// `policy` says.
 ///
 /// # Errors
 /// The last round's rejection ([`Error::Conflict`], [`Error::NoQuorum`],
@@ -68,11 +69,11 @@ const RESEED_RETRIES: u8 = 3;
 pub(crate) async fn acquire(
     shared: &Arc<Shared>,
     resource: &[u8],
+    key: Vec<u8>,
     timing: &Timing,
     policy: &RetryPolicy,
     fencing: bool,
 ) -> Result<Acquired, Error> {
-    let key = shared.config.lock_key(resource);
     let started = Instant::now();
     let deadline = policy.wait_limit().and_then(|w| started.checked_add(w));
     let mut attempts = 0u32;

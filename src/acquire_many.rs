@@ -7,8 +7,8 @@
 //! waits for between rounds (a failed round gives back what it got on the other masters
 //! before it waits). The verdict is a lock's: a majority of masters granted the whole set,
 //! with validity left. The lock is then one [`Lock`](crate::Lock) whose keys are renewed and
-//! released together (`scripts::EXTEND` renews them all, `scripts::RELEASE_MANY` deletes them
-//! all and wakes the waiters of each).
+//! released together (`scripts::EXTEND_MANY` renews them where every key is still ours,
+//! `scripts::RELEASE_MANY` deletes them all and wakes the waiters of each).
 //!
 //! Waiting is by timed retries (never sleeping past the earliest expiry the masters reported):
 //! a set does not queue on the masters as one lock's waiters do, and is not woken by releases.

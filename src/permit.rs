@@ -47,13 +47,32 @@ use crate::verdict::{Rejection, RoundKind};
 /// (one `SET NX` each, in one script), so the cost of a full semaphore grows with it.
 pub const MAX_PERMITS: u32 = 256;
 
+/// The keys of a semaphore's permits, in permit order, and the channel their releases are
+/// published on: made once per semaphore, not on every acquire.
+#[derive(Debug)]
+pub(crate) struct PermitKeys {
+    keys: Vec<Vec<u8>>,
+    channel: Vec<u8>,
+}
+
+impl PermitKeys {
+    /// The keys of the `permits` permits of the semaphore `name` under `prefix`.
+    pub(crate) fn new(prefix: &[u8], name: &[u8], permits: u32) -> Self {
+        let keys: Vec<Vec<u8>> = (0..permits)
+            .map(|index| resource::permit_key(prefix, name, index))
+            .collect();
+        let channel = resource::release_channel(&resource::permit_key(prefix, name, 0));
+        Self { keys, channel }
+    }
+}
+
 /// A permit taken: the lock on its key, and its number.
 pub(crate) struct TakenPermit {
     pub(crate) acquired: Acquired,
     pub(crate) index: u32,
 }
 
-/// Takes one of the `permits` permits of the semaphore `name` (both already validated) for
+/// Takes one of the permits (`permits`) of the semaphore `name` (already validated) for
 /// `timing`, retrying as `policy` says and waking early when a permit is released.
 ///
 /// # Errors
@@ -66,15 +85,11 @@ pub(crate) struct TakenPermit {
 pub(crate) async fn acquire_permit(
     shared: &Arc<Shared>,
     name: &[u8],
-    permits: u32,
+    permits: &PermitKeys,
     timing: &Timing,
     policy: &RetryPolicy,
 ) -> Result<TakenPermit, Error> {
-    let prefix = &shared.config.key_prefix;
-    let keys: Vec<Vec<u8>> = (0..permits)
-        .map(|index| resource::permit_key(prefix, name, index))
-        .collect();
-    let channel = resource::release_channel(&resource::permit_key(prefix, name, 0));
+    let PermitKeys { keys, channel } = permits;
     let started = Instant::now();
     let deadline = policy.wait_limit().and_then(|w| started.checked_add(w));
     let mut attempts = 0u32;
@@ -82,7 +97,7 @@ pub(crate) async fn acquire_permit(
     let mut split_retries_left = SPLIT_RETRIES;
     loop {
         attempts = attempts.saturating_add(1);
-        let failed = match permit_round(shared, &keys, timing).await {
+        let failed = match permit_round(shared, keys, timing).await {
             Ok((round, token, index)) => {
                 let key = keys.get(index as usize).cloned().unwrap_or_default();
                 let acquired = Acquired {

@@ -359,7 +359,8 @@ impl RedLock {
                 return Err(ConfigError::NoAttempts.into());
             }
             ensure_runtime()?;
-            if held_locks::held_here(self.client_address(), &self.lock_key(resource)) {
+            let key = self.lock_key(resource);
+            if held_locks::held_here(self.client_address(), &key) {
                 return Err(Error::HeldByCaller {
                     resource: resource::display(resource),
                 });
@@ -370,7 +371,7 @@ impl RedLock {
                 ttl_ms = timing.ttl_ms,
                 nodes = self.node_count(),
             );
-            let acquired = acquire(&self.shared, resource, &timing, policy, fencing)
+            let acquired = acquire(&self.shared, resource, key, &timing, policy, fencing)
                 .instrument(span)
                 .await?;
             Ok(Lock::new(self.shared.clone(), resource, acquired))

@@ -1,13 +1,14 @@
 //! Counting semaphores over the same masters: at most P holders at once, each with a permit
 //! that is a lock of its own (see `permit.rs` for why, and for the rounds).
 
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use crate::config_error::ConfigError;
 use crate::error::{Error, Operation};
 use crate::lease::{Lease, LeaseOptions};
 use crate::lock::Lock;
-use crate::permit::{MAX_PERMITS, acquire_permit};
+use crate::permit::{MAX_PERMITS, PermitKeys, acquire_permit};
 use crate::redlock::RedLock;
 use crate::report::Report;
 use crate::retry::RetryPolicy;
@@ -56,6 +57,11 @@ impl RedLock {
             redlock: self.clone(),
             name: name.to_vec(),
             permits,
+            keys: Arc::new(PermitKeys::new(
+                &self.shared().config.key_prefix,
+                name,
+                permits,
+            )),
         })
     }
 }
@@ -74,6 +80,8 @@ pub struct Semaphore {
     redlock: RedLock,
     name: Vec<u8>,
     permits: u32,
+    /// The permits' keys and release channel, made once here rather than on every acquire.
+    keys: Arc<PermitKeys>,
 }
 
 impl Semaphore {
@@ -150,7 +158,7 @@ impl Semaphore {
                 return Err(ConfigError::NoAttempts.into());
             }
             ensure_runtime()?;
-            let taken = acquire_permit(shared, &self.name, self.permits, &timing, policy).await?;
+            let taken = acquire_permit(shared, &self.name, &self.keys, &timing, policy).await?;
             Ok(Permit {
                 lock: Lock::new(shared.clone(), &self.name, taken.acquired),
                 index: taken.index,
