@@ -1,7 +1,10 @@
 //! Leases: a lock kept alive by a background task, with a dependable "you lost it" signal.
 
+use std::fmt;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
+
+use futures::future::BoxFuture;
 
 use tokio::sync::{oneshot, watch};
 use tokio::task::JoinHandle;
@@ -85,8 +88,50 @@ impl LeaseOptions {
 /// What the keep-alive task and the lease's holders share.
 #[derive(Debug)]
 struct Shared {
-    valid_until: watch::Sender<Deadline>,
+    valid_until: watch::Sender<LeaseDeadline>,
     lost: watch::Sender<Option<LostReason>>,
+}
+
+/// A leased lock's deadline, on the clock its lock keeps: a real lock's follows the monotonic
+/// clock and the host's suspends ([`Deadline`]); the test double's follows tokio's clock, so
+/// tests that pause and advance time see its lease lost on time.
+#[derive(Debug, Clone, Copy)]
+pub(crate) enum LeaseDeadline {
+    /// A real lock's.
+    Awake(Deadline),
+    /// The in-memory double's (`crate::testing`).
+    #[cfg_attr(not(feature = "testing"), allow(dead_code))]
+    Tokio(tokio::time::Instant),
+}
+
+impl LeaseDeadline {
+    fn passed(&self) -> bool {
+        match self {
+            Self::Awake(deadline) => deadline.passed(),
+            Self::Tokio(at) => tokio::time::Instant::now() >= *at,
+        }
+    }
+
+    fn instant(&self) -> Instant {
+        match self {
+            Self::Awake(deadline) => deadline.instant(),
+            Self::Tokio(at) => at.into_std(),
+        }
+    }
+}
+
+/// The lock a lease keeps alive (a real one, or the in-memory double's), as the lease needs it
+/// once its renewals stop: to be released. A trait object, so this module knows nothing of the
+/// double's.
+pub(crate) trait Leased: Send + fmt::Debug + 'static {
+    /// Releases the lock as its own `release` does.
+    fn release(self: Box<Self>) -> BoxFuture<'static, Result<Report>>;
+}
+
+impl Leased for Lock {
+    fn release(self: Box<Self>) -> BoxFuture<'static, Result<Report>> {
+        Box::pin(Lock::release(*self))
+    }
 }
 
 /// A cheap, cloneable view of a lease: its deadline and its loss signal. Give it to the code
@@ -103,7 +148,7 @@ struct Shared {
 /// ```
 #[derive(Debug, Clone)]
 pub struct LeaseSignal {
-    valid_until: watch::Receiver<Deadline>,
+    valid_until: watch::Receiver<LeaseDeadline>,
     lost: watch::Receiver<Option<LostReason>>,
     /// Cancelled when the lease is lost or ends (released or dropped).
     ended: CancellationToken,
@@ -212,7 +257,7 @@ pub struct Lease {
     signal: LeaseSignal,
     resource: String,
     stop: Option<oneshot::Sender<()>>,
-    task: Option<JoinHandle<Lock>>,
+    task: Option<JoinHandle<Box<dyn Leased>>>,
 }
 
 impl Lock {
@@ -230,37 +275,89 @@ impl Lock {
     /// # }
     /// ```
     pub fn into_lease(self, options: LeaseOptions) -> Lease {
-        let (valid_until, valid_rx) = watch::channel(self.deadline());
-        let (lost, lost_rx) = watch::channel(None);
-        let shared = Arc::new(Shared { valid_until, lost });
         let resource = self.resource_display();
-        let (stop, stop_rx) = oneshot::channel();
-        let renewed = {
-            let shared = shared.clone();
-            move |lock: &Lock| {
-                shared.valid_until.send_replace(lock.deadline());
-            }
-        };
-        let ended = CancellationToken::new();
-        let lose = {
-            let ended = ended.clone();
-            move |reason: LostReason| {
-                tracing::warn!(%reason, "lease lost");
-                // The token first: whoever `lost()` wakes finds it cancelled.
-                ended.cancel();
-                shared.lost.send_replace(Some(reason));
-            }
-        };
-        let task = tokio::spawn(keep_alive(self, options, renewed, lose, stop_rx));
-        Lease {
-            signal: LeaseSignal {
-                valid_until: valid_rx,
-                lost: lost_rx,
-                ended,
-            },
-            resource,
-            stop: Some(stop),
-            task: Some(task),
+        lease(self, resource, options)
+    }
+}
+
+/// Starts the keep-alive task of `lock` (`resource` for messages), which hands the lock back
+/// when it ends.
+///
+/// # Panics
+/// Outside a tokio runtime, as [`Lock::into_lease`].
+pub(crate) fn lease<L: Renewable + Leased>(
+    lock: L,
+    resource: String,
+    options: LeaseOptions,
+) -> Lease {
+    let (valid_until, valid_rx) = watch::channel(lock.lease_deadline());
+    let (lost, lost_rx) = watch::channel(None);
+    let shared = Arc::new(Shared { valid_until, lost });
+    let (stop, stop_rx) = oneshot::channel();
+    let renewed = {
+        let shared = shared.clone();
+        move |lock: &L| {
+            shared.valid_until.send_replace(lock.lease_deadline());
+        }
+    };
+    let ended = CancellationToken::new();
+    let lose = {
+        let ended = ended.clone();
+        move |reason: LostReason| {
+            tracing::warn!(%reason, "lease lost");
+            // The token first: whoever `lost()` wakes finds it cancelled.
+            ended.cancel();
+            shared.lost.send_replace(Some(reason));
+        }
+    };
+    let task = tokio::spawn(async move {
+        let lock: Box<dyn Leased> =
+            Box::new(keep_alive(lock, options, renewed, lose, stop_rx).await);
+        lock
+    });
+    Lease {
+        signal: LeaseSignal {
+            valid_until: valid_rx,
+            lost: lost_rx,
+            ended,
+        },
+        resource,
+        stop: Some(stop),
+        task: Some(task),
+    }
+}
+
+/// Runs `work` under `lease` as the holder of `key` of `client` (so an acquire of that lock
+/// from within it is refused, see [`held_locks`](crate::held_locks)): the work is cancelled
+/// (dropped) at once when the lease is lost, and the lease is released on every exit path.
+/// `with_lock` of the real client and of the in-memory double both end here.
+///
+/// # Errors
+/// [`Error::LeaseLost`] if the lease was lost while the work ran; as the lock's release after
+/// it finished.
+///
+/// # Cancel safety
+/// Dropping it drops the work and the lease (renewals stop, a best-effort release follows).
+pub(crate) async fn work_under<F, Fut, T>(
+    lease: Lease,
+    client: usize,
+    key: Vec<u8>,
+    work: F,
+) -> Result<T>
+where
+    F: FnOnce(LeaseSignal) -> Fut,
+    Fut: Future<Output = T>,
+{
+    let outcome = tokio::select! {
+        reason = lease.lost() => Err(reason),
+        value = crate::held_locks::holding(client, key, work(lease.signal())) => Ok(value),
+    };
+    match outcome {
+        Ok(value) => lease.release().await.map(|_| value),
+        Err(reason) => {
+            let resource = lease.resource_display().to_owned();
+            let _ = lease.release().await;
+            Err(Error::LeaseLost { resource, reason })
         }
     }
 }
@@ -322,7 +419,7 @@ impl Lease {
             return Err(Error::NoRuntime);
         };
         match task.await {
-            Ok(lock) => lock.release().await,
+            Ok(leased) => leased.release().await,
             // The task panicked or was cancelled with its runtime: its lock was dropped, which
             // scheduled a release if a runtime was left.
             Err(_) => Err(Error::NoRuntime),
@@ -347,13 +444,15 @@ impl Drop for Lease {
 }
 
 /// What the keep-alive task needs of its lock. A seam, so the schedule below is tested in
-/// virtual time (`tokio::time::pause`) with a scripted lock and no servers; [`Lock`] is the
-/// one implementation outside the tests.
-trait Renewable: Send + 'static {
+/// virtual time (`tokio::time::pause`) with a scripted lock and no servers; [`Lock`] and the
+/// in-memory double's lock (`crate::testing`) are the implementations outside the tests.
+pub(crate) trait Renewable: Send + 'static {
     /// The ttl each renewal asks for.
     fn ttl(&self) -> Duration;
     /// The local deadline, on tokio's clock (the same clock as `std`'s outside paused tests).
     fn valid_until(&self) -> tokio::time::Instant;
+    /// The deadline the lease's signal shows, on the lock's own clock.
+    fn lease_deadline(&self) -> LeaseDeadline;
     /// Whether the deadline has passed, read anew: a suspend of the host brings it forward.
     fn is_expired(&self) -> bool;
     /// One extension round.
@@ -367,6 +466,10 @@ impl Renewable for Lock {
 
     fn valid_until(&self) -> tokio::time::Instant {
         Lock::valid_until(self).into()
+    }
+
+    fn lease_deadline(&self) -> LeaseDeadline {
+        LeaseDeadline::Awake(self.deadline())
     }
 
     fn is_expired(&self) -> bool {
@@ -511,6 +614,10 @@ mod tests {
 
         fn valid_until(&self) -> Instant {
             self.valid_until
+        }
+
+        fn lease_deadline(&self) -> LeaseDeadline {
+            LeaseDeadline::Tokio(self.valid_until)
         }
 
         fn is_expired(&self) -> bool {

@@ -38,6 +38,9 @@
 //!   first TLS connection, and one that chose its own keeps it.
 //! - `metrics`: counters, histograms and a gauge through the `metrics` facade (names in the
 //!   README).
+//! - `testing`: [`testing::MemoryLocks`], an in-memory [`LockService`] for unit tests of code
+//!   written against the [`LockService`] and [`HeldLock`] traits (enable it in
+//!   `[dev-dependencies]`).
 //!
 //! The `redquorum` command is its own package, `redquorum-cli`; real local `redis-server`
 //! masters for tests are `redquorum-testkit`.
@@ -63,6 +66,7 @@ mod inspect;
 mod leader_info;
 mod lease;
 mod lock;
+mod lock_service;
 #[cfg(test)]
 mod model;
 mod multi_lock;
@@ -86,6 +90,8 @@ mod server_identity;
 mod settings;
 mod shared;
 pub mod telemetry;
+#[cfg(feature = "testing")]
+pub mod testing;
 #[cfg(any(feature = "tls", feature = "tls-aws-lc-rs"))]
 mod tls;
 mod token;
@@ -102,6 +108,7 @@ pub use inspect::{Holding, Inspection, NodeInspection};
 pub use leader_info::Leader;
 pub use lease::{Lease, LeaseOptions, LeaseSignal};
 pub use lock::Lock;
+pub use lock_service::{HeldLock, LockService};
 pub use node::IntoNode;
 pub use node_error::NodeError;
 pub use node_id::NodeId;

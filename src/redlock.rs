@@ -462,19 +462,7 @@ impl RedLock {
             .await?
             .into_lease(lease);
         // An acquire of this lock from within the work is refused at once (`HeldByCaller`).
-        let held = self.lock_key(resource);
-        let outcome = tokio::select! {
-            reason = lease.lost() => Err(reason),
-            value = held_locks::holding(self.client_address(), held, work(lease.signal())) => Ok(value),
-        };
-        match outcome {
-            Ok(value) => lease.release().await.map(|_| value),
-            Err(reason) => {
-                let resource = lease.resource_display().to_owned();
-                let _ = lease.release().await;
-                Err(Error::LeaseLost { resource, reason })
-            }
-        }
+        crate::lease::work_under(lease, self.client_address(), self.lock_key(resource), work).await
     }
 }
 

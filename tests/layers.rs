@@ -61,6 +61,8 @@ const LAYERS: &[(&str, &[&str])] = &[
             "inspect",
             "semaphore",
             "multi_lock",
+            "lock_service",
+            "testing",
         ],
     ),
 ];

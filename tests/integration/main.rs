@@ -3,6 +3,8 @@
 mod acl;
 mod acquire;
 mod deploy;
+#[cfg(feature = "testing")]
+mod double;
 mod election;
 mod failures;
 mod fencing;
