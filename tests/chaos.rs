@@ -11,7 +11,9 @@ mod chaos;
 
 use std::time::{Duration, Instant};
 
-use chaos::{Action, Figures, Hold, Scenario, overlaps, random_schedule};
+use chaos::{
+    Action, Figures, Hold, PermitHold, Scenario, overlaps, permit_violations, random_schedule,
+};
 use redquorum::RedLock;
 use redquorum_testkit::{Fault, Proxy};
 
@@ -32,6 +34,7 @@ fn scenario(
         contenders: 3,
         schedule,
         aof,
+        permits: None,
     }
 }
 
@@ -268,6 +271,46 @@ async fn scenario_6_quorum_loss_and_recovery() {
     assert!(f.availability() >= 0.95, "{f}");
 }
 
+/// The semaphore under the mixed nemesis: four contenders, each its own client, on a
+/// semaphore of two permits; never more than two holders at once, never two on one permit,
+/// nothing left behind.
+///
+/// Mutation: the permit round keeping the engine's plain tally (grants of any permit added
+/// up, as a per-master count would; `round.tally = tally` dropped in `permit::permit_round`):
+/// run, fails with overlaps (holders beyond the permits). The checker's own mutation is at
+/// `the_permit_checker_counts_violations_exactly`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn scenario_7_semaphore_under_the_mixed_nemesis() {
+    let seed = chaos::seed() + 7;
+    let duration = chaos::duration(Duration::from_secs(6));
+    let schedule = random_schedule(
+        seed,
+        duration,
+        TTL * 3,
+        0.4..0.95,
+        2,
+        &[
+            kill_then_restart_later,
+            pause_then_resume,
+            black_hole,
+            latency_spike,
+            resets,
+        ],
+    );
+    let semaphore = Scenario {
+        contenders: 4,
+        permits: Some(2),
+        ..scenario("7 semaphore of 2, mixed", schedule, duration, false)
+    };
+    let f = chaos::run(semaphore, seed).await;
+    assert_safe(&f);
+    // Availability is measured here, not asserted (92–97 % in runs on this machine): with two
+    // masters of five down, a permit needs all three others to grant the *same* permit, and a
+    // master that still holds a stale grant (a give-back queued behind a slow request) grants
+    // another, so some rounds with a permit free end without a majority. The lock's scenarios
+    // assert ≥ 95 %; the semaphore's safety is what this one is for.
+}
+
 /// A hold recorded by hand, for the negative controls.
 async fn hold(rl: &RedLock) -> (redquorum::Lock, Instant) {
     let lock = rl
@@ -421,6 +464,35 @@ fn the_checker_counts_overlaps_exactly() {
         release_started: t0 + ms(5),
     };
     assert_eq!(overlaps(&[released_early, h(1, 10, 20)]), 0);
+}
+
+/// The semaphore checker: a third hold while two are valid, or a second hold of one permit,
+/// is a violation; holds that only touch are not. Mutation: `>` for `>=` in
+/// `permit_violations` (a third holder allowed): run, fails.
+#[test]
+fn the_permit_checker_counts_violations_exactly() {
+    let t0 = Instant::now();
+    let ms = Duration::from_millis;
+    let h = |index, from: u64, to: u64| PermitHold {
+        index,
+        hold: Hold {
+            holder: 0,
+            acquired: t0 + ms(from),
+            valid_until: t0 + ms(to),
+            release_started: t0 + ms(to + 100),
+        },
+    };
+    assert_eq!(
+        permit_violations(&[h(0, 0, 10), h(1, 5, 20), h(0, 10, 30)], 2),
+        0
+    );
+    assert_eq!(
+        permit_violations(&[h(0, 0, 10), h(1, 5, 20), h(2, 9, 30)], 2),
+        1
+    );
+    assert_eq!(permit_violations(&[h(1, 0, 10), h(1, 5, 20)], 2), 1);
+    assert_eq!(permit_violations(&[h(0, 0, 10), h(0, 10, 20)], 1), 0);
+    assert_eq!(permit_violations(&[h(0, 0, 10), h(0, 9, 20)], 1), 1);
 }
 
 /// A contender's pause between two holds in scenario 5.

@@ -1,18 +1,21 @@
-//! Chaos runs: contenders on one lock, a seeded nemesis, and a checker of the holds.
+//! Chaos runs: contenders on one lock (or on the permits of one semaphore), a seeded nemesis,
+//! and a checker of the holds.
 //!
 //! Every hold is recorded on this process's monotonic clock: `[acquired, end)` where `end` is
 //! the earlier of the lock's `valid_until` and the start of its release (a holder stops acting
-//! at its deadline, as a lease's `lost()` tells it). Two overlapping windows are a violation.
+//! at its deadline, as a lease's `lost()` tells it). Two overlapping windows are a violation;
+//! for a semaphore of P permits, a hold that begins while P others are valid, or while another
+//! of the same permit is.
 #![allow(dead_code, unreachable_pub)]
 
 use std::fmt;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use rand::rngs::StdRng;
 use rand::{RngExt, SeedableRng};
-use redquorum::{Error, NodeOutcome, RedLock};
+use redquorum::{Error, NodeOutcome, Permit, RedLock, Report};
 
 use redquorum_testkit::Cluster;
 use redquorum_testkit::{Fault, Proxy};
@@ -50,6 +53,33 @@ pub fn overlaps(holds: &[Hold]) -> usize {
     count
 }
 
+/// A hold of one permit of a semaphore.
+#[derive(Debug, Clone, Copy)]
+pub struct PermitHold {
+    pub index: u32,
+    pub hold: Hold,
+}
+
+/// Number of holds of a semaphore of `permits` that began while `permits` others were valid,
+/// or while another hold of the same permit was.
+pub fn permit_violations(holds: &[PermitHold], permits: u32) -> usize {
+    holds
+        .iter()
+        .enumerate()
+        .filter(|(i, h)| {
+            let at_once: Vec<&PermitHold> = holds
+                .iter()
+                .enumerate()
+                .filter(|(j, o)| {
+                    j != i && o.hold.acquired <= h.hold.acquired && h.hold.acquired < o.hold.end()
+                })
+                .map(|(_, o)| o)
+                .collect();
+            at_once.len() >= permits as usize || at_once.iter().any(|o| o.index == h.index)
+        })
+        .count()
+}
+
 /// What the nemesis does at one moment.
 #[derive(Debug, Clone, Copy)]
 pub enum Action {
@@ -80,6 +110,9 @@ pub struct Scenario {
     pub contenders: usize,
     pub schedule: Vec<(Duration, Action)>,
     pub aof: bool,
+    /// `Some(P)`: the contenders take permits of a semaphore of P on [`RESOURCE`] instead of
+    /// the lock.
+    pub permits: Option<u32>,
 }
 
 /// The figures of one run.
@@ -93,7 +126,10 @@ pub struct Figures {
     pub conflicts: u64,
     pub no_quorum: u64,
     pub other_errors: u64,
-    /// Single-round attempts made while a majority of nodes was healthy and the lock free.
+    /// Single-round attempts made while a majority of nodes was healthy and the lock free
+    /// (for a semaphore: a permit free), from before the round to after it: an attempt during
+    /// which the nemesis acted is not held against availability (a master killed mid-round
+    /// fails that round, as it should).
     pub attempts_with_majority_and_free: u64,
     pub failures_with_majority_and_free: u64,
     /// Release answers from nodes where another holder owned the key (refused by the compare).
@@ -162,6 +198,7 @@ impl fmt::Display for Figures {
 #[derive(Default)]
 struct Record {
     holds: Vec<Hold>,
+    permit_holds: Vec<PermitHold>,
     latencies: Vec<Duration>,
     figures: Figures,
     /// Tokens of locks whose release every master answered (deleted, or not there): none of
@@ -184,6 +221,11 @@ impl Health {
             .lock()
             .map(|h| h.iter().filter(|x| **x).count() >= self.quorum)
             .unwrap_or(false)
+    }
+
+    /// How many actions the nemesis has taken so far, on any node.
+    fn actions(&self) -> u64 {
+        self.changes.lock().map(|c| c.iter().sum()).unwrap_or(0)
     }
 
     /// Records an action on node `i`; returns how many there have been.
@@ -247,7 +289,7 @@ pub async fn run(scenario: Scenario, seed: u64) -> Figures {
         quorum: 3,
     });
     let record = Arc::new(Mutex::new(Record::default()));
-    let holding = Arc::new(AtomicBool::new(false));
+    let holding = Arc::new(AtomicUsize::new(0));
     let stop = Arc::new(AtomicBool::new(false));
 
     let mut tasks = Vec::new();
@@ -260,7 +302,7 @@ pub async fn run(scenario: Scenario, seed: u64) -> Figures {
             .expect("config");
         tasks.push(tokio::spawn(contend(
             holder,
-            rl,
+            Contender::new(rl, scenario.permits),
             ports.clone(),
             scenario.ttl,
             seed.wrapping_add(holder as u64),
@@ -297,13 +339,14 @@ pub async fn run(scenario: Scenario, seed: u64) -> Figures {
             }
         }
     }
-    // Right after the run, long before any ttl: no key of a cleanly released lock.
+    // Right after the run, long before any ttl: no key of a cleanly released lock (or permit).
     let released_keys_left = {
         let c = cluster.lock().expect("cluster");
         let r = record.lock().expect("record");
-        let key = format!("redquorum:{{{RESOURCE}}}");
-        (0..5)
-            .filter_map(|i| c.get(i, key.as_bytes()))
+        c.keys()
+            .into_iter()
+            .filter(|(_, key)| key.starts_with(PREFIX))
+            .filter_map(|(i, key)| c.get(i, &key))
             .filter(|token| {
                 r.cleanly_released
                     .contains(&*String::from_utf8_lossy(token))
@@ -324,7 +367,10 @@ pub async fn run(scenario: Scenario, seed: u64) -> Figures {
     let mut figures = std::mem::take(&mut r.figures);
     figures.name = scenario.name;
     figures.seed = seed;
-    figures.overlaps = overlaps(&r.holds);
+    figures.overlaps = match scenario.permits {
+        Some(permits) => permit_violations(&r.permit_holds, permits),
+        None => overlaps(&r.holds),
+    };
     figures.keys_left = keys_left;
     figures.released_keys_left = released_keys_left;
     figures.fault_log = fault_log;
@@ -409,29 +455,116 @@ async fn apply(
     }
 }
 
+/// What a contender takes: the lock, or a permit of a semaphore.
+enum Contender {
+    Lock(RedLock),
+    Semaphore(redquorum::Semaphore),
+}
+
+impl Contender {
+    fn new(rl: RedLock, permits: Option<u32>) -> Self {
+        match permits {
+            Some(permits) => Self::Semaphore(rl.semaphore(RESOURCE, permits).expect("semaphore")),
+            None => Self::Lock(rl),
+        }
+    }
+
+    /// How many may hold at once.
+    fn capacity(&self) -> usize {
+        match self {
+            Self::Lock(_) => 1,
+            Self::Semaphore(semaphore) => semaphore.permits() as usize,
+        }
+    }
+
+    async fn try_acquire(&self, ttl: Duration) -> Result<Held, Error> {
+        match self {
+            Self::Lock(rl) => rl.try_acquire(RESOURCE, ttl).await.map(Held::Lock),
+            Self::Semaphore(semaphore) => semaphore.try_acquire(ttl).await.map(Held::Permit),
+        }
+    }
+}
+
+/// A held lock or permit.
+enum Held {
+    Lock(redquorum::Lock),
+    Permit(Permit),
+}
+
+impl Held {
+    fn valid_until(&self) -> Instant {
+        match self {
+            Self::Lock(lock) => lock.valid_until(),
+            Self::Permit(permit) => permit.valid_until(),
+        }
+    }
+
+    fn remaining(&self) -> Duration {
+        match self {
+            Self::Lock(lock) => lock.remaining(),
+            Self::Permit(permit) => permit.remaining(),
+        }
+    }
+
+    fn token(&self) -> String {
+        match self {
+            Self::Lock(lock) => lock.token().expose().to_owned(),
+            Self::Permit(permit) => permit.token().expose().to_owned(),
+        }
+    }
+
+    fn index(&self) -> Option<u32> {
+        match self {
+            Self::Lock(_) => None,
+            Self::Permit(permit) => Some(permit.index()),
+        }
+    }
+
+    /// The key on the masters.
+    fn key(&self) -> String {
+        match self.index() {
+            None => format!("redquorum:{{{RESOURCE}}}"),
+            Some(index) => format!("redquorum:{{{RESOURCE}}}:permit:{index}"),
+        }
+    }
+
+    async fn release(self) -> Result<Report, Error> {
+        match self {
+            Self::Lock(lock) => lock.release().await,
+            Self::Permit(permit) => permit.release().await,
+        }
+    }
+}
+
 #[allow(clippy::too_many_arguments)]
 async fn contend(
     holder: usize,
-    rl: RedLock,
+    contender: Contender,
     ports: Vec<u16>,
     ttl: Duration,
     seed: u64,
     record: Arc<Mutex<Record>>,
     health: Arc<Health>,
-    holding: Arc<AtomicBool>,
+    holding: Arc<AtomicUsize>,
     stop: Arc<AtomicBool>,
 ) {
     let mut rng = StdRng::seed_from_u64(seed);
     while !stop.load(Ordering::Relaxed) {
-        let majority_and_free = health.majority() && !holding.load(Ordering::Acquire);
+        let actions_before = health.actions();
+        let majority_and_free =
+            health.majority() && holding.load(Ordering::Acquire) < contender.capacity();
         let t = Instant::now();
-        let result = rl.try_acquire(RESOURCE, ttl).await;
+        let result = contender.try_acquire(ttl).await;
         let latency = t.elapsed();
+        // Not held against availability: the nemesis acted while the round ran.
+        let majority_and_free =
+            majority_and_free && health.actions() == actions_before && health.majority();
         match result {
             Ok(lock) => {
                 let acquired = Instant::now();
-                holding.store(true, Ordering::Release);
-                let majority_until = majority_holds_until(&ports, lock.token().expose()).await;
+                holding.fetch_add(1, Ordering::AcqRel);
+                let majority_until =
+                    majority_holds_key_until(&ports, &lock.key(), &lock.token()).await;
                 if lock.valid_until() > majority_until {
                     record.lock().expect("record").figures.optimistic_validity += 1;
                 }
@@ -456,8 +589,9 @@ async fn contend(
                 tokio::time::sleep(hold).await;
                 let valid_until = lock.valid_until();
                 let release_started = Instant::now();
-                holding.store(false, Ordering::Release);
-                let token = lock.token().expose().to_owned();
+                holding.fetch_sub(1, Ordering::AcqRel);
+                let token = lock.token();
+                let index = lock.index();
                 let released = lock.release().await;
                 let mut r = record.lock().expect("record");
                 r.figures.holds_to_deadline += u64::from(to_deadline);
@@ -478,12 +612,16 @@ async fn contend(
                 if clean {
                     r.cleanly_released.insert(token);
                 }
-                r.holds.push(Hold {
+                let hold = Hold {
                     holder,
                     acquired,
                     valid_until,
                     release_started,
-                });
+                };
+                match index {
+                    None => r.holds.push(hold),
+                    Some(index) => r.permit_holds.push(PermitHold { index, hold }),
+                }
                 let report = match &released {
                     Ok(report) => Some(report),
                     Err(e) => {
@@ -527,7 +665,12 @@ async fn contend(
 /// directly (not through the proxies). A master that does not answer within 50 ms counts as
 /// holding it for good: down or hung, it cannot grant the lock to anyone else either.
 pub async fn majority_holds_until(ports: &[u16], token: &str) -> Instant {
-    let key = format!("redquorum:{{{RESOURCE}}}");
+    majority_holds_key_until(ports, &format!("redquorum:{{{RESOURCE}}}"), token).await
+}
+
+/// As [`majority_holds_until`], for any key (a permit's).
+pub async fn majority_holds_key_until(ports: &[u16], key: &str, token: &str) -> Instant {
+    let key = key.to_owned();
     let probes = ports.iter().map(|port| {
         let key = key.clone();
         async move {
