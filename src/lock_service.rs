@@ -16,7 +16,9 @@
 
 use std::fmt;
 use std::future::Future;
-use std::time::{Duration, Instant};
+use std::time::Duration;
+
+use tokio::time::Instant;
 
 use crate::Result;
 use crate::lease::{Lease, LeaseOptions, LeaseSignal};
@@ -30,7 +32,10 @@ use crate::retry::RetryPolicy;
 /// in-memory double of the `testing` feature.
 ///
 /// Every method behaves as the [`RedLock`] method of the same name (see there for the errors
-/// and cancel safety).
+/// and cancel safety), with one more bound: the futures are `Send` (so generic code can be
+/// spawned), which asks `with_lock`'s work, its future and its value to be `Send` too. The
+/// trait is not object safe (its methods are generic and return `impl Future`): take it as a
+/// type parameter (`impl LockService`, `S: LockService`), not as `dyn LockService`.
 ///
 /// ```no_run
 /// use std::time::Duration;
@@ -117,12 +122,23 @@ pub trait LockService: Send + Sync {
 /// What code needs of a lock it holds: the deadline, extend, release and the lease of
 /// [`Lock`], as a trait (see [`LockService`]).
 ///
-/// Every method behaves as the [`Lock`] method of the same name.
-pub trait HeldLock: Send + fmt::Debug + 'static {
+/// Every method behaves as the [`Lock`] method of the same name, but for the clock of
+/// [`valid_until`](Self::valid_until).
+pub trait HeldLock: Send + Sync + fmt::Debug + 'static {
     /// The resource, as given to the acquire ([`Lock::resource`]).
     fn resource(&self) -> &[u8];
 
-    /// The local deadline ([`Lock::valid_until`]).
+    /// The resource, with non-printable bytes escaped ([`Lock::resource_display`]).
+    fn resource_display(&self) -> String;
+
+    /// The ttl of the last successful acquire or extend ([`Lock::ttl`]).
+    fn ttl(&self) -> Duration;
+
+    /// The local deadline ([`Lock::valid_until`]) on **tokio's clock**: the same instant as
+    /// the real lock's `std` one outside paused tests, and the one that moves with
+    /// `tokio::time::pause`/`advance` in them. Compare it with `tokio::time::Instant::now()`
+    /// (or use [`remaining`](Self::remaining) and [`is_expired`](Self::is_expired)), so
+    /// the code under test reads the deadline right in virtual time too.
     fn valid_until(&self) -> Instant;
 
     /// Validity left now ([`Lock::remaining`]).
@@ -220,8 +236,16 @@ impl HeldLock for Lock {
         Lock::resource(self)
     }
 
+    fn resource_display(&self) -> String {
+        Lock::resource_display(self)
+    }
+
+    fn ttl(&self) -> Duration {
+        Lock::ttl(self)
+    }
+
     fn valid_until(&self) -> Instant {
-        Lock::valid_until(self)
+        Lock::valid_until(self).into()
     }
 
     fn remaining(&self) -> Duration {

@@ -5,7 +5,8 @@
 //! without servers and meets realistic behaviour:
 //!
 //! - **conflict**: a lock held by another owner refuses with [`Error::Conflict`], after the
-//!   same retry policy (waiters wake when it is released or expires);
+//!   same retry policy (waiters wake when that resource is released or expires;
+//!   [`with_retry_seed`](MemoryLocks::with_retry_seed) replays the same delays);
 //! - **expiry**: a lock is valid for `ttl − drift` on tokio's clock (so `tokio::time::pause`
 //!   and `advance` move it); its key lives `ttl`, after which another owner may take it;
 //!   extend and release of an expired lock fail with [`Error::Expired`];
@@ -19,7 +20,15 @@
 //!
 //! What it is not: a simulation of the protocol. It has one "node" (reports name it
 //! `memory`), no clock drift, no network and no partial failures; safety under those is what
-//! the real client's own tests are for.
+//! the real client's own tests are for. Nor does it queue waiters: the real client hands a
+//! released lock to the first waiter queued for it (so the releaser's own immediate
+//! re-acquire is refused while someone waits), where the double's woken waiters and the
+//! releaser race for it. Code that relies on that order is not tested by the double.
+//!
+//! Time is tokio's: under `#[tokio::test(start_paused = true)]` (tokio's `test-util` feature)
+//! expiries and lease renewals happen as virtual time advances. Read a deadline through
+//! [`HeldLock::valid_until`], [`remaining`](HeldLock::remaining) or
+//! [`is_expired`](HeldLock::is_expired) (tokio's clock), not `std::time::Instant::now()`.
 //!
 //! ```
 //! use std::time::Duration;
@@ -97,23 +106,32 @@ const NODE: &str = "memory";
 #[derive(Clone, Default)]
 pub struct MemoryLocks {
     store: Arc<Store>,
+    /// The client's identity (for `HeldByCaller`): its address, kept when settings change.
+    id: Arc<ClientId>,
     client: Arc<Client>,
 }
 
-/// What every client of one double shares: the keys, and a wake-up for their waiters.
+/// What every client of one double shares: the keys.
 #[derive(Default)]
 struct Store {
     state: Mutex<State>,
-    released: Notify,
 }
 
 #[derive(Default)]
 struct State {
     keys: HashMap<Vec<u8>, Key>,
     fences: HashMap<Vec<u8>, u64>,
+    /// A wake-up per resource waited for: a release wakes only that resource's waiters, as
+    /// the real client's release channel does. One per resource ever waited for (a test's
+    /// handful).
+    waiters: HashMap<Vec<u8>, Arc<Notify>>,
     outage: bool,
     owners: u64,
 }
+
+/// The identity of one client of the double.
+#[derive(Debug, Default)]
+struct ClientId(#[allow(dead_code, reason = "only its address is used")] u8);
 
 /// One held key: who holds it, and when it expires on tokio's clock.
 #[derive(Clone, Copy)]
@@ -122,10 +140,20 @@ struct Key {
     expires: Instant,
 }
 
-/// One client's settings; its address is the client's identity (for `HeldByCaller`).
-#[derive(Default, Clone)]
+/// One client's settings.
+#[derive(Clone)]
 struct Client {
     config: Config,
+    jitter: Arc<Jitter>,
+}
+
+impl Default for Client {
+    fn default() -> Self {
+        Self {
+            config: Config::default(),
+            jitter: Arc::new(Jitter::new(None)),
+        }
+    }
 }
 
 impl State {
@@ -135,7 +163,8 @@ impl State {
         if self
             .keys
             .get(resource)
-            .is_some_and(|key| key.expires <= now)
+            // Redis frees a key once its expiry is in the past, not at it.
+            .is_some_and(|key| key.expires < now)
         {
             self.keys.remove(resource);
         }
@@ -161,22 +190,34 @@ impl Store {
         self.state.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
-    /// Deletes `resource`'s key if `owner` holds it, waking the waiters; what the node said.
+    /// Deletes `resource`'s key if `owner` holds it, waking its waiters; what the node said.
     fn delete(&self, resource: &[u8], owner: u64) -> NodeOutcome {
-        let outcome = {
-            let mut state = self.state();
-            let outcome = state.not_ours(resource, owner, Instant::now());
-            if outcome.is_none() {
-                state.keys.remove(resource);
-            }
-            outcome
-        };
-        match outcome {
+        let mut state = self.state();
+        match state.not_ours(resource, owner, Instant::now()) {
             None => {
-                self.released.notify_waiters();
+                state.keys.remove(resource);
+                state.wake(resource);
                 NodeOutcome::Released
             }
             Some(other) => other,
+        }
+    }
+
+    /// The wake-up of `resource`'s waiters.
+    fn waiters(&self, resource: &[u8]) -> Arc<Notify> {
+        self.state()
+            .waiters
+            .entry(resource.to_vec())
+            .or_default()
+            .clone()
+    }
+}
+
+impl State {
+    /// Wakes the waiters of `resource`.
+    fn wake(&self, resource: &[u8]) {
+        if let Some(waiters) = self.waiters.get(resource) {
+            waiters.notify_waiters();
         }
     }
 }
@@ -193,9 +234,8 @@ impl MemoryLocks {
     pub fn another_client(&self) -> Self {
         Self {
             store: self.store.clone(),
-            client: Arc::new(Client {
-                config: self.client.config.clone(),
-            }),
+            id: Arc::default(),
+            client: self.client.clone(),
         }
     }
 
@@ -218,8 +258,16 @@ impl MemoryLocks {
         self
     }
 
-    /// The settings to change: a client shared with clones is copied first (the copy is
-    /// another client), so the settings of a client in use never change under it.
+    /// Draws the retry delays from a generator seeded with `seed`, so a test replays the same
+    /// waits ([`Builder::retry_seed`](crate::Builder::retry_seed)).
+    pub fn with_retry_seed(mut self, seed: u64) -> Self {
+        Arc::make_mut(&mut self.client).jitter = Arc::new(Jitter::new(Some(seed)));
+        self
+    }
+
+    /// The settings to change: settings shared with clones are copied first, so those of a
+    /// clone in use never change under it. The copy stays the same client (its identity is
+    /// kept).
     fn settings(&mut self) -> &mut Config {
         &mut Arc::make_mut(&mut self.client).config
     }
@@ -229,10 +277,10 @@ impl MemoryLocks {
     /// with [`Error::Expired`], its lease is lost, and another client can take the lock
     /// meanwhile. True if a key was there.
     pub fn forget(&self, resource: impl AsRef<[u8]>) -> bool {
-        let forgotten = self.store.state().keys.remove(resource.as_ref()).is_some();
-        if forgotten {
-            self.store.released.notify_waiters();
-        }
+        let resource = resource.as_ref();
+        let mut state = self.store.state();
+        let forgotten = state.keys.remove(resource).is_some();
+        state.wake(resource);
         forgotten
     }
 
@@ -240,9 +288,12 @@ impl MemoryLocks {
     /// report: the node timed out), as when a majority of masters is unreachable; keys keep
     /// their expiries. A held lock is not lost by an outage until its deadline passes.
     pub fn set_outage(&self, down: bool) {
-        self.store.state().outage = down;
+        let mut state = self.store.state();
+        state.outage = down;
         if !down {
-            self.store.released.notify_waiters();
+            for waiters in state.waiters.values() {
+                waiters.notify_waiters();
+            }
         }
     }
 
@@ -256,7 +307,7 @@ impl MemoryLocks {
     }
 
     fn client_address(&self) -> usize {
-        Arc::as_ptr(&self.client).addr()
+        Arc::as_ptr(&self.id).addr()
     }
 
     async fn acquire_checked(
@@ -280,12 +331,12 @@ impl MemoryLocks {
         let give_up_at = policy
             .wait_limit()
             .and_then(|wait| started.checked_add(wait));
-        let jitter = Jitter::new(None);
+        let waiters = self.store.waiters(resource);
         let mut attempts = 0u32;
         loop {
             attempts = attempts.saturating_add(1);
             // Listening before trying: a release between the try and the wait is not missed.
-            let released = self.store.released.notified();
+            let released = waiters.notified();
             let (rejection, report, holder_left) = match self.attempt(resource, &timing) {
                 Ok(lock) => return Ok(lock),
                 Err(refused) => refused,
@@ -298,7 +349,7 @@ impl MemoryLocks {
                 return Err(rejection.error(failure));
             }
             let wait_left = give_up_at.map(|at| at.saturating_duration_since(now));
-            let delay = policy.delay_before_next(&jitter, holder_left, wait_left);
+            let delay = policy.delay_before_next(&self.client.jitter, holder_left, wait_left);
             tokio::select! {
                 () = tokio::time::sleep(delay) => {}
                 () = released => {}
@@ -455,7 +506,13 @@ impl MemoryLock {
         let expired_before = self.expired();
         if self.store.state().outage {
             let timing = self.client.config.timing(self.ttl)?;
-            return Err(self.failure(Rejection::Outage, Operation::Release, timed_out(&timing)));
+            // A release that began after the deadline is an expiry whatever the answers.
+            let rejection = if expired_before {
+                Rejection::Gone
+            } else {
+                Rejection::Outage
+            };
+            return Err(self.failure(rejection, Operation::Release, timed_out(&timing)));
         }
         let outcome = self.store.delete(&self.resource, self.owner);
         let deleted = matches!(outcome, NodeOutcome::Released);
@@ -469,16 +526,13 @@ impl MemoryLock {
     fn expired(&self) -> bool {
         Instant::now() >= self.deadline
     }
-
-    /// The resource, with non-printable bytes escaped.
-    pub fn resource_display(&self) -> String {
-        resource::display(&self.resource)
-    }
 }
 
 impl Drop for MemoryLock {
     fn drop(&mut self) {
-        if !self.released {
+        // During an outage the real lock's background release reaches no master either: the
+        // key stays until its ttl.
+        if !self.released && !self.store.state().outage {
             self.store.delete(&self.resource, self.owner);
         }
     }
@@ -487,7 +541,7 @@ impl Drop for MemoryLock {
 impl fmt::Debug for MemoryLock {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("MemoryLock")
-            .field("resource", &self.resource_display())
+            .field("resource", &HeldLock::resource_display(self))
             .field("ttl", &self.ttl)
             .field("fencing_token", &self.fencing_token)
             .field("remaining", &HeldLock::remaining(self))
@@ -528,8 +582,16 @@ impl HeldLock for MemoryLock {
         &self.resource
     }
 
-    fn valid_until(&self) -> std::time::Instant {
-        self.deadline.into_std()
+    fn resource_display(&self) -> String {
+        resource::display(&self.resource)
+    }
+
+    fn ttl(&self) -> Duration {
+        self.ttl
+    }
+
+    fn valid_until(&self) -> Instant {
+        self.deadline
     }
 
     fn remaining(&self) -> Duration {
@@ -553,7 +615,7 @@ impl HeldLock for MemoryLock {
     }
 
     fn into_lease(self, options: LeaseOptions) -> Lease {
-        let resource = self.resource_display();
+        let resource = HeldLock::resource_display(&self);
         lease::lease(self, resource, options)
     }
 }
@@ -655,7 +717,7 @@ mod tests {
     const DRIFT: Duration = Duration::from_millis(102);
 
     /// Mutation: a lock valid for the whole ttl (no drift taken off) is not expired yet at
-    /// `ttl − drift`. Mutation: a key that never expires keeps refusing after `ttl`.
+    /// `ttl − drift`. Mutation: a key freed at its expiry (`<=`), 1 ms before Redis frees it.
     #[tokio::test(start_paused = true)]
     async fn a_lock_expires_at_ttl_minus_drift_and_its_key_at_ttl() {
         let a = MemoryLocks::new();
@@ -672,6 +734,12 @@ mod tests {
             .expect_err("the key lives to ttl");
         assert!(busy.is_conflict(), "{busy}");
         tokio::time::advance(DRIFT).await;
+        let busy = b
+            .try_acquire("r", TTL)
+            .await
+            .expect_err("alive at its expiry");
+        assert!(busy.is_conflict(), "{busy}");
+        tokio::time::advance(Duration::from_millis(1)).await;
         let taken = b.try_acquire("r", TTL).await.expect("the key expired");
         let overlapped = lock
             .release()
@@ -807,7 +875,6 @@ mod tests {
             .expect("the work is cancelled before the ttl")
             .expect_err("lost");
         assert!(lost.is_lease_lost(), "{lost}");
-        assert!(!locks.is_held("r"));
     }
 
     /// Mutation: a fence counter that is not raised (set to 1 at every grant) hands a later
@@ -865,7 +932,6 @@ mod tests {
             !locks.is_held("r"),
             "a dropped lock deletes its key at once"
         );
-        assert!(!locks.is_held(""));
     }
 
     /// The retry policy is the real client's: a busy lock is given up after its attempts.
@@ -885,7 +951,91 @@ mod tests {
             .await
             .expect_err("held");
         let waited = within.failure().map(Failure::elapsed).expect("failure");
-        assert!(waited >= Duration::from_secs(1), "{waited:?}");
+        // The last round is at the end of the wait (tokio's timers round up to 1 ms).
+        assert!(
+            waited >= Duration::from_secs(1) && waited <= Duration::from_millis(1001),
+            "{waited:?}"
+        );
         lock.release().await.expect("released");
+    }
+
+    /// Mutation: a release that began after the deadline reported as an outage when no node
+    /// answers (the outage checked first): the real client says `Expired` whatever the
+    /// answers. Mutation: a drop that deletes the key during an outage frees the lock for
+    /// another client, which the real client's unreachable masters never do.
+    #[tokio::test(start_paused = true)]
+    async fn an_outage_neither_hides_an_expiry_nor_frees_a_dropped_lock() {
+        let a = MemoryLocks::new();
+        let b = a.another_client();
+        let late = a.try_acquire("late", TTL).await.expect("free");
+        let dropped = a.try_acquire("dropped", TTL).await.expect("free");
+        a.set_outage(true);
+        tokio::time::advance(TTL - DRIFT).await;
+        let e = late.release().await.expect_err("after its deadline");
+        assert!(e.is_expired(), "{e}");
+        drop(dropped);
+        a.set_outage(false);
+        let busy = b.try_acquire("dropped", TTL).await.expect_err("still held");
+        assert!(busy.is_conflict(), "{busy}");
+    }
+
+    /// Mutation: a release that wakes every resource's waiters (`State::wake` notifying them
+    /// all): a waiter for `r` is woken by each release of `s`, spends an attempt each time,
+    /// and gives up long before its policy's wait.
+    #[tokio::test(start_paused = true)]
+    async fn only_a_release_of_its_resource_wakes_a_waiter() {
+        let a = MemoryLocks::new();
+        let b = a
+            .another_client()
+            .with_retry(RetryPolicy::default().max_attempts(Some(3)))
+            .expect("valid");
+        let held = a.try_acquire("r", TTL).await.expect("free");
+        let waiter = tokio::spawn(async move { b.acquire("r", TTL).await.map(drop) });
+        for _ in 0..10 {
+            tokio::task::yield_now().await;
+            let other = a.try_acquire("s", TTL).await.expect("free");
+            other.release().await.expect("released");
+        }
+        let e = waiter.await.expect("waiter").expect_err("r stays held");
+        let failure = e.failure().expect("failure");
+        assert_eq!(failure.attempts(), 3);
+        assert!(
+            failure.elapsed() >= RetryPolicy::DEFAULT_DELAY * 2,
+            "two retry delays, not woken by the releases of s: {:?}",
+            failure.elapsed()
+        );
+        held.release().await.expect("released");
+    }
+
+    /// Mutation: a settings change that makes a new identity (`self.id = Arc::default()` in
+    /// `settings`, as `Arc::make_mut` of the identity did in the first version): the
+    /// configured clone is another client, whose acquire inside `with_lock` is a conflict
+    /// instead of `HeldByCaller`. Mutation: a retry seed that is not used draws other delays
+    /// on the replay.
+    #[tokio::test(start_paused = true)]
+    async fn settings_keep_the_client_and_a_seed_replays_the_delays() {
+        let locks = MemoryLocks::new();
+        let same = locks
+            .clone()
+            .with_retry(RetryPolicy::default().max_attempts(Some(2)))
+            .expect("valid");
+        let inner = locks
+            .with_lock("r", TTL, async |_signal| {
+                same.try_acquire("r", TTL).await.map(drop)
+            })
+            .await
+            .expect("outer lock");
+        assert!(inner.expect_err("refused").is_held_by_caller());
+
+        let waited = async |seed| {
+            let a = MemoryLocks::new();
+            let b = a.another_client().with_retry_seed(seed);
+            let _held = a.try_acquire("r", TTL).await.expect("free");
+            let e = b.acquire("r", TTL).await.expect_err("held");
+            e.failure().map(Failure::elapsed).expect("failure")
+        };
+        let first = waited(7).await;
+        assert_eq!(waited(7).await, first);
+        assert_ne!(waited(8).await, first, "another seed, other delays");
     }
 }

@@ -108,12 +108,21 @@ async fn scenario<S: LockService>(
     seen.push(("with_lock whose key is lost", kind(&lost)));
 
     let mut kept = a.try_acquire("outage", TTL).await.expect("acquired");
+    let late = a
+        .try_acquire("late", Duration::from_millis(600))
+        .await
+        .expect("acquired");
     faults.outage(true);
     seen.push((
         "acquire in an outage",
         kind(&b.try_acquire("other", TTL).await),
     ));
     seen.push(("extend in an outage", kind(&kept.extend(TTL).await)));
+    tokio::time::sleep(late.remaining() + Duration::from_millis(10)).await;
+    seen.push((
+        "release after the deadline, in an outage",
+        kind(&late.release().await),
+    ));
     faults.outage(false);
     seen.push((
         "still valid after the outage",
@@ -130,7 +139,8 @@ async fn scenario<S: LockService>(
 /// Mutation (in `src/testing.rs`): an extend during an outage answering `Rejection::Gone`
 /// makes the double say "expired" where the real client says "no quorum". Mutation: a
 /// release of a forgotten key that succeeds makes it say "ok" where the real one says
-/// "expired".
+/// "expired". Mutation: a release in an outage that is `NoQuorum` even after the deadline
+/// (the double's first version) says "no quorum" where the real one says "expired".
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_double_meets_the_outcomes_of_five_real_masters() {
     let cluster = Cluster::start(5);
@@ -158,6 +168,7 @@ async fn the_double_meets_the_outcomes_of_five_real_masters() {
         ("with_lock whose key is lost", "lease lost"),
         ("acquire in an outage", "no quorum"),
         ("extend in an outage", "no quorum"),
+        ("release after the deadline, in an outage", "expired"),
         ("still valid after the outage", "ok"),
         ("release after the outage", "ok"),
         ("bad input", "config"),
@@ -171,7 +182,7 @@ async fn the_double_meets_the_outcomes_of_five_real_masters() {
         .lock()
         .expect("not poisoned")
         .assert_no_keys_under(PREFIX);
-    for resource in ["double", "scoped", "outage", "other"] {
+    for resource in ["double", "scoped", "outage", "other", "late"] {
         assert!(!memory.is_held(resource), "{resource} left behind");
     }
 }
@@ -200,7 +211,7 @@ async fn the_readme_example_skips_while_another_instance_runs_it() {
         .await
         .expect("free");
     assert!(!nightly_report(&locks).await.expect("no error"));
-    tokio::time::advance(Duration::from_secs(60)).await; // the other instance died: its key expires
+    tokio::time::advance(Duration::from_secs(61)).await; // the other instance died: its key expired
     assert!(nightly_report(&locks).await.expect("no error"));
     drop(other);
 }
