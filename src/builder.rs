@@ -4,7 +4,8 @@ use std::time::Duration;
 
 use crate::config_error::ConfigError;
 use crate::error::Error;
-use crate::node::{IntoNode, Node};
+use crate::node::Node;
+use crate::node_source::{IntoNode, NodeSource};
 use crate::retry::{Jitter, RetryPolicy};
 use crate::server_identity::ServerIdentities;
 use crate::settings::{Config, MAX_TTL};
@@ -41,7 +42,7 @@ use crate::shared::Shared;
 #[derive(Debug)]
 #[must_use = "a builder does nothing until build() is called"]
 pub struct Builder {
-    nodes: Result<Vec<redis::Client>, ConfigError>,
+    nodes: Result<Vec<NodeSource>, ConfigError>,
     config: Config,
     retry_seed: Option<u64>,
 }
@@ -56,7 +57,7 @@ impl Builder {
             .into_iter()
             .enumerate()
             .map(|(index, node)| {
-                node.into_client()
+                node.into_node()
                     .map_err(|source| ConfigError::InvalidNode { index, source })
             })
             .collect();

@@ -13,11 +13,12 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use redis::aio::MultiplexedConnection;
-use redis::{AsyncConnectionConfig, Client, ConnectionAddr, RedisError};
+use redis::{AsyncConnectionConfig, ConnectionAddr, RedisError};
 use tokio::sync::{Notify, watch};
 
 use crate::node_error::NodeError;
 use crate::node_id::NodeId;
+use crate::node_source::{NodeSource, Place};
 use crate::server_identity::ServerIdentities;
 
 /// The first reconnect delay after a failed connection attempt; it doubles up to
@@ -26,66 +27,6 @@ const RECONNECT_MIN_DELAY: Duration = Duration::from_millis(10);
 /// The longest wait between two reconnect attempts, so a restarted master is back in service
 /// soon after it listens again.
 const RECONNECT_MAX_DELAY: Duration = Duration::from_millis(250);
-
-/// Anything that names a Redis master: a URL (`redis://host:port/db`, `rediss://…` with TLS
-/// compiled in, `unix:///path`), a [`redis::ConnectionInfo`], or an existing [`redis::Client`].
-///
-/// To mix kinds in one list, turn each into a [`redis::Client`] first.
-///
-/// ```
-/// # fn main() -> Result<(), Box<dyn std::error::Error>> {
-/// let third = redis::Client::open("redis://127.0.0.1:7003")?;
-/// let rl = redquorum::RedLock::new([
-///     redis::Client::open("redis://127.0.0.1:7001")?,
-///     redis::Client::open("redis://127.0.0.1:7002")?,
-///     third,
-/// ])?;
-/// assert_eq!(rl.node_count(), 3);
-/// # Ok(()) }
-/// ```
-pub trait IntoNode {
-    /// Turns `self` into a client for one node.
-    ///
-    /// # Errors
-    /// The redis crate's error when a URL cannot be parsed or names an unsupported scheme.
-    fn into_client(self) -> Result<Client, RedisError>;
-}
-
-impl IntoNode for &str {
-    fn into_client(self) -> Result<Client, RedisError> {
-        Client::open(self)
-    }
-}
-
-impl IntoNode for &&str {
-    fn into_client(self) -> Result<Client, RedisError> {
-        Client::open(*self)
-    }
-}
-
-impl IntoNode for String {
-    fn into_client(self) -> Result<Client, RedisError> {
-        Client::open(self)
-    }
-}
-
-impl IntoNode for &String {
-    fn into_client(self) -> Result<Client, RedisError> {
-        Client::open(self.as_str())
-    }
-}
-
-impl IntoNode for redis::ConnectionInfo {
-    fn into_client(self) -> Result<Client, RedisError> {
-        Client::open(self)
-    }
-}
-
-impl IntoNode for Client {
-    fn into_client(self) -> Result<Client, RedisError> {
-        Ok(self)
-    }
-}
 
 /// Where a node's connection stands, as published by its supervisor.
 #[derive(Clone)]
@@ -133,7 +74,7 @@ struct BrokenSignal {
 /// One configured Redis master.
 pub(crate) struct Node {
     id: NodeId,
-    client: Client,
+    source: NodeSource,
     identity: Identity,
     /// Which node speaks for which server, shared by all nodes of one client.
     servers: Arc<ServerIdentities>,
@@ -146,41 +87,59 @@ pub(crate) struct Node {
     suspect: AtomicBool,
 }
 
-/// What makes two node entries the same server, for the duplicate check.
+/// What makes two node entries the same server (or Sentinel group), for the duplicate check.
 #[derive(Debug, Clone, PartialEq, Eq)]
 enum Identity {
     Tcp(String, u16),
     Unix(std::path::PathBuf),
+    /// A master name and its sentinels' places, sorted.
+    Sentinel(String, Vec<Identity>),
+}
+
+impl Identity {
+    /// The identity of an address, and how reports name it.
+    fn of(addr: &ConnectionAddr) -> (Self, String) {
+        match addr {
+            ConnectionAddr::Tcp(host, port) | ConnectionAddr::TcpTls { host, port, .. } => (
+                Self::Tcp(canonical_host(host), *port),
+                format!("{}:{port}", bracket_ipv6(host)),
+            ),
+            ConnectionAddr::Unix(path) => (Self::Unix(path.clone()), path.display().to_string()),
+            // `ConnectionAddr` is non-exhaustive: any future kind is compared by its text.
+            #[allow(unreachable_patterns)]
+            other => (Self::Tcp(other.to_string(), 0), other.to_string()),
+        }
+    }
 }
 
 impl Node {
     pub(crate) fn new(
         index: usize,
-        client: Client,
+        source: NodeSource,
         connect_timeout: Duration,
         restart_grace: Option<Duration>,
         servers: Arc<ServerIdentities>,
     ) -> Self {
-        let addr = client.get_connection_info().addr();
         #[cfg(any(feature = "tls", feature = "tls-aws-lc-rs"))]
-        if matches!(addr, ConnectionAddr::TcpTls { .. }) {
+        if matches!(source.fixed_address(), Some(ConnectionAddr::TcpTls { .. })) {
             crate::tls::ensure_crypto_provider();
         }
-        let (identity, address) = match addr {
-            ConnectionAddr::Tcp(host, port) | ConnectionAddr::TcpTls { host, port, .. } => (
-                Identity::Tcp(canonical_host(host), *port),
-                format!("{}:{port}", bracket_ipv6(host)),
-            ),
-            ConnectionAddr::Unix(path) => {
-                (Identity::Unix(path.clone()), path.display().to_string())
+        let (identity, address) = match source.place() {
+            Place::Address(addr) => Identity::of(addr),
+            Place::Sentinel(master, sentinels) => {
+                let mut places: Vec<Identity> =
+                    sentinels.into_iter().map(|a| Identity::of(a).0).collect();
+                places.sort_by_key(|place| format!("{place:?}"));
+                places.dedup();
+                (
+                    Identity::Sentinel(master.to_owned(), places),
+                    source.sentinel_name().unwrap_or_default(),
+                )
             }
-            // `ConnectionAddr` is non-exhaustive: any future kind is compared by its text.
-            #[allow(unreachable_patterns)]
-            other => (Identity::Tcp(other.to_string(), 0), other.to_string()),
         };
         Self {
             id: NodeId::new(index, address.into()),
-            client,
+            source,
             identity,
             servers,
             connect_timeout,
@@ -207,7 +166,8 @@ impl Node {
     }
 
     /// True when both entries name the same server (same port, and the same host once
-    /// `localhost` and the loopback addresses are treated as one).
+    /// `localhost` and the loopback addresses are treated as one), or the same master of the
+    /// same sentinels.
     pub(crate) fn same_server(&self, other: &Node) -> bool {
         self.identity == other.identity
     }
@@ -307,8 +267,9 @@ impl Node {
             // Every request carries our own, much shorter, per-node timeout.
             .set_response_timeout(None);
         tokio::spawn(supervise(
-            self.client.clone(),
+            self.source.clone(),
             config,
+            self.connect_timeout,
             self.restart_grace.is_some(),
             self.servers.clone(),
             tx,
@@ -316,6 +277,12 @@ impl Node {
             self.id.clone(),
         ));
         LinkHandle { link: rx, broken }
+    }
+
+    /// Whether the server behind this node can change with a failover (Sentinel), so that a
+    /// `READONLY` answer calls for looking the master up again.
+    pub(crate) fn follows_failovers(&self) -> bool {
+        self.source.follows_failovers()
     }
 }
 
@@ -329,9 +296,11 @@ impl fmt::Debug for Node {
 }
 
 /// Keeps one node connected until every caller's handle is gone.
+#[allow(clippy::too_many_arguments)]
 async fn supervise(
-    client: Client,
+    source: NodeSource,
     config: AsyncConnectionConfig,
+    connect_timeout: Duration,
     ask_uptime: bool,
     servers: Arc<ServerIdentities>,
     tx: watch::Sender<Link>,
@@ -341,8 +310,22 @@ async fn supervise(
     let mut delay = RECONNECT_MIN_DELAY;
     let mut generation = 0u64;
     let mut run_id: Option<String> = None;
+    // The grace start of the server last connected to: kept while its `run_id` stays.
+    let mut started: Option<(String, Instant)> = None;
+    let mut server: Option<String> = None;
     loop {
         let attempt = async {
+            // A Sentinel-resolved voter looks its master up at every connection; the lookup
+            // (which also asks the named master its role) is bounded like a connection.
+            let client = tokio::time::timeout(connect_timeout, source.client())
+                .await
+                .map_err(|_| NodeError::TimedOut(connect_timeout))?
+                .map_err(NodeError::Unreachable)?;
+            let address = client.get_connection_info().addr().to_string();
+            if source.follows_failovers() && server.as_deref() != Some(address.as_str()) {
+                tracing::info!(node = %id, master = %address, "the sentinels name this voter's master");
+                server = Some(address.clone());
+            }
             let mut conn = client
                 .get_multiplexed_async_connection_with_config(&config)
                 .await
@@ -351,7 +334,7 @@ async fn supervise(
             // under two names. Only with a restart grace is an answer required; without one, a
             // server that refuses INFO still serves plain locks (its fenced acquires report
             // `NodeError::Unidentified`), and only the builder's address check guards it.
-            let age = match server_age(&mut conn).await {
+            let age = match server_age(&mut conn, ask_uptime).await {
                 Ok(age) => Some(age),
                 Err(err) if ask_uptime || breaks_connection(&err) => {
                     return Err(NodeError::Unreachable(err));
@@ -373,21 +356,27 @@ async fn supervise(
             load_scripts(&mut conn, &id)
                 .await
                 .map_err(NodeError::Unreachable)?;
-            Ok::<_, NodeError>((conn, age))
+            Ok::<_, NodeError>((conn, age, address))
         };
         let result = tokio::select! {
             _ = tx.closed() => return,
             result = attempt => result,
         };
         match result {
-            Ok((conn, age)) => {
+            Ok((conn, age, address)) => {
                 let this_run = age
                     .as_ref()
                     .and_then(|age| age.run_id.as_deref().map(Arc::from));
                 let up_since = age.filter(|_| ask_uptime).map(|age| {
-                    let since = grace_starts(Instant::now(), run_id.as_deref(), &age);
+                    let since = match (&started, &age.run_id) {
+                        (Some((seen, since)), Some(now)) if seen == now => *since,
+                        _ => grace_starts(Instant::now(), run_id.as_deref(), &age),
+                    };
                     if age.uptime.is_none() {
                         tracing::warn!(node = %id, "INFO server has no usable uptime_in_seconds: the restart grace starts now");
+                    }
+                    if let Some(now) = &age.run_id {
+                        started = Some((now.clone(), since));
                     }
                     run_id = age.run_id.or(run_id.take());
                     since
@@ -401,10 +390,18 @@ async fn supervise(
                     up_since,
                     run_id: this_run,
                 }));
+                // A Sentinel-resolved voter also reconnects when the sentinels switch its
+                // master, rather than voting on the demoted server until it refuses writes.
+                let switched = source.switched_from(&address);
+                tokio::pin!(switched);
                 loop {
                     tokio::select! {
                         _ = tx.closed() => return,
                         _ = broken.notify.notified() => {}
+                        () = &mut switched => {
+                            tracing::info!(node = %id, "the sentinels switched this voter's master");
+                            break;
+                        }
                     }
                     if broken.generation.load(Ordering::Acquire) >= generation {
                         break;
@@ -469,6 +466,8 @@ struct ServerAge {
     /// `uptime_in_seconds`, when it is a number of seconds at all (Redis computes it from the
     /// wall clock: a stepped clock can make it negative or absurd).
     uptime: Option<u64>,
+    /// A master promoted from replica since it started (asked only with a restart grace).
+    promoted: bool,
 }
 
 impl ServerAge {
@@ -481,6 +480,12 @@ impl ServerAge {
         Self {
             run_id: field("run_id:").filter(|id| !id.is_empty()),
             uptime: field("uptime_in_seconds:").and_then(|v| v.parse::<u64>().ok()),
+            // A master whose replication history has a second id was a replica once and was
+            // promoted since it started (`second_repl_offset` is -1 otherwise).
+            promoted: field("role:").as_deref() == Some("master")
+                && field("second_repl_offset:")
+                    .and_then(|v| v.parse::<i64>().ok())
+                    .is_some_and(|offset| offset >= 0),
         }
     }
 }
@@ -491,19 +496,37 @@ impl ServerAge {
 ///   our eyes; the grace starts now, whatever its uptime says (a wall-clock reading).
 /// - No usable uptime (negative, unparsable, missing): the grace starts now, so the node is
 ///   quarantined for one grace and then votes, instead of never connecting.
+/// - A master promoted from replica since it started (a failover, as inside a
+///   Sentinel-resolved voter), seen by this client for the first time: its uptime says
+///   nothing of when it became this voter's master, so the grace starts now (once: the
+///   supervisor keeps the start while the `run_id` stays the same).
 /// - Otherwise the uptime is a hint for a server this client never saw before: the start is
 ///   placed `uptime` ago (truncated to whole seconds, so at or after the real start, and a
 ///   grace measured from it never ends early).
 fn grace_starts(now: Instant, previous_run_id: Option<&str>, age: &ServerAge) -> Instant {
     let restarted = previous_run_id.is_some() && previous_run_id != age.run_id.as_deref();
     match age.uptime {
-        Some(uptime) if !restarted => now.checked_sub(Duration::from_secs(uptime)).unwrap_or(now),
+        Some(uptime) if !restarted && !age.promoted => {
+            now.checked_sub(Duration::from_secs(uptime)).unwrap_or(now)
+        }
         _ => now,
     }
 }
 
-async fn server_age(conn: &mut MultiplexedConnection) -> Result<ServerAge, RedisError> {
-    let info: String = redis::cmd("INFO").arg("server").query_async(conn).await?;
+/// `INFO server`, and with `replication` also `INFO replication` (asked apart: a server
+/// before Redis 7 takes one section per `INFO`).
+async fn server_age(
+    conn: &mut MultiplexedConnection,
+    replication: bool,
+) -> Result<ServerAge, RedisError> {
+    let mut info: String = redis::cmd("INFO").arg("server").query_async(conn).await?;
+    if replication {
+        let more: String = redis::cmd("INFO")
+            .arg("replication")
+            .query_async(conn)
+            .await?;
+        info.push_str(&more);
+    }
     Ok(ServerAge::parse(&info))
 }
 
@@ -545,7 +568,7 @@ mod tests {
     fn node(url: &str) -> Node {
         Node::new(
             0,
-            url.into_client().expect("valid url"),
+            crate::IntoNode::into_node(url).expect("valid url"),
             Duration::from_secs(1),
             None,
             ServerIdentities::new(),
@@ -599,6 +622,7 @@ mod restart_grace_tests {
         ServerAge {
             run_id: Some(run_id.to_owned()),
             uptime,
+            promoted: false,
         }
     }
 
@@ -613,9 +637,25 @@ mod restart_grace_tests {
             ServerAge::parse(""),
             ServerAge {
                 run_id: None,
-                uptime: None
+                uptime: None,
+                promoted: false,
             }
         );
+    }
+
+    /// Mutation: `promoted` ignored in `grace_starts`: a promoted master first seen votes at
+    /// once, on the strength of an uptime from before it was this voter's master.
+    #[test]
+    fn a_master_promoted_since_it_started_starts_the_grace_now() {
+        let promoted =
+            "run_id:b\r\nuptime_in_seconds:3600\r\nrole:master\r\nsecond_repl_offset:1234\r\n";
+        assert!(ServerAge::parse(promoted).promoted);
+        let never = "role:master\r\nsecond_repl_offset:-1\r\n";
+        assert!(!ServerAge::parse(never).promoted);
+        let replica = "role:slave\r\nsecond_repl_offset:99\r\n";
+        assert!(!ServerAge::parse(replica).promoted);
+        let now = Instant::now();
+        assert_eq!(grace_starts(now, None, &ServerAge::parse(promoted)), now);
     }
 
     #[test]

@@ -83,10 +83,15 @@ impl Voter for Node {
             // Something came back from the server (or the connection broke): not hung.
             self.set_suspect(false);
             answer.map_err(|err| {
+                let read_only = err.kind() == redis::ErrorKind::Server(ServerErrorKind::ReadOnly);
                 if breaks_connection(&err) {
                     self.report_broken(generation);
-                }
-                if err.kind() == redis::ErrorKind::Server(ServerErrorKind::ReadOnly) {
+                } else if read_only && self.follows_failovers() {
+                    // A failover demoted the server this voter spoke for: reconnect, and the
+                    // sentinels name the new master.
+                    tracing::info!(node = %self.id(), "the voter's server was demoted; looking its master up again");
+                    self.report_broken(generation);
+                } else if read_only {
                     tracing::warn!(
                         node = %self.id(),
                         "node is a read-only replica: Redlock needs N independent masters, \

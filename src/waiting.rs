@@ -15,8 +15,8 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, Weak};
 use std::time::Duration;
 
+use crate::node_source::NodeSource;
 use futures::StreamExt;
-use redis::Client;
 use redis::aio::PubSubSink;
 use tokio::sync::{Notify, watch};
 
@@ -41,7 +41,7 @@ const CLIENT_ID_DIGITS: usize = 8;
 /// Release notifications for one `RedLock`.
 #[derive(Debug)]
 pub(crate) struct ReleaseWatch {
-    clients: Vec<Client>,
+    clients: Vec<NodeSource>,
     shared: Arc<Shared>,
     started: std::sync::Once,
     /// Dropped with the watch: the per-node tasks end.
@@ -128,7 +128,7 @@ pub(crate) struct Subscription {
 }
 
 impl ReleaseWatch {
-    pub(crate) fn new(clients: Vec<Client>) -> Self {
+    pub(crate) fn new(clients: Vec<NodeSource>) -> Self {
         let (tx, rx) = watch::channel(());
         let shared = Arc::new(Shared {
             client: crate::token::Token::generate()
@@ -252,10 +252,10 @@ impl ReleaseWatch {
 
     fn start(&self) {
         self.started.call_once(|| {
-            for (index, client) in self.clients.iter().enumerate() {
+            for (index, source) in self.clients.iter().enumerate() {
                 tokio::spawn(listen(
                     index,
-                    client.clone(),
+                    source.clone(),
                     Arc::downgrade(&self.shared),
                     self.alive.clone(),
                 ));
@@ -365,14 +365,19 @@ impl Drop for Subscription {
 /// and wakes the waiters of every message's channel. Ends when the watch is dropped.
 async fn listen(
     index: usize,
-    client: Client,
+    source: NodeSource,
     shared: Weak<Shared>,
     mut alive: watch::Receiver<()>,
 ) {
     loop {
         let connected = tokio::select! {
             _ = alive.changed() => return,
-            c = tokio::time::timeout(CONNECT_TIMEOUT, client.get_async_pubsub()) => c,
+            // A Sentinel-resolved voter's master is looked up again at every connection. (After
+            // a failover that leaves this connection up on the demoted server, its messages
+            // stop until the connection breaks: waiters fall back to their timed retries.)
+            c = tokio::time::timeout(CONNECT_TIMEOUT, async {
+                source.client().await?.get_async_pubsub().await
+            }) => c,
         };
         if let Ok(Ok(pubsub)) = connected {
             let (mut sink, mut stream) = pubsub.split();

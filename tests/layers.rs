@@ -35,7 +35,7 @@ const LAYERS: &[(&str, &[&str])] = &[
             "held_locks",
         ],
     ),
-    ("io", &["node", "waiting", "reseed", "tls"]),
+    ("io", &["node_source", "node", "waiting", "reseed", "tls"]),
     ("engine", &["request", "voter", "round", "query"]),
     (
         "protocol",

@@ -177,9 +177,11 @@ fn legacy_nodes(text: &str) -> Option<Vec<String>> {
         .filter(|line| !line.is_empty())
         .map(str::to_owned)
         .collect();
-    let urls = nodes
-        .iter()
-        .all(|n| n.starts_with("redis://") || n.starts_with("rediss://"));
+    let urls = nodes.iter().all(|n| {
+        n.starts_with("redis://")
+            || n.starts_with("rediss://")
+            || n.starts_with("redis+sentinel://")
+    });
     (urls && !nodes.is_empty()).then_some(nodes)
 }
 

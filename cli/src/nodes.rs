@@ -59,10 +59,41 @@ fn dev_cluster() -> Result<Vec<String>, CliError> {
     }
 }
 
+/// The nodes, trimmed, empty ones dropped. The list arrives split at every comma, but a
+/// Sentinel voter's URL has commas of its own (`redis+sentinel://h1:p1,h2:p2/master`): a
+/// piece without a scheme continues the URL before it.
 fn clean(nodes: &[String]) -> Vec<String> {
-    nodes
-        .iter()
-        .map(|n| n.trim().to_owned())
-        .filter(|n| !n.is_empty())
-        .collect()
+    let mut joined: Vec<String> = Vec::new();
+    for piece in nodes.iter().map(|n| n.trim()).filter(|n| !n.is_empty()) {
+        match joined.last_mut() {
+            Some(previous) if !piece.contains("://") => {
+                previous.push(',');
+                previous.push_str(piece);
+            }
+            _ => joined.push(piece.to_owned()),
+        }
+    }
+    joined
+}
+
+#[cfg(test)]
+mod tests {
+    use super::clean;
+
+    #[test]
+    fn a_sentinel_voters_commas_do_not_split_it() {
+        let given: Vec<String> =
+            "redis://a:1, redis+sentinel://s1:26379,s2:26379/orders,rediss://b:2"
+                .split(',')
+                .map(str::to_owned)
+                .collect();
+        assert_eq!(
+            clean(&given),
+            [
+                "redis://a:1",
+                "redis+sentinel://s1:26379,s2:26379/orders",
+                "rediss://b:2"
+            ]
+        );
+    }
 }

@@ -112,7 +112,8 @@ impl Server {
                 .arg("--dir")
                 .arg(self.dir.path())
                 .arg("--logfile")
-                .arg(self.dir.path().join("redis.log"));
+                .arg(self.dir.path().join("redis.log"))
+                .args(&self.extra_args);
             return self.launch(cmd);
         }
         cmd.arg("--port")
@@ -327,6 +328,18 @@ impl Cluster {
                 .map(|_| Server::start(Persistence::AofAlways, &[], None, Some(path)))
                 .collect(),
         }
+    }
+
+    /// Adds one server started from the config file at `path` with `extra_args` after it
+    /// (`--sentinel` for a sentinel); returns its index.
+    pub fn add_from_config(&mut self, path: &std::path::Path, extra_args: &[&str]) -> usize {
+        self.servers.push(Server::start(
+            Persistence::None,
+            extra_args,
+            None,
+            Some(path),
+        ));
+        self.servers.len() - 1
     }
 
     /// Starts `n` servers whose clients speak TLS, with the given certificate files. Each also

@@ -7,6 +7,8 @@
 //!   resume and restart any of them; inspect their keys. Every server is ended, by its pid,
 //!   when the `Cluster` is dropped, also when the test panics. The methods panic on failure:
 //!   they are for tests.
+//! - [`SentinelGroup`]: a master, its replica and sentinels watching them, with a forced
+//!   failover, for Sentinel-resolved voters.
 //! - [`Proxy`]: an in-process TCP proxy in front of one server that adds latency, black-holes
 //!   or resets connections (for machines without `tc netem` or iptables).
 //! - [`DevCluster`]: masters that outlive the process that started them, recorded in a state
@@ -18,11 +20,13 @@
 mod cluster;
 mod dev;
 mod proxy;
+mod sentinel;
 mod server;
 mod wait;
 
 pub use cluster::{Cluster, Persistence, Server, TlsFiles};
 pub use dev::{DevCluster, DevError, DevNode, NodeState};
 pub use proxy::{Fault, Proxy};
+pub use sentinel::SentinelGroup;
 pub use server::{free_port, free_ports, redis_server_binary};
 pub use wait::eventually;

@@ -20,6 +20,7 @@ mod network;
 mod readme;
 mod restarts;
 mod semaphore;
+mod sentinel;
 mod tls;
 mod types;
 mod validity;

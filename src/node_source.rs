@@ -1,0 +1,474 @@
+//! Where a voter's server is found: a standalone master at a fixed address, or whatever master
+//! the sentinels of a Redis Sentinel group name at each connection.
+//!
+//! A Sentinel-resolved voter is still one vote. Its master is looked up through its sentinels
+//! (the redis crate's [`SentinelClient`], which also checks that the server it names says it is
+//! a master) whenever the voter connects: at first use, after a broken connection, and after
+//! the server answered `READONLY` (it was demoted by a failover). A failover brings another
+//! server, with another `run_id`, into the voter: one server, one vote, and the restart grace
+//! and the fence re-seeding treat it as a restart of that vote, because it may have lost keys
+//! that were not replicated yet.
+
+use std::fmt;
+use std::sync::Arc;
+use std::time::Duration;
+
+use futures::StreamExt;
+
+use redis::sentinel::{SentinelClient, SentinelNodeConnectionInfo, SentinelServerType};
+use redis::{Client, ConnectionAddr, IntoConnectionInfo, RedisError};
+
+/// How long a broken watch of the sentinels' announcements waits before it tries again.
+const REWATCH_DELAY: Duration = Duration::from_millis(250);
+
+/// The URL scheme of a Sentinel-resolved voter.
+const SENTINEL_SCHEME: &str = "redis+sentinel://";
+
+/// Anything that names one voter: a URL (`redis://host:port/db`, `rediss://…` with TLS
+/// compiled in, `unix:///path`, or `redis+sentinel://host:port,host:port/master` for a master
+/// found through Redis Sentinel), a [`redis::ConnectionInfo`], an existing [`redis::Client`],
+/// a [`SentinelVoter`], or a [`NodeSource`].
+///
+/// URLs of every kind mix in one list; to mix other kinds, turn each into a [`NodeSource`]
+/// first.
+///
+/// ```
+/// # fn main() -> Result<(), Box<dyn std::error::Error>> {
+/// let rl = redquorum::RedLock::new([
+///     "redis://127.0.0.1:7001",
+///     "redis://127.0.0.1:7002",
+///     "redis+sentinel://127.0.0.1:26379,127.0.0.1:26380,127.0.0.1:26381/orders",
+/// ])?;
+/// assert_eq!(rl.node_count(), 3);
+///
+/// use redquorum::IntoNode;
+/// let mixed = redquorum::RedLock::new([
+///     redis::Client::open("redis://127.0.0.1:7001")?.into_node()?,
+///     redquorum::SentinelVoter::new("orders", ["redis://127.0.0.1:26379"])?.into_node()?,
+///     "redis://127.0.0.1:7003".into_node()?,
+/// ])?;
+/// # Ok(()) }
+/// ```
+pub trait IntoNode {
+    /// Turns `self` into the source of one voter.
+    ///
+    /// # Errors
+    /// The redis crate's error when a URL cannot be parsed or names an unsupported scheme,
+    /// or a Sentinel URL names no sentinel or no master.
+    fn into_node(self) -> Result<NodeSource, RedisError>;
+}
+
+/// One voter's server, as given to [`RedLock::new`](crate::RedLock::new): a standalone master,
+/// or the master a Sentinel group names ([`SentinelVoter`]). Opaque; made by [`IntoNode`].
+#[derive(Clone)]
+pub struct NodeSource {
+    kind: Kind,
+}
+
+#[derive(Clone)]
+enum Kind {
+    /// Boxed: a client is large, and a voter is made once.
+    Master(Box<Client>),
+    Sentinel(Arc<Resolver>),
+}
+
+/// The lookup of one Sentinel-resolved voter's master.
+struct Resolver {
+    voter: SentinelVoter,
+    /// The redis crate's client, which keeps a connection to the sentinel that answered
+    /// last; one lookup at a time (the voter's connection and its pub/sub listener share it).
+    client: tokio::sync::Mutex<SentinelClient>,
+}
+
+/// What the duplicate check compares: two entries with the same place name one voter.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum Place<'a> {
+    /// A standalone master's address.
+    Address(&'a ConnectionAddr),
+    /// A Sentinel group's master name and its sentinels' addresses, in the given order.
+    Sentinel(&'a str, Vec<&'a ConnectionAddr>),
+}
+
+impl NodeSource {
+    /// A client for the server this voter speaks for now: the fixed master, or the master
+    /// the sentinels name (checked to say it is a master).
+    ///
+    /// # Errors
+    /// A Sentinel lookup that found no sentinel answering, or none naming a reachable
+    /// master, is the redis crate's error.
+    ///
+    /// # Cancel safety
+    /// Cancel safe: a dropped lookup leaves the sentinel connection cache as the redis
+    /// crate's cancel-safe lookup leaves it.
+    pub(crate) async fn client(&self) -> Result<Client, RedisError> {
+        match &self.kind {
+            Kind::Master(client) => Ok((**client).clone()),
+            Kind::Sentinel(resolver) => resolver.client.lock().await.async_get_client().await,
+        }
+    }
+
+    /// Resolves when the sentinels name another master than `current` (`host:port`, as the
+    /// lookup gave it) for this voter: at once if they already do, else when one announces a
+    /// switch (`+switch-master` naming this master). A demoted master keeps accepting writes
+    /// until the sentinels reconfigure it, which can take seconds; a voter that follows the
+    /// announcement moves its vote to the new master as soon as the sentinels do. Never
+    /// resolves for a standalone master. While no sentinel can be watched, it tries again
+    /// every [`REWATCH_DELAY`] (a demotion still shows as `READONLY`).
+    ///
+    /// # Cancel safety
+    /// Cancel safe: dropping it only stops watching.
+    pub(crate) async fn switched_from(&self, current: &str) {
+        let Kind::Sentinel(resolver) = &self.kind else {
+            return std::future::pending().await;
+        };
+        let master = resolver.voter.master.as_str();
+        loop {
+            match watch_for_switch(resolver, master, current).await {
+                Ok(()) => return,
+                Err(err) => {
+                    tracing::debug!(%master, error = %err, "cannot watch the sentinels; trying again");
+                    tokio::time::sleep(REWATCH_DELAY).await;
+                }
+            }
+        }
+    }
+
+    /// Whether the server behind this voter can change (a failover): a `READONLY` answer
+    /// then means "look the master up again", not "misconfigured".
+    pub(crate) fn follows_failovers(&self) -> bool {
+        matches!(self.kind, Kind::Sentinel(_))
+    }
+
+    /// Where this voter is, for the duplicate check.
+    pub(crate) fn place(&self) -> Place<'_> {
+        match &self.kind {
+            Kind::Master(client) => Place::Address(client.get_connection_info().addr()),
+            Kind::Sentinel(resolver) => Place::Sentinel(
+                &resolver.voter.master,
+                resolver
+                    .voter
+                    .sentinels
+                    .iter()
+                    .map(redis::ConnectionInfo::addr)
+                    .collect(),
+            ),
+        }
+    }
+
+    /// The standalone master's address; `None` for a Sentinel-resolved voter.
+    #[cfg(any(feature = "tls", feature = "tls-aws-lc-rs"))]
+    pub(crate) fn fixed_address(&self) -> Option<&ConnectionAddr> {
+        match &self.kind {
+            Kind::Master(client) => Some(client.get_connection_info().addr()),
+            Kind::Sentinel(_) => None,
+        }
+    }
+
+    /// How reports name a Sentinel-resolved voter: `sentinel <master>@<first sentinel>,…`.
+    pub(crate) fn sentinel_name(&self) -> Option<String> {
+        match &self.kind {
+            Kind::Master(_) => None,
+            Kind::Sentinel(resolver) => Some(resolver.voter.to_string()),
+        }
+    }
+}
+
+/// Subscribes to one sentinel's `+switch-master` announcements, then asks it which master it
+/// names now (a switch just before the subscription is not missed); returns when that is not
+/// `current`, or when an announcement names `master`.
+async fn watch_for_switch(
+    resolver: &Resolver,
+    master: &str,
+    current: &str,
+) -> Result<(), RedisError> {
+    let sentinel = resolver
+        .client
+        .lock()
+        .await
+        .async_get_sentinel_client()
+        .await?;
+    let mut pubsub = sentinel.get_async_pubsub().await?;
+    pubsub.subscribe("+switch-master").await?;
+    let mut conn = sentinel.get_multiplexed_async_connection().await?;
+    let (host, port): (String, u16) = redis::cmd("SENTINEL")
+        .arg("GET-MASTER-ADDR-BY-NAME")
+        .arg(master)
+        .query_async(&mut conn)
+        .await?;
+    if format!("{host}:{port}") != current {
+        return Ok(());
+    }
+    let mut announcements = pubsub.on_message();
+    while let Some(message) = announcements.next().await {
+        // `<master name> <old ip> <old port> <new ip> <new port>`
+        let payload: String = message.get_payload()?;
+        if payload.split(' ').next() == Some(master) {
+            return Ok(());
+        }
+    }
+    Err(RedisError::from((
+        redis::ErrorKind::Io,
+        "the sentinel closed the announcements",
+    )))
+}
+
+impl fmt::Debug for NodeSource {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        // Addresses only: never a URL, which may carry a password.
+        match &self.kind {
+            Kind::Master(client) => f
+                .debug_tuple("Master")
+                .field(&client.get_connection_info().addr().to_string())
+                .finish(),
+            Kind::Sentinel(resolver) => f
+                .debug_tuple("Sentinel")
+                .field(&resolver.voter.to_string())
+                .finish(),
+        }
+    }
+}
+
+/// A voter whose master is found through Redis Sentinel: the master named `master` by the
+/// given sentinels, looked up again after every failover.
+///
+/// Each Sentinel group is **one vote**, however many servers it has: a failover inside it can
+/// lose that voter's key (replication is asynchronous), which costs that one vote, as a
+/// master restarting empty does; the quorum of voters tolerates up to ⌊(N−1)/2⌋ voters
+/// failing over (or restarting empty) within one ttl. A `restart_grace` treats a failover as
+/// the restart it may be: the new master does not vote until the grace has passed.
+///
+/// The URL form is `redis+sentinel://[user:password@]host:port[,host:port…]/master[/db]`: the
+/// credentials and database are the master's; the sentinels are asked without credentials
+/// (give them in each sentinel's URL with [`SentinelVoter::new`] if they need some). TLS to a
+/// Sentinel-resolved master is not supported yet.
+///
+/// ```
+/// # fn main() -> Result<(), Box<dyn std::error::Error>> {
+/// let orders = redquorum::SentinelVoter::new(
+///     "orders",
+///     ["redis://10.0.0.7:26379", "redis://10.0.0.8:26379", "redis://10.0.0.9:26379"],
+/// )?
+/// .master_password(Some("locker"), "s3cret");
+/// let same = redquorum::SentinelVoter::parse(
+///     "redis+sentinel://locker:s3cret@10.0.0.7:26379,10.0.0.8:26379,10.0.0.9:26379/orders",
+/// )?;
+/// assert_eq!(orders.to_string(), same.to_string());
+/// # Ok(()) }
+/// ```
+#[derive(Clone)]
+pub struct SentinelVoter {
+    master: String,
+    sentinels: Vec<redis::ConnectionInfo>,
+    master_settings: redis::RedisConnectionInfo,
+}
+
+impl SentinelVoter {
+    /// The master named `master` by the sentinels at `sentinels` (URLs such as
+    /// `redis://host:26379`, or connection infos).
+    ///
+    /// # Errors
+    /// An empty master name, no sentinel, or a sentinel address the redis crate cannot parse.
+    pub fn new<I>(master: impl Into<String>, sentinels: I) -> Result<Self, RedisError>
+    where
+        I: IntoIterator,
+        I::Item: IntoConnectionInfo,
+    {
+        let master = master.into();
+        if master.is_empty() {
+            return Err(invalid("a Sentinel voter needs a master name"));
+        }
+        let sentinels = sentinels
+            .into_iter()
+            .map(IntoConnectionInfo::into_connection_info)
+            .collect::<Result<Vec<_>, _>>()?;
+        if sentinels.is_empty() {
+            return Err(invalid("a Sentinel voter needs at least one sentinel"));
+        }
+        Ok(Self {
+            master,
+            sentinels,
+            master_settings: redis::RedisConnectionInfo::default(),
+        })
+    }
+
+    /// Parses `redis+sentinel://[user:password@]host:port[,host:port…]/master[/db]`.
+    ///
+    /// # Errors
+    /// Another scheme, no sentinel, no master name, or a part the redis crate cannot parse.
+    pub fn parse(url: &str) -> Result<Self, RedisError> {
+        let rest = url
+            .strip_prefix(SENTINEL_SCHEME)
+            .ok_or_else(|| invalid("a Sentinel voter's URL starts with redis+sentinel://"))?;
+        let (authority, path) = rest.split_once('/').unwrap_or((rest, ""));
+        // The credentials end at the last `@` of the authority (a password may contain `@`
+        // percent-encoded only, but be lenient).
+        let (userinfo, hosts) = match authority.rfind('@') {
+            Some(at) => (authority.get(..at), authority.get(at + 1..).unwrap_or("")),
+            None => (None, authority),
+        };
+        let mut path = path.splitn(2, '/');
+        let master = path.next().unwrap_or("");
+        let db = path.next().unwrap_or("");
+        let sentinels: Vec<String> = hosts
+            .split(',')
+            .filter(|host| !host.is_empty())
+            .map(|host| format!("redis://{host}"))
+            .collect();
+        let mut voter = Self::new(master, sentinels)?;
+        // The master's credentials and database, decoded by the redis crate's own URL parser
+        // (percent-encoding included) from a URL that carries only them.
+        let userinfo = userinfo.map(|u| format!("{u}@")).unwrap_or_default();
+        let settings = Client::open(format!("redis://{userinfo}sentinel-master/{db}"))?;
+        voter.master_settings = settings.get_connection_info().redis_settings().clone();
+        Ok(voter)
+    }
+
+    /// The credentials of the master (not of the sentinels): an ACL user, or `None` for the
+    /// default user with `requirepass`.
+    pub fn master_password(mut self, username: Option<&str>, password: &str) -> Self {
+        let mut settings = self.master_settings.set_password(password);
+        if let Some(username) = username {
+            settings = settings.set_username(username);
+        }
+        self.master_settings = settings;
+        self
+    }
+
+    /// The master's database number.
+    pub fn master_db(mut self, db: i64) -> Self {
+        self.master_settings = self.master_settings.set_db(db);
+        self
+    }
+}
+
+impl fmt::Display for SentinelVoter {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "sentinel {}@", self.master)?;
+        for (i, sentinel) in self.sentinels.iter().enumerate() {
+            if i > 0 {
+                f.write_str(",")?;
+            }
+            write!(f, "{}", sentinel.addr())?;
+        }
+        Ok(())
+    }
+}
+
+impl fmt::Debug for SentinelVoter {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        // Addresses only, never credentials.
+        f.debug_tuple("SentinelVoter")
+            .field(&self.to_string())
+            .finish()
+    }
+}
+
+fn invalid(what: &'static str) -> RedisError {
+    RedisError::from((redis::ErrorKind::InvalidClientConfig, what))
+}
+
+impl IntoNode for SentinelVoter {
+    fn into_node(self) -> Result<NodeSource, RedisError> {
+        let settings = SentinelNodeConnectionInfo::default()
+            .set_redis_connection_info(self.master_settings.clone());
+        let client = SentinelClient::build(
+            self.sentinels.clone(),
+            self.master.clone(),
+            Some(settings),
+            SentinelServerType::Master,
+        )?;
+        Ok(NodeSource {
+            kind: Kind::Sentinel(Arc::new(Resolver {
+                voter: self,
+                client: tokio::sync::Mutex::new(client),
+            })),
+        })
+    }
+}
+
+impl IntoNode for NodeSource {
+    fn into_node(self) -> Result<NodeSource, RedisError> {
+        Ok(self)
+    }
+}
+
+impl IntoNode for Client {
+    fn into_node(self) -> Result<NodeSource, RedisError> {
+        Ok(NodeSource {
+            kind: Kind::Master(Box::new(self)),
+        })
+    }
+}
+
+impl IntoNode for redis::ConnectionInfo {
+    fn into_node(self) -> Result<NodeSource, RedisError> {
+        Client::open(self)?.into_node()
+    }
+}
+
+impl IntoNode for &str {
+    fn into_node(self) -> Result<NodeSource, RedisError> {
+        if self.starts_with(SENTINEL_SCHEME) {
+            SentinelVoter::parse(self)?.into_node()
+        } else {
+            Client::open(self)?.into_node()
+        }
+    }
+}
+
+impl IntoNode for &&str {
+    fn into_node(self) -> Result<NodeSource, RedisError> {
+        (*self).into_node()
+    }
+}
+
+impl IntoNode for String {
+    fn into_node(self) -> Result<NodeSource, RedisError> {
+        self.as_str().into_node()
+    }
+}
+
+impl IntoNode for &String {
+    fn into_node(self) -> Result<NodeSource, RedisError> {
+        self.as_str().into_node()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_sentinel_url_names_its_sentinels_master_and_credentials() {
+        let voter = SentinelVoter::parse(
+            "redis+sentinel://lock%40er:p%40ss@127.0.0.1:26379,[::1]:26380/orders/3",
+        )
+        .expect("valid");
+        assert_eq!(
+            voter.to_string(),
+            "sentinel orders@127.0.0.1:26379,::1:26380"
+        );
+        assert_eq!(voter.master_settings.username(), Some("lock@er"));
+        assert_eq!(voter.master_settings.password(), Some("p@ss"));
+        assert_eq!(voter.master_settings.db(), 3);
+        assert!(
+            !format!("{voter:?}").contains("p@ss"),
+            "credentials never shown"
+        );
+        let plain = SentinelVoter::parse("redis+sentinel://127.0.0.1:26379/orders").expect("ok");
+        assert_eq!(plain.master_settings.password(), None);
+        assert_eq!(plain.master_settings.db(), 0);
+    }
+
+    #[test]
+    fn a_sentinel_url_without_master_or_sentinel_is_an_error() {
+        for url in [
+            "redis+sentinel://127.0.0.1:26379",
+            "redis+sentinel://127.0.0.1:26379/",
+            "redis+sentinel:///orders",
+            "redis://127.0.0.1:6379",
+        ] {
+            assert!(SentinelVoter::parse(url).is_err(), "{url}");
+        }
+    }
+}

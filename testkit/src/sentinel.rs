@@ -1,0 +1,179 @@
+//! Redis Sentinel groups for tests: a master, its replica and the sentinels that watch them,
+//! on loopback, ended with the group (also when the test panics).
+
+use std::time::{Duration, Instant};
+
+use crate::Cluster;
+
+/// How long a failover may take before the harness gives up.
+const FAILOVER_TIMEOUT: Duration = Duration::from_secs(20);
+
+/// One Sentinel-monitored master: server 0 of [`data`](Self::data) starts as the master,
+/// server 1 as its replica, and `sentinels` sentinels watch them under the master name.
+#[derive(Debug)]
+pub struct SentinelGroup {
+    name: String,
+    data: Cluster,
+    sentinels: Cluster,
+    /// The sentinels' config files (a sentinel rewrites its own), removed with the group.
+    _configs: tempfile::TempDir,
+}
+
+impl SentinelGroup {
+    /// Starts a master, a replica of it, and `sentinels` sentinels monitoring the master as
+    /// `name` (quorum: a majority of the sentinels), and waits until every sentinel knows the
+    /// replica, so a failover can be forced at once.
+    ///
+    /// # Panics
+    /// When a server does not start, or the sentinels do not see the replica in 20 s.
+    pub fn start(name: &str, sentinels: usize) -> Self {
+        assert!(sentinels > 0, "a group needs a sentinel");
+        let mut data = Cluster::start(1);
+        let master_port = data.server(0).port().to_string();
+        data.add(&["--replicaof", "127.0.0.1", &master_port]);
+        let configs = tempfile::tempdir().expect("temp dir");
+        let mut watchers = Cluster::start(0);
+        for i in 0..sentinels {
+            let path = configs.path().join(format!("sentinel-{i}.conf"));
+            let quorum = sentinels / 2 + 1;
+            std::fs::write(
+                &path,
+                format!(
+                    "bind 127.0.0.1\n\
+                     sentinel monitor {name} 127.0.0.1 {master_port} {quorum}\n\
+                     sentinel down-after-milliseconds {name} 1000\n\
+                     sentinel failover-timeout {name} 10000\n\
+                     sentinel parallel-syncs {name} 1\n"
+                ),
+            )
+            .expect("write the sentinel's config");
+            watchers.add_from_config(&path, &["--sentinel"]);
+        }
+        let group = Self {
+            name: name.to_owned(),
+            data,
+            sentinels: watchers,
+            _configs: configs,
+        };
+        group.wait_until_the_replica_is_known();
+        group
+    }
+
+    /// The voter's URL: `redis+sentinel://127.0.0.1:<port>,…/<name>`.
+    pub fn url(&self) -> String {
+        let hosts: Vec<String> = (0..self.sentinels.len())
+            .map(|i| format!("127.0.0.1:{}", self.sentinels.server(i).port()))
+            .collect();
+        format!("redis+sentinel://{}/{}", hosts.join(","), self.name)
+    }
+
+    /// The master name.
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// The master and the replica (indices 0 and 1 as started; a failover swaps their roles).
+    pub fn data(&self) -> &Cluster {
+        &self.data
+    }
+
+    /// The master and the replica, to kill or pause one.
+    pub fn data_mut(&mut self) -> &mut Cluster {
+        &mut self.data
+    }
+
+    /// The sentinels.
+    pub fn sentinels(&self) -> &Cluster {
+        &self.sentinels
+    }
+
+    /// The index in [`data`](Self::data) of the server the first running sentinel names as
+    /// the master.
+    ///
+    /// # Panics
+    /// When no sentinel answers, or it names a server not of this group.
+    pub fn master_index(&self) -> usize {
+        let port = self.master_port_by_sentinels();
+        (0..self.data.len())
+            .find(|i| self.data.server(*i).port() == port)
+            .expect("the sentinels name one of the group's servers")
+    }
+
+    fn master_port_by_sentinels(&self) -> u16 {
+        let i = (0..self.sentinels.len())
+            .find(|i| self.sentinels.server(*i).is_running())
+            .expect("a running sentinel");
+        let (_, port): (String, String) = self.sentinels.run(
+            i,
+            redis::cmd("SENTINEL")
+                .arg("GET-MASTER-ADDR-BY-NAME")
+                .arg(&self.name),
+        );
+        port.parse().expect("a port")
+    }
+
+    /// Forces a failover (`SENTINEL FAILOVER`) and waits until the sentinels name the other
+    /// server and it says it is a master; returns its index in [`data`](Self::data).
+    ///
+    /// # Panics
+    /// When the failover does not complete in 20 s.
+    pub fn failover(&self) -> usize {
+        let before = self.master_index();
+        let deadline = Instant::now() + FAILOVER_TIMEOUT;
+        loop {
+            let forced: redis::RedisResult<String> = redis::cmd("SENTINEL")
+                .arg("FAILOVER")
+                .arg(&self.name)
+                .query(&mut self.sentinels.server(0).inspect());
+            if forced.is_ok() {
+                break;
+            }
+            assert!(Instant::now() < deadline, "no failover: {forced:?}");
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        loop {
+            let now = self.master_index();
+            if now != before && self.role(now) == "master" {
+                return now;
+            }
+            assert!(Instant::now() < deadline, "the failover did not complete");
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+
+    fn role(&self, i: usize) -> String {
+        let role: Vec<redis::Value> = self.data.run(i, &redis::cmd("ROLE"));
+        match role.first() {
+            Some(redis::Value::BulkString(bytes)) => String::from_utf8_lossy(bytes).into_owned(),
+            Some(redis::Value::SimpleString(text)) => text.clone(),
+            other => panic!("unexpected ROLE reply: {other:?}"),
+        }
+    }
+
+    /// Waits until every sentinel lists the replica, linked to its master: a failover needs a
+    /// replica the sentinels know.
+    fn wait_until_the_replica_is_known(&self) {
+        let deadline = Instant::now() + FAILOVER_TIMEOUT;
+        let replica_port = self.data.server(1).port().to_string();
+        for i in 0..self.sentinels.len() {
+            loop {
+                let replicas: Vec<std::collections::HashMap<String, String>> = self
+                    .sentinels
+                    .run(i, redis::cmd("SENTINEL").arg("REPLICAS").arg(&self.name));
+                let known = replicas.iter().any(|r| {
+                    r.get("port") == Some(&replica_port)
+                        && r.get("master-link-status").map(String::as_str) == Some("ok")
+                        && r.get("flags").map(String::as_str) == Some("slave")
+                });
+                if known {
+                    break;
+                }
+                assert!(
+                    Instant::now() < deadline,
+                    "sentinel {i} does not know the replica: {replicas:?}"
+                );
+                std::thread::sleep(Duration::from_millis(50));
+            }
+        }
+    }
+}
