@@ -141,6 +141,32 @@ impl SentinelGroup {
         }
     }
 
+    /// Sends `SENTINEL FAILOVER` once, without waiting for it: the sentinel refuses while a
+    /// failover is in progress or no replica is ready (the error says which).
+    ///
+    /// # Errors
+    /// The sentinel's refusal, as text.
+    pub fn start_failover(&self) -> Result<(), String> {
+        let forced: redis::RedisResult<String> = redis::cmd("SENTINEL")
+            .arg("FAILOVER")
+            .arg(&self.name)
+            .query(&mut self.sentinels.server(0).inspect());
+        forced.map(drop).map_err(|e| e.to_string())
+    }
+
+    /// Waits until the master the sentinels name says it is a master (a failover in progress
+    /// has completed).
+    ///
+    /// # Panics
+    /// When that takes more than 20 s.
+    pub fn settle(&self) {
+        let deadline = Instant::now() + FAILOVER_TIMEOUT;
+        while self.role(self.master_index()) != "master" {
+            assert!(Instant::now() < deadline, "the group did not settle");
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+
     fn role(&self, i: usize) -> String {
         let role: Vec<redis::Value> = self.data.run(i, &redis::cmd("ROLE"));
         match role.first() {

@@ -17,7 +17,7 @@ use rand::rngs::StdRng;
 use rand::{RngExt, SeedableRng};
 use redquorum::{Error, NodeOutcome, Permit, RedLock, Report};
 
-use redquorum_testkit::Cluster;
+use redquorum_testkit::{Cluster, SentinelGroup};
 use redquorum_testkit::{Fault, Proxy};
 
 pub const RESOURCE: &str = "chaos:lock";
@@ -98,6 +98,16 @@ pub enum Action {
     },
     /// The lock key deleted on one node: stands in for a server clock jump.
     Expire(usize),
+    /// A forced failover (`SENTINEL FAILOVER`) inside Sentinel group `g` (voter
+    /// `5 − groups + g`): its replica becomes the master, whatever it has replicated so far.
+    Failover(usize),
+}
+
+/// Where the probe finds a voter's server: a fixed port, or the master a sentinel names now.
+#[derive(Debug, Clone)]
+pub enum Probe {
+    Fixed(u16),
+    Group { sentinel: u16, name: String },
 }
 
 /// A scenario: who does what, for how long.
@@ -113,6 +123,11 @@ pub struct Scenario {
     /// `Some(P)`: the contenders take permits of a semaphore of P on [`RESOURCE`] instead of
     /// the lock.
     pub permits: Option<u32>,
+    /// How many of the five voters are Sentinel groups (a master, a replica, one sentinel;
+    /// the last voters, reached directly, not through proxies); the others are standalone.
+    pub sentinel_groups: usize,
+    /// The clients' `restart_grace`.
+    pub restart_grace: Option<Duration>,
 }
 
 /// The figures of one run.
@@ -262,17 +277,32 @@ pub fn duration(ci_default: Duration) -> Duration {
         .unwrap_or(ci_default)
 }
 
-/// Runs `scenario` on a fresh five-node cluster behind proxies.
+/// Runs `scenario` on five fresh voters: standalone masters behind proxies, and the
+/// scenario's Sentinel groups.
 pub async fn run(scenario: Scenario, seed: u64) -> Figures {
+    let standalone = 5 - scenario.sentinel_groups;
     let cluster = Arc::new(Mutex::new(if scenario.aof {
-        Cluster::start_with(5, redquorum_testkit::Persistence::AofAlways)
+        Cluster::start_with(standalone, redquorum_testkit::Persistence::AofAlways)
     } else {
-        Cluster::start(5)
+        Cluster::start(standalone)
     }));
+    let groups: Arc<Vec<SentinelGroup>> = Arc::new(
+        (0..scenario.sentinel_groups)
+            .map(|g| SentinelGroup::start(&format!("chaos{g}"), 1))
+            .collect(),
+    );
     let ports: Vec<u16> = {
         let c = cluster.lock().expect("cluster");
-        (0..5).map(|i| c.server(i).port()).collect()
+        (0..standalone).map(|i| c.server(i).port()).collect()
     };
+    let probes: Vec<Probe> = ports
+        .iter()
+        .map(|port| Probe::Fixed(*port))
+        .chain(groups.iter().map(|group| Probe::Group {
+            sentinel: group.sentinels().server(0).port(),
+            name: group.name().to_owned(),
+        }))
+        .collect();
     // One set of proxies per contender, so a partition can cut one client off alone.
     let mut proxies: Vec<Vec<Proxy>> = Vec::new();
     for _ in 0..scenario.contenders {
@@ -294,16 +324,22 @@ pub async fn run(scenario: Scenario, seed: u64) -> Figures {
 
     let mut tasks = Vec::new();
     for holder in 0..scenario.contenders {
-        let urls: Vec<String> = proxies[holder].iter().map(Proxy::url).collect();
-        let rl = RedLock::builder(&urls)
+        let urls: Vec<String> = proxies[holder]
+            .iter()
+            .map(Proxy::url)
+            .chain(groups.iter().map(SentinelGroup::url))
+            .collect();
+        let mut builder = RedLock::builder(&urls)
             .per_node_timeout(scenario.per_node_timeout)
-            .retry_seed(seed ^ holder as u64)
-            .build()
-            .expect("config");
+            .retry_seed(seed ^ holder as u64);
+        if let Some(grace) = scenario.restart_grace {
+            builder = builder.restart_grace(grace);
+        }
+        let rl = builder.build().expect("config");
         tasks.push(tokio::spawn(contend(
             holder,
             Contender::new(rl, scenario.permits),
-            ports.clone(),
+            probes.clone(),
             scenario.ttl,
             seed.wrapping_add(holder as u64),
             record.clone(),
@@ -318,7 +354,10 @@ pub async fn run(scenario: Scenario, seed: u64) -> Figures {
     for (at, action) in &scenario.schedule {
         tokio::time::sleep_until((started + *at).into()).await;
         fault_log.push(format!("{:>6.2}s {action:?}", at.as_secs_f64()));
-        apply(*action, &cluster, &proxies, &health).await;
+        let outcome = apply(*action, &cluster, &groups, &proxies, &health).await;
+        if let Some(outcome) = outcome {
+            fault_log.push(format!("        {outcome}"));
+        }
     }
     tokio::time::sleep_until((started + scenario.duration).into()).await;
     stop.store(true, Ordering::Relaxed);
@@ -326,7 +365,10 @@ pub async fn run(scenario: Scenario, seed: u64) -> Figures {
         t.await.expect("contender");
     }
     // Heal, so what is left behind can be counted on every node.
-    for i in 0..5 {
+    for group in groups.iter() {
+        group.settle();
+    }
+    for i in 0..standalone {
         for set in proxies.iter() {
             set[i].set(Fault::None);
         }
@@ -343,15 +385,28 @@ pub async fn run(scenario: Scenario, seed: u64) -> Figures {
     let released_keys_left = {
         let c = cluster.lock().expect("cluster");
         let r = record.lock().expect("record");
+        let released = |c: &Cluster, i: usize, key: &[u8]| {
+            c.get(i, key).is_some_and(|token| {
+                r.cleanly_released
+                    .contains(&*String::from_utf8_lossy(&token))
+            })
+        };
+        let on_masters = groups.iter().map(|group| {
+            let master = group.master_index();
+            group
+                .data()
+                .keys()
+                .into_iter()
+                .filter(|(i, key)| *i == master && key.starts_with(PREFIX))
+                .filter(|(i, key)| released(group.data(), *i, key))
+                .count()
+        });
         c.keys()
             .into_iter()
             .filter(|(_, key)| key.starts_with(PREFIX))
-            .filter_map(|(i, key)| c.get(i, &key))
-            .filter(|token| {
-                r.cleanly_released
-                    .contains(&*String::from_utf8_lossy(token))
-            })
+            .filter(|(i, key)| released(&c, *i, key))
             .count()
+            + on_masters.sum::<usize>()
     };
     // Holders' keys from failed releases expire with the ttl.
     tokio::time::sleep(scenario.ttl + Duration::from_millis(200)).await;
@@ -360,6 +415,13 @@ pub async fn run(scenario: Scenario, seed: u64) -> Figures {
         .expect("cluster")
         .keys()
         .iter()
+        .chain(
+            groups
+                .iter()
+                .flat_map(|group| group.data().keys())
+                .collect::<Vec<_>>()
+                .iter(),
+        )
         .filter(|(_, k)| k.starts_with(PREFIX))
         .count();
 
@@ -387,12 +449,14 @@ pub async fn run(scenario: Scenario, seed: u64) -> Figures {
     figures
 }
 
+/// Applies `action`; what it came to, when that is worth logging.
 async fn apply(
     action: Action,
     cluster: &Mutex<Cluster>,
+    groups: &[SentinelGroup],
     proxies: &[Vec<Proxy>],
     health: &Arc<Health>,
-) {
+) -> Option<String> {
     let set_health = |i: usize, ok: bool| {
         if let Ok(mut h) = health.healthy.lock() {
             h[i] = ok;
@@ -452,7 +516,29 @@ async fn apply(
                 let _: i64 = c.run(i, redis::cmd("DEL").arg(key));
             }
         }
+        Action::Failover(g) => {
+            // The voter does not vote from the failover until its grace has passed after the
+            // client moved to the new master: not held against availability meanwhile.
+            let voter = 5 - groups.len() + g;
+            set_health(voter, false);
+            let started = groups[g].start_failover();
+            let health = health.clone();
+            let changes = health.changes(voter);
+            tokio::spawn(async move {
+                tokio::time::sleep(Duration::from_secs(3)).await;
+                if let Ok(mut h) = health.healthy.lock()
+                    && health.changes(voter) == changes
+                {
+                    h[voter] = true;
+                }
+            });
+            return Some(match started {
+                Ok(()) => "failover started".to_owned(),
+                Err(e) => format!("failover refused: {e}"),
+            });
+        }
     }
+    None
 }
 
 /// What a contender takes: the lock, or a permit of a semaphore.
@@ -540,7 +626,7 @@ impl Held {
 async fn contend(
     holder: usize,
     contender: Contender,
-    ports: Vec<u16>,
+    probes: Vec<Probe>,
     ttl: Duration,
     seed: u64,
     record: Arc<Mutex<Record>>,
@@ -564,7 +650,7 @@ async fn contend(
                 let acquired = Instant::now();
                 holding.fetch_add(1, Ordering::AcqRel);
                 let majority_until =
-                    majority_holds_key_until(&ports, &lock.key(), &lock.token()).await;
+                    majority_holds_key_until_at(&probes, &lock.key(), &lock.token()).await;
                 if lock.valid_until() > majority_until {
                     record.lock().expect("record").figures.optimistic_validity += 1;
                 }
@@ -670,11 +756,36 @@ pub async fn majority_holds_until(ports: &[u16], token: &str) -> Instant {
 
 /// As [`majority_holds_until`], for any key (a permit's).
 pub async fn majority_holds_key_until(ports: &[u16], key: &str, token: &str) -> Instant {
+    let probes: Vec<Probe> = ports.iter().map(|port| Probe::Fixed(*port)).collect();
+    majority_holds_key_until_at(&probes, key, token).await
+}
+
+/// The port of the master a sentinel names now.
+async fn named_master(sentinel: u16, name: &str) -> Option<u16> {
+    let client = redis::Client::open(format!("redis://127.0.0.1:{sentinel}")).ok()?;
+    let mut conn = client.get_multiplexed_async_connection().await.ok()?;
+    let (_, port): (String, u16) = redis::cmd("SENTINEL")
+        .arg("GET-MASTER-ADDR-BY-NAME")
+        .arg(name)
+        .query_async(&mut conn)
+        .await
+        .ok()?;
+    Some(port)
+}
+
+/// As [`majority_holds_key_until`], each voter found as `probes` say (a Sentinel group's
+/// voter is the master its sentinel names at the moment of the probe).
+pub async fn majority_holds_key_until_at(probes: &[Probe], key: &str, token: &str) -> Instant {
     let key = key.to_owned();
-    let probes = ports.iter().map(|port| {
+    let voters = probes.len();
+    let probes = probes.iter().map(|probe| {
         let key = key.clone();
         async move {
             let probe = async {
+                let port = match probe {
+                    Probe::Fixed(port) => *port,
+                    Probe::Group { sentinel, name } => named_master(*sentinel, name).await?,
+                };
                 let client = redis::Client::open(format!("redis://127.0.0.1:{port}")).ok()?;
                 let mut conn = client.get_multiplexed_async_connection().await.ok()?;
                 let (value, pttl): (Option<String>, i64) = redis::Script::new(
@@ -700,7 +811,7 @@ pub async fn majority_holds_key_until(ports: &[u16], key: &str, token: &str) -> 
     });
     let mut until: Vec<Instant> = futures::future::join_all(probes).await;
     until.sort_unstable_by(|a, b| b.cmp(a));
-    until[ports.len() / 2]
+    until[voters / 2]
 }
 
 /// A fault on a node and the action that heals it.
