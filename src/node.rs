@@ -310,16 +310,21 @@ async fn supervise(
     let mut delay = RECONNECT_MIN_DELAY;
     let mut generation = 0u64;
     let mut run_id: Option<String> = None;
-    // The grace start of the server last connected to: kept while its `run_id` stays.
-    let mut started: Option<(String, Instant)> = None;
+    // The grace start of the server last connected to: kept while its `run_id` and
+    // replication id stay.
+    let mut started: Option<KeptStart> = None;
     let mut server: Option<String> = None;
+    // The master a switch of the sentinels took this voter away from: when the reconnect
+    // finds it again, the sentinels disagree for now, and comparing at once would loop.
+    let mut switched_away: Option<String> = None;
     loop {
         let attempt = async {
             // A Sentinel-resolved voter looks its master up at every connection; the lookup
             // (which also asks the named master its role) is bounded like a connection.
-            let client = tokio::time::timeout(connect_timeout, source.client())
+            let budget = source.lookup_budget(connect_timeout);
+            let client = tokio::time::timeout(budget, source.client())
                 .await
-                .map_err(|_| NodeError::TimedOut(connect_timeout))?
+                .map_err(|_| NodeError::TimedOut(budget))?
                 .map_err(NodeError::Unreachable)?;
             let address = client.get_connection_info().addr().to_string();
             if source.follows_failovers() && server.as_deref() != Some(address.as_str()) {
@@ -368,16 +373,16 @@ async fn supervise(
                     .as_ref()
                     .and_then(|age| age.run_id.as_deref().map(Arc::from));
                 let up_since = age.filter(|_| ask_uptime).map(|age| {
-                    let since = match (&started, &age.run_id) {
-                        (Some((seen, since)), Some(now)) if seen == now => *since,
-                        _ => grace_starts(Instant::now(), run_id.as_deref(), &age),
-                    };
+                    let since =
+                        grace_start(started.as_ref(), Instant::now(), run_id.as_deref(), &age);
                     if age.uptime.is_none() {
                         tracing::warn!(node = %id, "INFO server has no usable uptime_in_seconds: the restart grace starts now");
                     }
-                    if let Some(now) = &age.run_id {
-                        started = Some((now.clone(), since));
-                    }
+                    started = age.run_id.clone().map(|run_id| KeptStart {
+                        run_id,
+                        replid: age.replid.clone(),
+                        since,
+                    });
                     run_id = age.run_id.or(run_id.take());
                     since
                 });
@@ -392,7 +397,8 @@ async fn supervise(
                 }));
                 // A Sentinel-resolved voter also reconnects when the sentinels switch its
                 // master, rather than voting on the demoted server until it refuses writes.
-                let switched = source.switched_from(&address);
+                let compare = switched_away.take().as_deref() != Some(address.as_str());
+                let switched = source.switched_from(&address, compare);
                 tokio::pin!(switched);
                 loop {
                     tokio::select! {
@@ -400,6 +406,7 @@ async fn supervise(
                         _ = broken.notify.notified() => {}
                         () = &mut switched => {
                             tracing::info!(node = %id, "the sentinels switched this voter's master");
+                            switched_away = Some(address.clone());
                             break;
                         }
                     }
@@ -468,6 +475,36 @@ struct ServerAge {
     uptime: Option<u64>,
     /// A master promoted from replica since it started (asked only with a restart grace).
     promoted: bool,
+    /// `master_replid`: changes when the server is promoted or resyncs as a replica, so the
+    /// same `run_id` with another replication id is another term as this voter's master.
+    replid: Option<String>,
+}
+
+/// The grace start a supervisor keeps for the server it last connected to.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct KeptStart {
+    run_id: String,
+    replid: Option<String>,
+    since: Instant,
+}
+
+/// The grace start for a connection to the server `age` describes: the kept one when it is
+/// the same server in the same term (same `run_id` and replication id: a reconnect must not
+/// recompute it from an uptime that predates a promotion), else [`grace_starts`].
+fn grace_start(
+    kept: Option<&KeptStart>,
+    now: Instant,
+    previous_run_id: Option<&str>,
+    age: &ServerAge,
+) -> Instant {
+    match kept {
+        Some(kept)
+            if age.run_id.as_deref() == Some(kept.run_id.as_str()) && age.replid == kept.replid =>
+        {
+            kept.since
+        }
+        _ => grace_starts(now, previous_run_id, age),
+    }
 }
 
 impl ServerAge {
@@ -486,6 +523,7 @@ impl ServerAge {
                 && field("second_repl_offset:")
                     .and_then(|v| v.parse::<i64>().ok())
                     .is_some_and(|offset| offset >= 0),
+            replid: field("master_replid:").filter(|id| !id.is_empty()),
         }
     }
 }
@@ -623,6 +661,7 @@ mod restart_grace_tests {
             run_id: Some(run_id.to_owned()),
             uptime,
             promoted: false,
+            replid: None,
         }
     }
 
@@ -639,6 +678,7 @@ mod restart_grace_tests {
                 run_id: None,
                 uptime: None,
                 promoted: false,
+                replid: None,
             }
         );
     }
@@ -656,6 +696,33 @@ mod restart_grace_tests {
         assert!(!ServerAge::parse(replica).promoted);
         let now = Instant::now();
         assert_eq!(grace_starts(now, None, &ServerAge::parse(promoted)), now);
+    }
+
+    /// A failback: this client saw X as master, missed Y's term, and meets X again, promoted
+    /// anew (same `run_id`, another replication id). Mutation: the kept start reused on the
+    /// `run_id` alone (the first version) lets X vote at once, though it may lack keys Y
+    /// granted.
+    #[test]
+    fn a_failback_to_a_known_server_starts_the_grace_again() {
+        let now = Instant::now();
+        let earlier = now
+            .checked_sub(Duration::from_secs(600))
+            .expect("ten minutes");
+        let kept = KeptStart {
+            run_id: "x".to_owned(),
+            replid: Some("r1".to_owned()),
+            since: earlier,
+        };
+        let term = |replid: &str| {
+            ServerAge::parse(&format!(
+                "run_id:x\r\nuptime_in_seconds:3600\r\nrole:master\r\nsecond_repl_offset:7\r\nmaster_replid:{replid}\r\n"
+            ))
+        };
+        assert_eq!(
+            grace_start(Some(&kept), now, Some("x"), &term("r1")),
+            earlier
+        );
+        assert_eq!(grace_start(Some(&kept), now, Some("x"), &term("r2")), now);
     }
 
     #[test]

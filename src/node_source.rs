@@ -20,6 +20,17 @@ use redis::{Client, ConnectionAddr, IntoConnectionInfo, RedisError};
 
 /// How long a broken watch of the sentinels' announcements waits before it tries again.
 const REWATCH_DELAY: Duration = Duration::from_millis(250);
+/// How long the watch gives one sentinel to connect, subscribe or answer.
+const SENTINEL_TIMEOUT: Duration = Duration::from_secs(1);
+/// How often the watch asks its sentinel again which master it names: a sentinel that went
+/// silent (or an announcement lost with a connection) is noticed within this.
+const REPOLL_EVERY: Duration = Duration::from_secs(2);
+/// What a Sentinel lookup may take beyond a connection's own timeout: the redis crate asks
+/// the sentinels at once but takes their answers in the configured order, each sentinel
+/// bounded by its fixed 1 s connection timeout, so a black-holed first sentinel costs a second.
+const LOOKUP_SLACK: Duration = Duration::from_millis(1500);
+/// The port a sentinel listens on when its URL gives none.
+const SENTINEL_PORT: u16 = 26379;
 
 /// The URL scheme of a Sentinel-resolved voter.
 const SENTINEL_SCHEME: &str = "redis+sentinel://";
@@ -107,29 +118,46 @@ impl NodeSource {
         }
     }
 
-    /// Resolves when the sentinels name another master than `current` (`host:port`, as the
-    /// lookup gave it) for this voter: at once if they already do, else when one announces a
-    /// switch (`+switch-master` naming this master). A demoted master keeps accepting writes
-    /// until the sentinels reconfigure it, which can take seconds; a voter that follows the
-    /// announcement moves its vote to the new master as soon as the sentinels do. Never
-    /// resolves for a standalone master. While no sentinel can be watched, it tries again
-    /// every [`REWATCH_DELAY`] (a demotion still shows as `READONLY`).
+    /// Resolves when a sentinel names another master than `current` (`host:port`, as the
+    /// lookup gave it) for this voter: when one announces a switch (`+switch-master` naming
+    /// this master), when the watched sentinel names another address at the start (with
+    /// `compare`), or when its answer changes (asked every [`REPOLL_EVERY`]). A demoted master keeps accepting writes until
+    /// the sentinels reconfigure it, which can take seconds; a voter that follows the
+    /// sentinels moves its vote to the new master as soon as they switch. The sentinels are
+    /// watched one at a time, in turn: one that does not connect, subscribe or answer within
+    /// [`SENTINEL_TIMEOUT`] is left for the next. Never resolves for a standalone master.
+    ///
+    /// `compare` is off right after a reconnect that found the same master again: sentinels
+    /// that disagree for a moment (one still naming a dead master) must not make the voter
+    /// reconnect in a loop; announcements and the periodic asking still count.
     ///
     /// # Cancel safety
-    /// Cancel safe: dropping it only stops watching.
-    pub(crate) async fn switched_from(&self, current: &str) {
+    /// Cancel safe: dropping it only stops watching (its connections close with it).
+    pub(crate) async fn switched_from(&self, current: &str, compare: bool) {
         let Kind::Sentinel(resolver) = &self.kind else {
             return std::future::pending().await;
         };
-        let master = resolver.voter.master.as_str();
-        loop {
-            match watch_for_switch(resolver, master, current).await {
+        let voter = &resolver.voter;
+        let mut compare = compare;
+        for sentinel in voter.sentinels.iter().cycle() {
+            match watch_for_switch(sentinel, &voter.master, current, compare).await {
                 Ok(()) => return,
                 Err(err) => {
-                    tracing::debug!(%master, error = %err, "cannot watch the sentinels; trying again");
+                    tracing::debug!(master = %voter.master, sentinel = %sentinel.addr(), error = %err, "cannot watch this sentinel; trying the next");
                     tokio::time::sleep(REWATCH_DELAY).await;
                 }
             }
+            // Past the first sentinel, compare at once: a switch may have come meanwhile.
+            compare = true;
+        }
+    }
+
+    /// How long finding and connecting to this voter's server may take, given a connection's
+    /// own `timeout`: a Sentinel lookup gets [`LOOKUP_SLACK`] more.
+    pub(crate) fn lookup_budget(&self, timeout: Duration) -> Duration {
+        match self.kind {
+            Kind::Master(_) => timeout,
+            Kind::Sentinel(_) => timeout.saturating_add(LOOKUP_SLACK),
         }
     }
 
@@ -173,43 +201,75 @@ impl NodeSource {
     }
 }
 
-/// Subscribes to one sentinel's `+switch-master` announcements, then asks it which master it
-/// names now (a switch just before the subscription is not missed); returns when that is not
-/// `current`, or when an announcement names `master`.
+/// Watches one sentinel: subscribes to its `+switch-master` announcements, then asks which
+/// master it names (a switch just before the subscription is not missed: with `compare`, an
+/// answer other than `current` returns at once), and asks again every [`REPOLL_EVERY`].
+/// Returns when an announcement names `master` or the sentinel's answer changes; fails when
+/// the sentinel does not connect, subscribe or answer within [`SENTINEL_TIMEOUT`], or closes
+/// the connection.
 async fn watch_for_switch(
-    resolver: &Resolver,
+    sentinel: &redis::ConnectionInfo,
     master: &str,
     current: &str,
+    compare: bool,
 ) -> Result<(), RedisError> {
-    let sentinel = resolver
-        .client
-        .lock()
+    let client = Client::open(sentinel.clone())?;
+    let timed_out = |what: &'static str| {
+        RedisError::from((
+            redis::ErrorKind::Io,
+            "the sentinel timed out",
+            what.to_owned(),
+        ))
+    };
+    let mut pubsub = tokio::time::timeout(SENTINEL_TIMEOUT, async {
+        let mut pubsub = client.get_async_pubsub().await?;
+        pubsub.subscribe("+switch-master").await?;
+        Ok::<_, RedisError>(pubsub)
+    })
+    .await
+    .map_err(|_| timed_out("subscribing"))??;
+    let named = || async {
+        tokio::time::timeout(SENTINEL_TIMEOUT, async {
+            let mut conn = client.get_multiplexed_async_connection().await?;
+            let (host, port): (String, u16) = redis::cmd("SENTINEL")
+                .arg("GET-MASTER-ADDR-BY-NAME")
+                .arg(master)
+                .query_async(&mut conn)
+                .await?;
+            Ok::<_, RedisError>(format!("{host}:{port}"))
+        })
         .await
-        .async_get_sentinel_client()
-        .await?;
-    let mut pubsub = sentinel.get_async_pubsub().await?;
-    pubsub.subscribe("+switch-master").await?;
-    let mut conn = sentinel.get_multiplexed_async_connection().await?;
-    let (host, port): (String, u16) = redis::cmd("SENTINEL")
-        .arg("GET-MASTER-ADDR-BY-NAME")
-        .arg(master)
-        .query_async(&mut conn)
-        .await?;
-    if format!("{host}:{port}") != current {
+        .map_err(|_| timed_out("asking"))?
+    };
+    let first = named().await?;
+    if compare && first != current {
         return Ok(());
     }
     let mut announcements = pubsub.on_message();
-    while let Some(message) = announcements.next().await {
-        // `<master name> <old ip> <old port> <new ip> <new port>`
-        let payload: String = message.get_payload()?;
-        if payload.split(' ').next() == Some(master) {
-            return Ok(());
+    loop {
+        tokio::select! {
+            message = announcements.next() => {
+                let Some(message) = message else {
+                    return Err(RedisError::from((
+                        redis::ErrorKind::Io,
+                        "the sentinel closed the announcements",
+                    )));
+                };
+                // `<master name> <old ip> <old port> <new ip> <new port>`
+                let payload: String = message.get_payload()?;
+                if payload.split(' ').next() == Some(master) {
+                    return Ok(());
+                }
+            }
+            // A change of this sentinel's answer, not a disagreement with the lookup (another
+            // sentinel may still name a dead master for a while).
+            () = tokio::time::sleep(REPOLL_EVERY) => {
+                if named().await? != first {
+                    return Ok(());
+                }
+            }
         }
     }
-    Err(RedisError::from((
-        redis::ErrorKind::Io,
-        "the sentinel closed the announcements",
-    )))
 }
 
 impl fmt::Debug for NodeSource {
@@ -309,10 +369,25 @@ impl SentinelVoter {
         let mut path = path.splitn(2, '/');
         let master = path.next().unwrap_or("");
         let db = path.next().unwrap_or("");
+        if master.contains(['%', '?', '#']) {
+            return Err(invalid(
+                "a Sentinel voter's master name cannot be percent-encoded or carry a query",
+            ));
+        }
         let sentinels: Vec<String> = hosts
             .split(',')
             .filter(|host| !host.is_empty())
-            .map(|host| format!("redis://{host}"))
+            .map(|host| {
+                let has_port = match host.strip_prefix('[') {
+                    Some(v6) => v6.contains("]:"),
+                    None => host.contains(':'),
+                };
+                if has_port {
+                    format!("redis://{host}")
+                } else {
+                    format!("redis://{host}:{SENTINEL_PORT}")
+                }
+            })
             .collect();
         let mut voter = Self::new(master, sentinels)?;
         // The master's credentials and database, decoded by the redis crate's own URL parser
@@ -348,7 +423,14 @@ impl fmt::Display for SentinelVoter {
             if i > 0 {
                 f.write_str(",")?;
             }
-            write!(f, "{}", sentinel.addr())?;
+            match sentinel.addr() {
+                ConnectionAddr::Tcp(host, port) | ConnectionAddr::TcpTls { host, port, .. }
+                    if host.contains(':') && !host.starts_with('[') =>
+                {
+                    write!(f, "[{host}]:{port}")?;
+                }
+                other => write!(f, "{other}")?,
+            }
         }
         Ok(())
     }
@@ -446,7 +528,13 @@ mod tests {
         .expect("valid");
         assert_eq!(
             voter.to_string(),
-            "sentinel orders@127.0.0.1:26379,::1:26380"
+            "sentinel orders@127.0.0.1:26379,[::1]:26380"
+        );
+        let default_port =
+            SentinelVoter::parse("redis+sentinel://10.0.0.7,[::1]/orders").expect("valid");
+        assert_eq!(
+            default_port.to_string(),
+            "sentinel orders@10.0.0.7:26379,[::1]:26379"
         );
         assert_eq!(voter.master_settings.username(), Some("lock@er"));
         assert_eq!(voter.master_settings.password(), Some("p@ss"));
@@ -466,6 +554,8 @@ mod tests {
             "redis+sentinel://127.0.0.1:26379",
             "redis+sentinel://127.0.0.1:26379/",
             "redis+sentinel:///orders",
+            "redis+sentinel://127.0.0.1:26379/ord%65rs",
+            "redis+sentinel://127.0.0.1:26379/orders?x=1",
             "redis://127.0.0.1:6379",
         ] {
             assert!(SentinelVoter::parse(url).is_err(), "{url}");

@@ -369,17 +369,24 @@ async fn listen(
     shared: Weak<Shared>,
     mut alive: watch::Receiver<()>,
 ) {
+    let mut switched_away: Option<String> = None;
     loop {
         let connected = tokio::select! {
             _ = alive.changed() => return,
-            // A Sentinel-resolved voter's master is looked up again at every connection. (After
-            // a failover that leaves this connection up on the demoted server, its messages
-            // stop until the connection breaks: waiters fall back to their timed retries.)
-            c = tokio::time::timeout(CONNECT_TIMEOUT, async {
-                source.client().await?.get_async_pubsub().await
+            // A Sentinel-resolved voter's master is looked up again at every connection, and
+            // the listener moves when the sentinels switch it (below).
+            c = tokio::time::timeout(source.lookup_budget(CONNECT_TIMEOUT), async {
+                let client = source.client().await?;
+                let address = client.get_connection_info().addr().to_string();
+                Ok::<_, redis::RedisError>((client.get_async_pubsub().await?, address))
             }) => c,
         };
-        if let Ok(Ok(pubsub)) = connected {
+        if let Ok(Ok((pubsub, address))) = connected {
+            // Found the master a switch took us from: the sentinels disagree for now, and
+            // comparing at once would reconnect in a loop (as in `node::supervise`).
+            let compare = switched_away.take().as_deref() != Some(address.as_str());
+            let switched = source.switched_from(&address, compare);
+            tokio::pin!(switched);
             let (mut sink, mut stream) = pubsub.split();
             // The sink first, then the channels wanted so far: a channel added in between is
             // subscribed by its first waiter through the sink, one added before by us here
@@ -402,6 +409,11 @@ async fn listen(
                 let message = tokio::select! {
                     _ = alive.changed() => return,
                     m = stream.next() => m,
+                    // Messages are published on the new master now: reconnect there.
+                    () = &mut switched => {
+                        switched_away = Some(address.clone());
+                        break;
+                    }
                 };
                 let Some(message) = message else { break };
                 let Some(s) = shared.upgrade() else { return };

@@ -349,7 +349,11 @@ async fn scenario_8_sentinel_voters_failing_over() {
         .iter()
         .filter(|line| line.contains("failover started"))
         .count();
-    assert!(failovers >= 2, "the sentinels refused the failovers: {:#?}", f.fault_log);
+    assert!(
+        failovers >= 2,
+        "the sentinels refused the failovers: {:#?}",
+        f.fault_log
+    );
     // Availability is printed, not asserted: each failover costs its voter a restart grace.
 }
 

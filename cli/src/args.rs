@@ -4,7 +4,7 @@ use std::ffi::OsString;
 use std::path::PathBuf;
 use std::time::Duration;
 
-use clap::{Args, Parser, Subcommand};
+use clap::{Args, Parser, Subcommand, ValueEnum};
 
 use crate::exit;
 
@@ -79,9 +79,25 @@ pub(crate) struct Tuning {
     /// The clock drift allowed, as a fraction of the ttl (0 ≤ f < 0.5) [default: 0.01].
     #[arg(long, global = true, env = "REDQUORUM_DRIFT_FACTOR")]
     pub(crate) drift_factor: Option<f64>,
+    /// `shared`: the lock key is exactly the prefix + the resource, the key node-redlock,
+    /// redsync and pottery use, so `run` shares its lock with them (set `--key-prefix ""` for
+    /// node-redlock and redsync, `redlock:` for pottery). Plain locks only: `run` then hands
+    /// the command no fencing token, and `--permits` and `elect` are refused [default: tagged].
+    #[arg(long, global = true, env = "REDQUORUM_KEY_LAYOUT", value_enum)]
+    pub(crate) key_layout: Option<Layout>,
     /// The config file's `kill-signal` (`run` and `elect` take `--kill-signal` first).
     #[arg(skip)]
     pub(crate) kill_signal: Option<nix::sys::signal::Signal>,
+}
+
+/// How lock keys are named (`redquorum::KeyLayout`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum, serde::Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub(crate) enum Layout {
+    /// `prefix{resource}`: one hash slot per resource; fencing, elections and semaphores.
+    Tagged,
+    /// `prefix` + `resource`, as other languages' Redlock clients name it.
+    Shared,
 }
 
 impl Tuning {

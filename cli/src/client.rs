@@ -1,13 +1,15 @@
 //! The client the command line asks for: the masters, and the tuning flags (`--node-timeout`,
-//! `--restart-grace`, `--key-prefix`, `--drift-factor`, each also from the environment).
+//! `--restart-grace`, `--key-prefix`, `--drift-factor`, `--key-layout`, each also from the
+//! environment).
 
-use redquorum::RedLock;
+use redquorum::{KeyLayout, RedLock};
 
-use crate::args::Tuning;
+use crate::args::{Layout, Tuning};
 use crate::exit::CliError;
 
 /// A `RedLock` over `nodes` with `tuning` applied; a bad value is a usage error (exit 64)
-/// naming the flag, found before any connection is made.
+/// naming the flag, found before any connection is made. `fencing` is what the command would
+/// like: in the shared key layout there is none (other clients keep no fence counters).
 pub(crate) fn redlock(
     nodes: Vec<String>,
     tuning: &Tuning,
@@ -27,7 +29,11 @@ pub(crate) fn redlock(
             "the node timeout (--node-timeout, REDQUORUM_NODE_TIMEOUT or node-timeout) must be more than 0",
         ));
     }
-    let mut builder = RedLock::builder(nodes).fencing(fencing);
+    let shared = tuning.key_layout == Some(Layout::Shared);
+    let mut builder = RedLock::builder(nodes).fencing(fencing && !shared);
+    if shared {
+        builder = builder.key_layout(KeyLayout::Shared);
+    }
     if let Some(timeout) = tuning.node_timeout {
         builder = builder.per_node_timeout(timeout);
     }

@@ -43,6 +43,9 @@ pub(crate) struct ConfigFile {
     /// `--drift-factor`.
     #[serde(default)]
     pub(crate) drift_factor: Option<f64>,
+    /// `--key-layout` (`tagged` or `shared`).
+    #[serde(default)]
+    pub(crate) key_layout: Option<crate::args::Layout>,
     /// `--kill-signal` of `run` and `elect`.
     #[serde(default, deserialize_with = "signal")]
     pub(crate) kill_signal: Option<nix::sys::signal::Signal>,

@@ -25,6 +25,7 @@ pub(crate) fn resolve(global: &Global) -> Result<(Vec<String>, Tuning), CliError
         tuning.restart_grace = tuning.restart_grace.or(file.restart_grace);
         tuning.key_prefix = tuning.key_prefix.or(file.key_prefix);
         tuning.drift_factor = tuning.drift_factor.or(file.drift_factor);
+        tuning.key_layout = tuning.key_layout.or(file.key_layout);
         tuning.kill_signal = file.kill_signal;
         from_file = file.nodes;
         tracing::debug!(path = %loaded.path.display(), "read the config file");
@@ -61,12 +62,18 @@ fn dev_cluster() -> Result<Vec<String>, CliError> {
 
 /// The nodes, trimmed, empty ones dropped. The list arrives split at every comma, but a
 /// Sentinel voter's URL has commas of its own (`redis+sentinel://h1:p1,h2:p2/master`): a
-/// piece without a scheme continues the URL before it.
+/// piece without a scheme continues a Sentinel URL before it whose master name has not come
+/// yet (anything else stays a node of its own, and fails as the malformed URL it is).
 fn clean(nodes: &[String]) -> Vec<String> {
+    // A Sentinel URL whose path has not begun yet: its next piece is another sentinel.
+    let open_sentinel_list = |url: &str| {
+        url.strip_prefix("redis+sentinel://")
+            .is_some_and(|rest| !rest.contains('/'))
+    };
     let mut joined: Vec<String> = Vec::new();
     for piece in nodes.iter().map(|n| n.trim()).filter(|n| !n.is_empty()) {
         match joined.last_mut() {
-            Some(previous) if !piece.contains("://") => {
+            Some(previous) if !piece.contains("://") && open_sentinel_list(previous) => {
                 previous.push(',');
                 previous.push_str(piece);
             }
@@ -87,6 +94,14 @@ mod tests {
                 .split(',')
                 .map(str::to_owned)
                 .collect();
+        let stray: Vec<String> = ["redis+sentinel://s1:26379/orders", "s2:1"]
+            .map(str::to_owned)
+            .to_vec();
+        assert_eq!(
+            clean(&stray),
+            stray,
+            "a piece after the master name is no sentinel"
+        );
         assert_eq!(
             clean(&given),
             [

@@ -68,17 +68,14 @@ async fn run_with(
         permit,
         valid_until: lock.valid_until(),
     });
-    // A permit's holder gets its permit's number; a lock's, its fencing token.
-    let env = [
-        ("REDQUORUM_RESOURCE", args.resource.clone()),
-        match permit {
-            Some(permit) => ("REDQUORUM_PERMIT", permit.to_string()),
-            None => (
-                "REDQUORUM_FENCING_TOKEN",
-                lock.fencing_token().unwrap_or_default().to_string(),
-            ),
-        },
-    ];
+    // A permit's holder gets its permit's number; a lock's, its fencing token (none in the
+    // shared key layout, where no fence counter is kept).
+    let mut env = vec![("REDQUORUM_RESOURCE", args.resource.clone())];
+    match (permit, lock.fencing_token()) {
+        (Some(permit), _) => env.push(("REDQUORUM_PERMIT", permit.to_string())),
+        (None, Some(token)) => env.push(("REDQUORUM_FENCING_TOKEN", token.to_string())),
+        (None, None) => {}
+    }
     let lease = lock.into_lease(LeaseOptions::default());
     let ending = child::run_guarded(
         &args.command,

@@ -27,6 +27,7 @@ fn bare(scratch: &Path) -> Command {
         .env_remove("REDQUORUM_RESTART_GRACE")
         .env_remove("REDQUORUM_KEY_PREFIX")
         .env_remove("REDQUORUM_DRIFT_FACTOR")
+        .env_remove("REDQUORUM_KEY_LAYOUT")
         .env_remove("REDQUORUM_KILL_SIGNAL")
         .env_remove("RUST_LOG")
         .env("XDG_CONFIG_HOME", scratch.join("config"))
@@ -2155,4 +2156,62 @@ fn run_with_permits_runs_at_most_n_commands_at_once() {
     ]));
     assert_eq!(code, 64, "{err}");
     assert!(err.contains("maximum of 256"), "{err}");
+}
+
+/// `--key-layout shared --key-prefix ""`: the lock key is exactly the resource, as
+/// node-redlock and redsync name it (the command sees it on the masters while it runs), the
+/// command gets no fencing token, and the lock is released after it; `--permits` and `elect`
+/// are refused as usage errors, and the config file's `key-layout` is read.
+///
+/// Mutation: `--key-layout` ignored in `client::redlock`: the key is `redquorum:{nightly}`,
+/// and the command sees a fencing token.
+#[test]
+fn the_shared_key_layout_names_the_lock_as_other_clients_do() {
+    let cluster = Cluster::start(3);
+    let dir = tempfile::tempdir().expect("tempdir");
+    let port = cluster.server(0).port().to_string();
+    let script = format!(
+        r#"echo "${{REDQUORUM_FENCING_TOKEN-none}}"; redis-cli -p {port} --raw EXISTS nightly"#
+    );
+    let shared = ["--key-layout", "shared", "--key-prefix", ""];
+    let (code, out, err) = output(
+        redquorum(&cluster, dir.path())
+            .args(shared)
+            .args(["run", "nightly", "--", "sh", "-c", &script]),
+    );
+    assert_eq!(code, 0, "{err}");
+    assert_eq!(
+        out.split_whitespace().collect::<Vec<_>>(),
+        ["none", "1"],
+        "{out}"
+    );
+    assert!(
+        cluster.keys().is_empty(),
+        "released, nothing else written: {:?}",
+        cluster.keys()
+    );
+
+    for refused in [
+        vec!["run", "--permits", "2", "pool", "--", "true"],
+        vec!["elect", "--id", "a", "leader", "--", "true"],
+    ] {
+        let (code, _, err) = output(redquorum(&cluster, dir.path()).args(shared).args(&refused));
+        assert_eq!(code, 64, "{refused:?}: {err}");
+        assert!(err.contains("key layout"), "{refused:?}: {err}");
+    }
+
+    let config = dir.path().join("shared.toml");
+    std::fs::write(&config, "key-layout = \"shared\"\nkey-prefix = \"\"\n").expect("write");
+    let (code, out, err) = output(
+        redquorum(&cluster, dir.path())
+            .arg("--config")
+            .arg(&config)
+            .args(["run", "nightly", "--", "sh", "-c", &script]),
+    );
+    assert_eq!(code, 0, "{err}");
+    assert_eq!(
+        out.split_whitespace().collect::<Vec<_>>(),
+        ["none", "1"],
+        "{out}"
+    );
 }

@@ -9,7 +9,9 @@ use crate::Cluster;
 const FAILOVER_TIMEOUT: Duration = Duration::from_secs(20);
 
 /// One Sentinel-monitored master: server 0 of [`data`](Self::data) starts as the master,
-/// server 1 as its replica, and `sentinels` sentinels watch them under the master name.
+/// server 1 as its replica, and `sentinels` sentinels watch them under the master name. A
+/// master is judged down after 5 s without an answer (long enough that a loaded machine does
+/// not fail over on its own; [`failover`](Self::failover) forces one).
 #[derive(Debug)]
 pub struct SentinelGroup {
     name: String,
@@ -41,7 +43,7 @@ impl SentinelGroup {
                 format!(
                     "bind 127.0.0.1\n\
                      sentinel monitor {name} 127.0.0.1 {master_port} {quorum}\n\
-                     sentinel down-after-milliseconds {name} 1000\n\
+                     sentinel down-after-milliseconds {name} 5000\n\
                      sentinel failover-timeout {name} 10000\n\
                      sentinel parallel-syncs {name} 1\n"
                 ),

@@ -133,9 +133,11 @@ async fn a_failover_moves_the_voters_vote_to_the_new_master() {
 
     let new_master = a.failover();
     assert_eq!(new_master, 1);
-    // Renewed on the new master within a few extensions (each waits for its straggler).
+    // Renewed on the new master within 3 s (the demoted master accepts writes for longer:
+    // the sentinels reconfigure a live old master seconds after the switch).
     let mut renewed_on_the_new_master = false;
-    for _ in 0..20 {
+    let give_up = std::time::Instant::now() + Duration::from_secs(3);
+    while std::time::Instant::now() < give_up {
         lock.extend(TTL).await.expect("the held lock is never lost");
         let left = a.data().pttl(new_master, &key);
         if left > (TTL - Duration::from_millis(500)).as_millis() as i64 {
