@@ -83,13 +83,10 @@ impl Voter for Node {
             // Something came back from the server (or the connection broke): not hung.
             self.set_suspect(false);
             answer.map_err(|err| {
-                // `NOREPLICAS`: a master whose replicas left it (`min-replicas-to-write`), as
-                // a demoted or cut-off one does: look the master up again too.
                 let read_only = err.kind() == redis::ErrorKind::Server(ServerErrorKind::ReadOnly);
-                let demoted = read_only || err.code() == Some("NOREPLICAS");
                 if breaks_connection(&err) {
                     self.report_broken(generation);
-                } else if demoted && self.follows_failovers() {
+                } else if read_only && self.follows_failovers() {
                     // A failover demoted the server this voter spoke for: reconnect, and the
                     // sentinels name the new master.
                     tracing::info!(node = %self.id(), "the voter's server was demoted; looking its master up again");

@@ -316,8 +316,15 @@ async fn scenario_7_semaphore_under_the_mixed_nemesis() {
 /// Sentinel-resolved voters under failovers: three standalone masters and two Sentinel
 /// groups (a master, a replica, a sentinel each) as the five voters, while the groups are
 /// failed over (forced, whatever the replica has so far) and a standalone master is killed and
-/// restarted empty. The clients' restart grace (above the ttl) keeps a promoted master from
-/// voting while a lock it may lack can still be valid.
+/// restarted empty. The groups run as the deploy guide asks (`min-replicas-to-write 1`,
+/// `min-replicas-max-lag 1`), and the clients' restart grace covers the ttl plus the time a
+/// demoted master may still grant: a promoted master does not vote while a lock it may lack
+/// can still be valid. The probe counts a group as holding a lock's key until its failover's
+/// grace has passed (the promoted master votes for nobody before).
+///
+/// Found by this scenario under load: with a grace of only the ttl and no
+/// `min-replicas-to-write`, one lock claimed validity that the masters the sentinels named no
+/// longer gave it (granted by the demoted master after the switch).
 ///
 /// Mutation: `promoted` ignored and no `run_id` change seen (the grace computed from the
 /// uptime: `grace_starts` returning `now − uptime` always): not run here, see the integration
@@ -338,7 +345,9 @@ async fn scenario_8_sentinel_voters_failing_over() {
     ];
     let sentinels = Scenario {
         sentinel_groups: 2,
-        restart_grace: Some(TTL + TTL / 5),
+        // Above the ttl plus the second a demoted master may still grant before
+        // `min-replicas-max-lag` stops it, and a margin for the replica's ack period.
+        restart_grace: Some(TTL + Duration::from_millis(2500)),
         ..scenario("8 Sentinel voters failing over", schedule, duration, false)
     };
     let f = chaos::run(sentinels, seed).await;

@@ -29,10 +29,33 @@ impl SentinelGroup {
     /// # Panics
     /// When a server does not start, or the sentinels do not see the replica in 20 s.
     pub fn start(name: &str, sentinels: usize) -> Self {
+        Self::start_with(name, sentinels, false)
+    }
+
+    /// As [`start`](Self::start); with `min_replicas`, both servers run with
+    /// `min-replicas-to-write 1` and `min-replicas-max-lag 1`, as the deploy guide asks: a
+    /// master whose replica stopped acknowledging for a second refuses writes (a demoted
+    /// master cut off from its sentinels stops granting locks).
+    ///
+    /// # Panics
+    /// As [`start`](Self::start).
+    pub fn start_with(name: &str, sentinels: usize, min_replicas: bool) -> Self {
         assert!(sentinels > 0, "a group needs a sentinel");
-        let mut data = Cluster::start(1);
+        let guard: &[&str] = if min_replicas {
+            &[
+                "--min-replicas-to-write",
+                "1",
+                "--min-replicas-max-lag",
+                "1",
+            ]
+        } else {
+            &[]
+        };
+        let mut data = Cluster::start_with_args(1, crate::Persistence::None, guard);
         let master_port = data.server(0).port().to_string();
-        data.add(&["--replicaof", "127.0.0.1", &master_port]);
+        let mut replica = vec!["--replicaof", "127.0.0.1", &master_port];
+        replica.extend_from_slice(guard);
+        data.add(&replica);
         let configs = tempfile::tempdir().expect("temp dir");
         let mut watchers = Cluster::start(0);
         for i in 0..sentinels {

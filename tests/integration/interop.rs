@@ -1,6 +1,7 @@
-//! Sharing a lock with another language's Redlock client: node-redlock (v4, from npm, installed
-//! by `.ci/test` into `tests/interop/node_modules`) against redquorum's shared key layout, on
-//! five real masters, each blocking the other both ways.
+//! Sharing a lock with other languages' Redlock clients: node-redlock (v4, from npm, installed
+//! by `.ci/test` into `tests/interop/node_modules`) and pottery (Python, from PyPI, installed
+//! by `.ci/test` into `tests/interop/.venv`) against redquorum's shared key layout, on five
+//! real masters, each blocking the other both ways.
 
 use std::io::{BufRead, BufReader, Write};
 use std::path::PathBuf;
@@ -25,25 +26,64 @@ impl Drop for Peer {
     }
 }
 
-/// The node-redlock peer, or a panic that says how to install it: never skipped.
-fn peer(cluster: &Cluster, mode: &str) -> (Peer, BufReader<ChildStdout>) {
+/// Another language's client.
+#[derive(Debug, Clone, Copy)]
+enum Kind {
+    /// node-redlock 4: the key is the name.
+    NodeRedlock,
+    /// pottery 3: the key is `redlock:` + the name.
+    Pottery,
+}
+
+impl Kind {
+    /// The prefix redquorum needs to name the key as this peer does.
+    fn prefix(self) -> &'static str {
+        match self {
+            Self::NodeRedlock => "",
+            Self::Pottery => "redlock:",
+        }
+    }
+
+    fn key(self) -> String {
+        format!("{}{RESOURCE}", self.prefix())
+    }
+}
+
+/// The peer, or a panic that says how to install it: never skipped.
+fn peer(cluster: &Cluster, kind: Kind, mode: &str) -> (Peer, BufReader<ChildStdout>) {
     let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/interop");
-    assert!(
-        dir.join("node_modules/redlock").is_dir(),
-        "node-redlock is not installed: run `npm ci --prefix tests/interop` (Node.js 18+), or `bash .ci/test`, which does"
-    );
+    let mut command = match kind {
+        Kind::NodeRedlock => {
+            assert!(
+                dir.join("node_modules/redlock").is_dir(),
+                "node-redlock is not installed: run `npm ci --prefix tests/interop` (Node.js 18+), or `bash .ci/test`, which does"
+            );
+            let mut node = Command::new("node");
+            node.arg(dir.join("redlock-peer.js"));
+            node
+        }
+        Kind::Pottery => {
+            let python = dir.join(".venv/bin/python");
+            assert!(
+                python.is_file(),
+                "pottery is not installed: run `python3 -m venv tests/interop/.venv && tests/interop/.venv/bin/pip install -r tests/interop/requirements.txt`, or `bash .ci/test`, which does"
+            );
+            let mut python = Command::new(python);
+            python.arg(dir.join("pottery_peer.py"));
+            python
+        }
+    };
     let ports: Vec<String> = (0..cluster.len())
         .map(|i| cluster.server(i).port().to_string())
         .collect();
-    let mut child = Command::new("node")
-        .arg(dir.join("redlock-peer.js"))
+    let mut child = command
         .arg(ports.join(","))
         .arg(RESOURCE)
         .arg(mode)
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
         .spawn()
-        .expect("node on PATH (Node.js 18+; `bash .ci/test` installs it)");
+        .expect("the peer's interpreter (`bash .ci/test` installs it)");
     let stdout = BufReader::new(child.stdout.take().expect("stdout"));
     (Peer(child), stdout)
 }
@@ -55,8 +95,8 @@ fn next_line(stdout: &mut BufReader<ChildStdout>) -> String {
 }
 
 /// Runs the peer in `try` mode to the end: what it said first.
-fn peer_tries(cluster: &Cluster) -> String {
-    let (mut peer, mut stdout) = peer(cluster, "try");
+fn peer_tries(cluster: &Cluster, kind: Kind) -> String {
+    let (mut peer, mut stdout) = peer(cluster, kind, "try");
     let first = next_line(&mut stdout);
     assert!(peer.0.wait().expect("peer").success(), "peer said {first}");
     first
@@ -66,32 +106,40 @@ fn peer_tries(cluster: &Cluster) -> String {
 /// lock node-redlock holds, and node-redlock the one redquorum holds.
 #[tokio::test]
 async fn a_lock_shared_with_node_redlock_blocks_both_ways() {
+    shares_both_ways(Kind::NodeRedlock).await;
+}
+
+/// The same with pottery, whose key is `redlock:` + the name. Mutation: as above.
+#[tokio::test]
+async fn a_lock_shared_with_pottery_blocks_both_ways() {
+    shares_both_ways(Kind::Pottery).await;
+}
+
+async fn shares_both_ways(kind: Kind) {
     let cluster = Cluster::start(5);
+    let key = kind.key();
     let rl = RedLock::builder(cluster.urls())
-        .key_prefix("")
+        .key_prefix(kind.prefix())
         .key_layout(KeyLayout::Shared)
         .per_node_timeout(Duration::from_millis(250))
         .build()
         .expect("config");
     rl.connect().await.expect("connected");
 
-    // node-redlock holds it: redquorum is refused, and sees node-redlock's value as holder.
-    let (mut holder, mut stdout) = peer(&cluster, "hold");
+    // The peer holds it: redquorum is refused, and sees the peer's value as holder.
+    let (mut holder, mut stdout) = peer(&cluster, kind, "hold");
     let said = next_line(&mut stdout);
     let value = said
         .strip_prefix("acquired ")
-        .expect("node-redlock took it");
+        .unwrap_or_else(|| panic!("{kind:?} took it: {said}"));
     let on_masters = (0..5)
-        .filter(|i| cluster.get(*i, RESOURCE.as_bytes()).as_deref() == Some(value.as_bytes()))
+        .filter(|i| cluster.get(*i, key.as_bytes()).as_deref() == Some(value.as_bytes()))
         .count();
-    assert!(
-        on_masters >= 3,
-        "node-redlock's key on {on_masters} masters"
-    );
+    assert!(on_masters >= 3, "{kind:?}'s key on {on_masters} masters");
     let err = rl
         .try_acquire(RESOURCE, TTL)
         .await
-        .expect_err("node-redlock holds it");
+        .expect_err("the peer holds it");
     assert!(err.is_conflict(), "{err}");
     holder
         .0
@@ -103,21 +151,25 @@ async fn a_lock_shared_with_node_redlock_blocks_both_ways() {
     assert_eq!(next_line(&mut stdout), "released");
     assert!(holder.0.wait().expect("peer").success());
 
-    // redquorum holds it: node-redlock is refused; released, node-redlock takes it.
+    // redquorum holds it: the peer is refused; released, the peer takes it.
     let lock = rl
         .try_acquire(RESOURCE, TTL)
         .await
-        .expect("free after node-redlock released it");
-    assert_eq!(
-        cluster.get(0, RESOURCE.as_bytes()).as_deref(),
-        Some(lock.token().expose().as_bytes()),
-        "the key is exactly the name"
+        .expect("free after the peer released it");
+    assert!(
+        crate::eventually(Duration::from_secs(3), || {
+            cluster.get(0, key.as_bytes()).as_deref() == Some(lock.token().expose().as_bytes())
+        })
+        .await,
+        "the key is exactly the peer's name for it"
     );
-    assert_eq!(peer_tries(&cluster), "busy");
+    assert_eq!(peer_tries(&cluster, kind), "busy");
     lock.release().await.expect("release");
     crate::settled(&rl).await;
-    assert!(peer_tries(&cluster).starts_with("acquired "));
+    // Nothing of redquorum's is left (pottery's own release returns at its quorum, so one of
+    // its deletes may still be on the way when it exits: the peer's keys are its business).
     assert!(cluster.keys().is_empty(), "{:?}", cluster.keys());
+    assert!(peer_tries(&cluster, kind).starts_with("acquired "));
 }
 
 #[test]

@@ -107,7 +107,16 @@ pub enum Action {
 #[derive(Debug, Clone)]
 pub enum Probe {
     Fixed(u16),
-    Group { sentinel: u16, name: String },
+    Group {
+        sentinel: u16,
+        name: String,
+        /// When the group's last failover was started, and the clients' restart grace: the
+        /// new master votes for nobody before `failover + grace` (clients meet it only after
+        /// it was promoted, which is after the failover began), so the voter counts as
+        /// holding the key until then even where the new master lacks it.
+        failover: Arc<Mutex<Option<Instant>>>,
+        grace: Duration,
+    },
 }
 
 /// A scenario: who does what, for how long.
@@ -286,11 +295,16 @@ pub async fn run(scenario: Scenario, seed: u64) -> Figures {
     } else {
         Cluster::start(standalone)
     }));
+    // Run as the deploy guide asks (`min-replicas-to-write`), so a demoted master stops
+    // granting once its replica has left it.
     let groups: Arc<Vec<SentinelGroup>> = Arc::new(
         (0..scenario.sentinel_groups)
-            .map(|g| SentinelGroup::start(&format!("chaos{g}"), 1))
+            .map(|g| SentinelGroup::start_with(&format!("chaos{g}"), 1, true))
             .collect(),
     );
+    let failovers: Vec<Arc<Mutex<Option<Instant>>>> = (0..scenario.sentinel_groups)
+        .map(|_| Arc::new(Mutex::new(None)))
+        .collect();
     let ports: Vec<u16> = {
         let c = cluster.lock().expect("cluster");
         (0..standalone).map(|i| c.server(i).port()).collect()
@@ -298,10 +312,17 @@ pub async fn run(scenario: Scenario, seed: u64) -> Figures {
     let probes: Vec<Probe> = ports
         .iter()
         .map(|port| Probe::Fixed(*port))
-        .chain(groups.iter().map(|group| Probe::Group {
-            sentinel: group.sentinels().server(0).port(),
-            name: group.name().to_owned(),
-        }))
+        .chain(
+            groups
+                .iter()
+                .zip(&failovers)
+                .map(|(group, failover)| Probe::Group {
+                    sentinel: group.sentinels().server(0).port(),
+                    name: group.name().to_owned(),
+                    failover: failover.clone(),
+                    grace: scenario.restart_grace.unwrap_or_default(),
+                }),
+        )
         .collect();
     // One set of proxies per contender, so a partition can cut one client off alone.
     let mut proxies: Vec<Vec<Proxy>> = Vec::new();
@@ -354,6 +375,11 @@ pub async fn run(scenario: Scenario, seed: u64) -> Figures {
     for (at, action) in &scenario.schedule {
         tokio::time::sleep_until((started + *at).into()).await;
         fault_log.push(format!("{:>6.2}s {action:?}", at.as_secs_f64()));
+        if let Action::Failover(g) = action
+            && let Ok(mut at) = failovers[*g].lock()
+        {
+            *at = Some(Instant::now());
+        }
         let outcome = apply(*action, &cluster, &groups, &proxies, &health).await;
         if let Some(outcome) = outcome {
             fault_log.push(format!("        {outcome}"));
@@ -635,6 +661,7 @@ async fn contend(
     stop: Arc<AtomicBool>,
 ) {
     let mut rng = StdRng::seed_from_u64(seed);
+    let mut held = 0u64;
     while !stop.load(Ordering::Relaxed) {
         let actions_before = health.actions();
         let majority_and_free =
@@ -666,7 +693,10 @@ async fn contend(
                 // Most holds are short; one in twenty lasts until the deadline, so a deadline
                 // later than the servers' expiry lets another contender in while this one
                 // holds (rarely: each costs the others a ttl of waiting).
-                let to_deadline = rng.random_range(0..20) == 0;
+                // Counted, not drawn: each contender's first hold (and every 20th after) goes
+                // to the deadline, so a run with any acquisition has one, however few.
+                let to_deadline = held.is_multiple_of(20);
+                held += 1;
                 let hold = if to_deadline {
                     lock.remaining()
                 } else {
@@ -781,10 +811,21 @@ pub async fn majority_holds_key_until_at(probes: &[Probe], key: &str, token: &st
     let probes = probes.iter().map(|probe| {
         let key = key.clone();
         async move {
+            // A group within its grace after a failover grants to nobody else until then.
+            let quarantined_until = match probe {
+                Probe::Group {
+                    failover, grace, ..
+                } => failover
+                    .lock()
+                    .ok()
+                    .and_then(|at| *at)
+                    .map(|at| at + *grace),
+                Probe::Fixed(_) => None,
+            };
             let probe = async {
                 let port = match probe {
                     Probe::Fixed(port) => *port,
-                    Probe::Group { sentinel, name } => named_master(*sentinel, name).await?,
+                    Probe::Group { sentinel, name, .. } => named_master(*sentinel, name).await?,
                 };
                 let client = redis::Client::open(format!("redis://127.0.0.1:{port}")).ok()?;
                 let mut conn = client.get_multiplexed_async_connection().await.ok()?;
@@ -802,11 +843,12 @@ pub async fn majority_holds_key_until_at(probes: &[Probe], key: &str, token: &st
                     _ => now,
                 })
             };
-            tokio::time::timeout(Duration::from_millis(50), probe)
+            let holds = tokio::time::timeout(Duration::from_millis(50), probe)
                 .await
                 .ok()
                 .flatten()
-                .unwrap_or_else(|| Instant::now() + Duration::from_secs(3600))
+                .unwrap_or_else(|| Instant::now() + Duration::from_secs(3600));
+            holds.max(quarantined_until.unwrap_or(holds))
         }
     });
     let mut until: Vec<Instant> = futures::future::join_all(probes).await;
