@@ -225,11 +225,10 @@ async fn scenario_3_asymmetric_client_partitions() {
     assert_safe(&f);
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn scenario_4_mixed_nemesis() {
-    let seed = chaos::seed() + 4;
-    let duration = chaos::duration(Duration::from_secs(6));
-    let schedule = random_schedule(
+/// The mixed nemesis of scenario 4 (and of the semaphore's scenario 7): every three ttls,
+/// one or two nodes killed, paused, black-holed, slowed or reset, healed within the period.
+fn mixed_schedule(seed: u64, duration: Duration) -> Vec<(Duration, Action)> {
+    random_schedule(
         seed,
         duration,
         TTL * 3,
@@ -242,7 +241,14 @@ async fn scenario_4_mixed_nemesis() {
             latency_spike,
             resets,
         ],
-    );
+    )
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn scenario_4_mixed_nemesis() {
+    let seed = chaos::seed() + 4;
+    let duration = chaos::duration(Duration::from_secs(6));
+    let schedule = mixed_schedule(seed, duration);
     let f = chaos::run(scenario("4 mixed nemesis", schedule, duration, false), seed).await;
     assert_safe(&f);
     assert!(f.availability() >= 0.95, "{f}");
@@ -285,20 +291,7 @@ async fn scenario_6_quorum_loss_and_recovery() {
 async fn scenario_7_semaphore_under_the_mixed_nemesis() {
     let seed = chaos::seed() + 7;
     let duration = chaos::duration(Duration::from_secs(6));
-    let schedule = random_schedule(
-        seed,
-        duration,
-        TTL * 3,
-        0.4..0.95,
-        2,
-        &[
-            kill_then_restart_later,
-            pause_then_resume,
-            black_hole,
-            latency_spike,
-            resets,
-        ],
-    );
+    let schedule = mixed_schedule(seed, duration);
     let semaphore = Scenario {
         contenders: 4,
         permits: Some(2),

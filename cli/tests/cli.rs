@@ -2174,17 +2174,21 @@ fn the_shared_key_layout_names_the_lock_as_other_clients_do() {
         r#"echo "${{REDQUORUM_FENCING_TOKEN-none}}"; redis-cli -p {port} --raw EXISTS nightly"#
     );
     let shared = ["--key-layout", "shared", "--key-prefix", ""];
-    let (code, out, err) = output(
-        redquorum(&cluster, dir.path())
-            .args(shared)
-            .args(["run", "nightly", "--", "sh", "-c", &script]),
-    );
-    assert_eq!(code, 0, "{err}");
-    assert_eq!(
-        out.split_whitespace().collect::<Vec<_>>(),
-        ["none", "1"],
-        "{out}"
-    );
+    // The command ran under the key `nightly` itself, with no fencing token.
+    let ran_shared = |settings: &[&std::ffi::OsStr]| {
+        let (code, out, err) = output(
+            redquorum(&cluster, dir.path())
+                .args(settings)
+                .args(["run", "nightly", "--", "sh", "-c", &script]),
+        );
+        assert_eq!(code, 0, "{err}");
+        assert_eq!(
+            out.split_whitespace().collect::<Vec<_>>(),
+            ["none", "1"],
+            "{out}"
+        );
+    };
+    ran_shared(&shared.map(std::ffi::OsStr::new));
     assert!(
         cluster.keys().is_empty(),
         "released, nothing else written: {:?}",
@@ -2202,16 +2206,5 @@ fn the_shared_key_layout_names_the_lock_as_other_clients_do() {
 
     let config = dir.path().join("shared.toml");
     std::fs::write(&config, "key-layout = \"shared\"\nkey-prefix = \"\"\n").expect("write");
-    let (code, out, err) = output(
-        redquorum(&cluster, dir.path())
-            .arg("--config")
-            .arg(&config)
-            .args(["run", "nightly", "--", "sh", "-c", &script]),
-    );
-    assert_eq!(code, 0, "{err}");
-    assert_eq!(
-        out.split_whitespace().collect::<Vec<_>>(),
-        ["none", "1"],
-        "{out}"
-    );
+    ran_shared(&[std::ffi::OsStr::new("--config"), config.as_os_str()]);
 }

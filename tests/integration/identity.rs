@@ -15,11 +15,9 @@ use crate::{PREFIX, lock_key, settled};
 const TTL: Duration = Duration::from_secs(10);
 const NODE_TIMEOUT: Duration = Duration::from_millis(250);
 
+/// The addresses differ, so the builder cannot tell they are one server.
 fn client(urls: Vec<String>) -> RedLock {
-    RedLock::builder(urls)
-        .per_node_timeout(NODE_TIMEOUT)
-        .build()
-        .expect("the addresses differ, so the builder cannot tell")
+    crate::client_of(urls, NODE_TIMEOUT)
 }
 
 /// The nodes refused as another node's server, each with the node it named.

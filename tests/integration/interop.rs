@@ -156,19 +156,27 @@ async fn shares_both_ways(kind: Kind) {
         .try_acquire(RESOURCE, TTL)
         .await
         .expect("free after the peer released it");
+    // On a majority: one master may still hold the peer's key (see below).
+    let token = lock.token().expose().as_bytes().to_vec();
+    let holding = || {
+        (0..5)
+            .filter(|i| cluster.get(*i, key.as_bytes()) == Some(token.clone()))
+            .count()
+    };
     assert!(
-        crate::eventually(Duration::from_secs(3), || {
-            cluster.get(0, key.as_bytes()).as_deref() == Some(lock.token().expose().as_bytes())
-        })
-        .await,
+        crate::eventually(Duration::from_secs(3), || holding() >= 3).await,
         "the key is exactly the peer's name for it"
     );
     assert_eq!(peer_tries(&cluster, kind), "busy");
     lock.release().await.expect("release");
     crate::settled(&rl).await;
-    // Nothing of redquorum's is left (pottery's own release returns at its quorum, so one of
-    // its deletes may still be on the way when it exits: the peer's keys are its business).
-    assert!(cluster.keys().is_empty(), "{:?}", cluster.keys());
+    // Nothing of redquorum's is left. (pottery's own release returns at its quorum and the
+    // process exits, so one of its deletes may never be sent: a key of the peer's can stay
+    // until its ttl on one master. The peer's keys are its business.)
+    let ours: Vec<usize> = (0..5)
+        .filter(|i| cluster.get(*i, key.as_bytes()) == Some(token.clone()))
+        .collect();
+    assert!(ours.is_empty(), "redquorum's key left on {ours:?}");
     assert!(peer_tries(&cluster, kind).starts_with("acquired "));
 }
 

@@ -46,6 +46,15 @@ pub(crate) fn client(cluster: &Cluster, per_node_timeout: Duration) -> RedLock {
         .expect("valid configuration")
 }
 
+/// A client over `urls` (spellings the builder's address check cannot tell apart, Sentinel
+/// voters, …) with the given per-node timeout.
+pub(crate) fn client_of(urls: Vec<String>, per_node_timeout: Duration) -> RedLock {
+    RedLock::builder(urls)
+        .per_node_timeout(per_node_timeout)
+        .build()
+        .expect("valid configuration")
+}
+
 pub(crate) fn lock_key(resource: &[u8]) -> Vec<u8> {
     let mut key = PREFIX.to_vec();
     key.push(b'{');

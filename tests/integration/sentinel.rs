@@ -18,10 +18,7 @@ const TTL: Duration = Duration::from_secs(10);
 const NODE_TIMEOUT: Duration = Duration::from_millis(250);
 
 fn client(urls: Vec<String>) -> RedLock {
-    RedLock::builder(urls)
-        .per_node_timeout(NODE_TIMEOUT)
-        .build()
-        .expect("valid configuration")
+    crate::client_of(urls, NODE_TIMEOUT)
 }
 
 fn outcome(report: &Report, node: usize) -> &NodeOutcome {
@@ -192,15 +189,18 @@ async fn a_failover_counts_as_a_restart_of_the_voters_vote() {
     let standalone = Cluster::start(2);
     let a = SentinelGroup::start("alpha", 1);
     let grace = Duration::from_secs(2);
-    let rl = RedLock::builder([
-        standalone.server(0).url(),
-        a.url(),
-        standalone.server(1).url(),
-    ])
-    .per_node_timeout(NODE_TIMEOUT)
-    .restart_grace(grace)
-    .build()
-    .expect("valid");
+    let graced = || {
+        RedLock::builder([
+            standalone.server(0).url(),
+            a.url(),
+            standalone.server(1).url(),
+        ])
+        .per_node_timeout(NODE_TIMEOUT)
+        .restart_grace(grace)
+        .build()
+        .expect("valid")
+    };
+    let rl = graced();
     rl.connect().await.expect("connected");
     // Every server was just started: wait out the first grace.
     tokio::time::sleep(grace + Duration::from_millis(200)).await;
@@ -222,15 +222,7 @@ async fn a_failover_counts_as_a_restart_of_the_voters_vote() {
     settled(&rl).await;
     // A client that never saw the old master: the new one was promoted since it started, so
     // its uptime (as long as the test's) says nothing; it is quarantined from first sight.
-    let fresh = RedLock::builder([
-        standalone.server(0).url(),
-        a.url(),
-        standalone.server(1).url(),
-    ])
-    .per_node_timeout(NODE_TIMEOUT)
-    .restart_grace(grace)
-    .build()
-    .expect("valid");
+    let fresh = graced();
     assert!(
         node_line_becomes(&fresh, quarantined).await,
         "a fresh client let the promoted master vote at once"
