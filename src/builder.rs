@@ -118,12 +118,14 @@ impl Builder {
     }
 
     /// Do not let a master vote on acquire until it has been up for `grace`; set it to the
-    /// longest ttl you use.
+    /// longest ttl you use (with Sentinel voters, plus the groups' `min-replicas-max-lag`:
+    /// a failover is a restart of that vote, see [`SentinelVoter`](crate::SentinelVoter)).
     ///
     /// A master that crashed and came back **empty** (no `appendfsync always`) before the ttl
     /// of a lock it had granted ran out can grant that lock again. Operators should delay such
     /// restarts; this lets the client enforce it. redquorum reads the server's
-    /// `uptime_in_seconds` (`INFO server`) on every (re)connect; a master up for less than
+    /// `uptime_in_seconds` (`INFO server`, and `INFO replication` for a promotion) on every
+    /// (re)connect; a master up for less than
     /// `grace` is reported as [`NodeError::RecentlyRestarted`](crate::NodeError::RecentlyRestarted)
     /// for acquire (extend and release still go to it). The price: after restarts, fewer masters
     /// vote for up to `grace`, and the ACL user needs `+info`.

@@ -414,7 +414,9 @@ async fn supervise(
                         break;
                     }
                 }
-                tracing::warn!(node = %id, "connection lost, reconnecting");
+                if switched_away.is_none() {
+                    tracing::warn!(node = %id, "connection lost, reconnecting");
+                }
                 tx.send_replace(Link::Connecting);
             }
             Err(err) => {
@@ -537,7 +539,8 @@ impl ServerAge {
 /// - A master promoted from replica since it started (a failover, as inside a
 ///   Sentinel-resolved voter), seen by this client for the first time: its uptime says
 ///   nothing of when it became this voter's master, so the grace starts now (once: the
-///   supervisor keeps the start while the `run_id` stays the same).
+///   supervisor keeps the start while the `run_id` and the replication id stay the same,
+///   see [`grace_start`]).
 /// - Otherwise the uptime is a hint for a server this client never saw before: the start is
 ///   placed `uptime` ago (truncated to whole seconds, so at or after the real start, and a
 ///   grace measured from it never ends early).

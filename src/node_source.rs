@@ -138,7 +138,6 @@ impl NodeSource {
             return std::future::pending().await;
         };
         let voter = &resolver.voter;
-        let mut compare = compare;
         for sentinel in voter.sentinels.iter().cycle() {
             match watch_for_switch(sentinel, &voter.master, current, compare).await {
                 Ok(()) => return,
@@ -147,8 +146,6 @@ impl NodeSource {
                     tokio::time::sleep(REWATCH_DELAY).await;
                 }
             }
-            // Past the first sentinel, compare at once: a switch may have come meanwhile.
-            compare = true;
         }
     }
 
@@ -228,9 +225,12 @@ async fn watch_for_switch(
     })
     .await
     .map_err(|_| timed_out("subscribing"))??;
-    let named = || async {
+    let mut conn =
+        tokio::time::timeout(SENTINEL_TIMEOUT, client.get_multiplexed_async_connection())
+            .await
+            .map_err(|_| timed_out("connecting"))??;
+    let mut named = async || {
         tokio::time::timeout(SENTINEL_TIMEOUT, async {
-            let mut conn = client.get_multiplexed_async_connection().await?;
             let (host, port): (String, u16) = redis::cmd("SENTINEL")
                 .arg("GET-MASTER-ADDR-BY-NAME")
                 .arg(master)

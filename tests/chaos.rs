@@ -40,7 +40,7 @@ fn scenario(
     }
 }
 
-/// The safety targets of scenarios 1–6.
+/// The safety targets of scenarios 1–8.
 fn assert_safe(f: &Figures) {
     println!("{f}");
     assert_eq!(
@@ -344,7 +344,6 @@ async fn scenario_8_sentinel_voters_failing_over() {
         ..scenario("8 Sentinel voters failing over", schedule, duration, false)
     };
     let f = chaos::run(sentinels, seed).await;
-    println!("{}", f.fault_log.join("\n"));
     assert_safe(&f);
     let failovers = f
         .fault_log

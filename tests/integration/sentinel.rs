@@ -106,7 +106,7 @@ async fn a_failover_moves_the_voters_vote_to_the_new_master() {
     let holders = Arc::new(AtomicUsize::new(0));
     let most = Arc::new(AtomicUsize::new(0));
     let taken = Arc::new(AtomicUsize::new(0));
-    let stop = tokio_util_stop();
+    let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
     let mut contenders = Vec::new();
     for _ in 0..2 {
         let rl = client(urls.clone());
@@ -171,10 +171,6 @@ async fn a_failover_moves_the_voters_vote_to_the_new_master() {
         "released on the new master: {released}; pttl there {}",
         a.data().pttl(1, &key)
     );
-}
-
-fn tokio_util_stop() -> Arc<std::sync::atomic::AtomicBool> {
-    Arc::new(std::sync::atomic::AtomicBool::new(false))
 }
 
 /// With a restart grace, a failover is a restart of the voter's vote: the new master, with

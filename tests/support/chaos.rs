@@ -380,7 +380,33 @@ pub async fn run(scenario: Scenario, seed: u64) -> Figures {
         {
             *at = Some(Instant::now());
         }
-        let outcome = apply(*action, &cluster, &groups, &proxies, &health).await;
+        let outcome = apply(*action, &cluster, &groups, &proxies, &health)
+            .await
+            .map(|outcome| (outcome, scenario.restart_grace.unwrap_or_default()));
+        if let Some((_, grace)) = outcome
+            .as_ref()
+            .filter(|_| matches!(action, Action::Failover(_)))
+        {
+            // The voter does not vote until its grace has passed after the client moved to the
+            // new master: not held against availability meanwhile (a second after the grace).
+            let voter = 5 - groups.len()
+                + match action {
+                    Action::Failover(g) => *g,
+                    _ => 0,
+                };
+            let health = health.clone();
+            let changes = health.changes(voter);
+            let back = *grace + Duration::from_secs(1);
+            tokio::spawn(async move {
+                tokio::time::sleep(back).await;
+                if let Ok(mut h) = health.healthy.lock()
+                    && health.changes(voter) == changes
+                {
+                    h[voter] = true;
+                }
+            });
+        }
+        let outcome = outcome.map(|(outcome, _)| outcome);
         if let Some(outcome) = outcome {
             fault_log.push(format!("        {outcome}"));
         }
@@ -543,21 +569,9 @@ async fn apply(
             }
         }
         Action::Failover(g) => {
-            // The voter does not vote from the failover until its grace has passed after the
-            // client moved to the new master: not held against availability meanwhile.
-            let voter = 5 - groups.len() + g;
-            set_health(voter, false);
+            // Unhealthy until the run marks it back after the clients' grace.
+            set_health(5 - groups.len() + g, false);
             let started = groups[g].start_failover();
-            let health = health.clone();
-            let changes = health.changes(voter);
-            tokio::spawn(async move {
-                tokio::time::sleep(Duration::from_secs(3)).await;
-                if let Ok(mut h) = health.healthy.lock()
-                    && health.changes(voter) == changes
-                {
-                    h[voter] = true;
-                }
-            });
             return Some(match started {
                 Ok(()) => "failover started".to_owned(),
                 Err(e) => format!("failover refused: {e}"),
