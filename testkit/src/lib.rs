@@ -9,6 +9,8 @@
 //!   they are for tests.
 //! - [`SentinelGroup`]: a master, its replica and sentinels watching them, with a forced
 //!   failover, for Sentinel-resolved voters.
+//! - [`RedisCluster`]: cluster-enabled masters joined into one Redis Cluster, every slot
+//!   assigned (the ground for Cluster voters).
 //! - [`Proxy`]: an in-process TCP proxy in front of one server that adds latency, black-holes
 //!   or resets connections (for machines without `tc netem` or iptables).
 //! - [`DevCluster`]: masters that outlive the process that started them, recorded in a state
@@ -20,6 +22,7 @@
 mod cluster;
 mod dev;
 mod proxy;
+mod redis_cluster;
 mod sentinel;
 mod server;
 mod wait;
@@ -27,6 +30,7 @@ mod wait;
 pub use cluster::{Cluster, Persistence, Server, TlsFiles};
 pub use dev::{DevCluster, DevError, DevNode, NodeState};
 pub use proxy::{Fault, Proxy};
+pub use redis_cluster::RedisCluster;
 pub use sentinel::SentinelGroup;
 pub use server::{free_port, free_ports, redis_server_binary};
 pub use wait::eventually;

@@ -18,6 +18,7 @@ mod metric_recording;
 mod misbehaving;
 mod network;
 mod readme;
+mod redis_cluster;
 mod restarts;
 mod semaphore;
 mod sentinel;
