@@ -54,6 +54,8 @@ pub(crate) struct Ready {
     /// the node's fence counters were re-seeded since it last started (`crate::reseed`).
     /// `None` when the server would not say (an ACL without `+info`).
     pub(crate) run_id: Option<Arc<str>>,
+    /// The server's address, for a voter whose server can change (Sentinel), for reports.
+    server: Option<Arc<str>>,
 }
 
 /// The caller's side of a running supervisor.
@@ -284,6 +286,12 @@ impl Node {
     pub(crate) fn follows_failovers(&self) -> bool {
         self.source.follows_failovers()
     }
+
+    /// The server a Sentinel-resolved node speaks for now (`host:port`); `None` for a
+    /// standalone master, or while not connected.
+    pub(crate) fn server(&self) -> Option<Arc<str>> {
+        self.ready_now().and_then(|ready| ready.server)
+    }
 }
 
 impl fmt::Debug for Node {
@@ -394,6 +402,9 @@ async fn supervise(
                     generation,
                     up_since,
                     run_id: this_run,
+                    server: source
+                        .follows_failovers()
+                        .then(|| Arc::from(address.as_str())),
                 }));
                 // A Sentinel-resolved voter also reconnects when the sentinels switch its
                 // master, rather than voting on the demoted server until it refuses writes.

@@ -1,6 +1,7 @@
 //! Per-node reports: which node said what, and how fast.
 
 use std::fmt;
+use std::sync::Arc;
 use std::time::Duration;
 
 use crate::node_error::NodeError;
@@ -150,6 +151,7 @@ pub struct NodeReport {
     node: NodeId,
     outcome: NodeOutcome,
     latency: Duration,
+    server: Option<Arc<str>>,
 }
 
 impl NodeReport {
@@ -158,7 +160,27 @@ impl NodeReport {
             node,
             outcome,
             latency,
+            server: None,
         }
+    }
+
+    /// The same line, naming the server inside the voter (a Sentinel-resolved voter's master).
+    pub(crate) fn with_server(mut self, server: Option<Arc<str>>) -> Self {
+        self.server = server;
+        self
+    }
+
+    /// For a voter whose server can change (a Sentinel-resolved one), the server it spoke
+    /// for when the round ended (`host:port`); `None` for a standalone master, whose address
+    /// is the node's own.
+    ///
+    /// ```
+    /// # fn demo(r: &redquorum::NodeReport) {
+    /// if let Some(server) = r.server() { println!("{} answered through {server}", r.node()); }
+    /// # }
+    /// ```
+    pub fn server(&self) -> Option<&str> {
+        self.server.as_deref()
     }
 
     /// Which node.
@@ -280,7 +302,11 @@ impl fmt::Display for Report {
             crate::quorum::quorum(n)
         )?;
         for r in self.nodes.iter().filter(|r| !r.outcome.is_success()) {
-            write!(f, "; {}: {}", r.node, r.outcome)?;
+            write!(f, "; {}", r.node)?;
+            if let Some(server) = &r.server {
+                write!(f, " via {server}")?;
+            }
+            write!(f, ": {}", r.outcome)?;
         }
         Ok(())
     }

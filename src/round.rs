@@ -475,7 +475,7 @@ pub(crate) async fn run_then<V: Voter>(
                 NodeOutcome::NoReply,
                 decided.saturating_duration_since(start),
             ));
-            NodeReport::new(node.id().clone(), outcome, latency)
+            NodeReport::new(node.id().clone(), outcome, latency).with_server(node.server())
         })
         .collect();
     Round {

@@ -27,6 +27,12 @@ pub(crate) trait Voter: Send + Sync + 'static {
     /// Marks it suspect (a request timed out) or not (it answered).
     fn set_suspect(&self, suspect: bool);
 
+    /// The server inside the voter it speaks for now, when that can change (a
+    /// Sentinel-resolved voter), for the report.
+    fn server(&self) -> Option<std::sync::Arc<str>> {
+        None
+    }
+
     /// Sends `request` and classifies the answer. Unbounded: the caller bounds it. `queued`
     /// runs once the request is handed to the voter's connection (first in line behind what
     /// was handed before), whether or not it was answered yet. Whatever comes back once the
@@ -54,6 +60,10 @@ impl Voter for Node {
 
     fn set_suspect(&self, suspect: bool) {
         Node::set_suspect(self, suspect);
+    }
+
+    fn server(&self) -> Option<std::sync::Arc<str>> {
+        Node::server(self)
     }
 
     async fn ask(

@@ -52,6 +52,22 @@ async fn sentinel_voters_mix_with_a_standalone_master() {
     );
 
     let lock = rl.try_acquire("mixed", TTL).await.expect("acquired");
+    // Each line names the voter, and a Sentinel voter's line the server inside it.
+    let server_of = |report: &Report, node: usize| {
+        report
+            .iter()
+            .find(|line| line.node().index() == node)
+            .and_then(|line| line.server().map(str::to_owned))
+    };
+    let master_of = |group: &SentinelGroup| {
+        format!(
+            "127.0.0.1:{}",
+            group.data().server(group.master_index()).port()
+        )
+    };
+    assert_eq!(server_of(lock.report(), 0), None, "a standalone master");
+    assert_eq!(server_of(lock.report(), 1), Some(master_of(&a)));
+    assert_eq!(server_of(lock.report(), 2), Some(master_of(&b)));
     let key = lock_key(b"mixed");
     assert!(
         eventually(Duration::from_secs(3), || {
@@ -147,6 +163,19 @@ async fn a_failover_moves_the_voters_vote_to_the_new_master() {
         renewed_on_the_new_master,
         "the voter never renewed the key on its new master: {}",
         lock.report()
+    );
+    let line = lock
+        .report()
+        .iter()
+        .find(|line| line.node().index() == 1)
+        .map(|line| line.server().map(str::to_owned));
+    assert_eq!(
+        line,
+        Some(Some(format!(
+            "127.0.0.1:{}",
+            a.data().server(new_master).port()
+        ))),
+        "the report names the new master"
     );
     let before = taken.load(Ordering::SeqCst);
     assert!(
