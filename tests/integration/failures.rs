@@ -217,11 +217,15 @@ async fn a_restarted_master_is_reconnected_in_the_background() {
         .expect("release");
     cluster.kill(0);
     let lock = rl.try_acquire("r", TTL).await.expect("4 of 5");
+    // Failed, or (on a loaded machine, where the four others answer before the broken
+    // connection is noticed) no reply before the round was decided: never a vote.
     assert!(
         lock.report()
             .iter()
             .next()
-            .is_some_and(|r| r.outcome().error().is_some())
+            .is_some_and(|r| !r.outcome().is_success()),
+        "{}",
+        lock.report()
     );
     lock.release().await.expect("release");
     cluster.restart(0);
