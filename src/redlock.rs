@@ -287,13 +287,7 @@ impl RedLock {
         ttl: Duration,
         max_wait: Duration,
     ) -> Result<Lock> {
-        let policy = self
-            .shared
-            .config
-            .retry
-            .clone()
-            .max_attempts(None)
-            .max_wait(Some(max_wait));
+        let policy = self.shared.config.retry.within(max_wait);
         self.acquire_with(resource, ttl, &policy).await
     }
 

@@ -78,6 +78,12 @@ impl RetryPolicy {
         self
     }
 
+    /// This policy's delays, with no limit on the number of rounds but a wait of at most
+    /// `max_wait`: what every `acquire_within` retries with.
+    pub(crate) fn within(&self, max_wait: Duration) -> Self {
+        self.clone().max_attempts(None).max_wait(Some(max_wait))
+    }
+
     pub(crate) fn attempts_limit(&self) -> Option<u32> {
         self.max_attempts
     }

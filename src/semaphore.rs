@@ -131,14 +131,7 @@ impl Semaphore {
     /// # Cancel safety
     /// As [`try_acquire`](Self::try_acquire).
     pub async fn acquire_within(&self, ttl: Duration, max_wait: Duration) -> Result<Permit> {
-        let policy = self
-            .redlock
-            .shared()
-            .config
-            .retry
-            .clone()
-            .max_attempts(None)
-            .max_wait(Some(max_wait));
+        let policy = self.redlock.shared().config.retry.within(max_wait);
         self.acquire_with(ttl, &policy).await
     }
 

@@ -647,13 +647,7 @@ impl LockService for MemoryLocks {
         ttl: Duration,
         max_wait: Duration,
     ) -> Result<MemoryLock> {
-        let policy = self
-            .client
-            .config
-            .retry
-            .clone()
-            .max_attempts(None)
-            .max_wait(Some(max_wait));
+        let policy = self.client.config.retry.within(max_wait);
         self.acquire_checked(resource.as_ref(), ttl, &policy).await
     }
 
