@@ -263,6 +263,21 @@ impl Health {
             .unwrap_or(0)
     }
 
+    /// Marks node `i` healthy after `delay`, unless the nemesis acts on it again meanwhile
+    /// (then that action's state stands).
+    fn healthy_after(self: &Arc<Self>, i: usize, delay: Duration) {
+        let health = self.clone();
+        let changes = health.changes(i);
+        tokio::spawn(async move {
+            tokio::time::sleep(delay).await;
+            if let Ok(mut h) = health.healthy.lock()
+                && health.changes(i) == changes
+            {
+                h[i] = true;
+            }
+        });
+    }
+
     /// How many actions node `i` has seen.
     fn changes(&self, i: usize) -> u64 {
         self.changes.lock().map(|c| c[i]).unwrap_or(0)
@@ -380,33 +395,13 @@ pub async fn run(scenario: Scenario, seed: u64) -> Figures {
         {
             *at = Some(Instant::now());
         }
-        let outcome = apply(*action, &cluster, &groups, &proxies, &health)
-            .await
-            .map(|outcome| (outcome, scenario.restart_grace.unwrap_or_default()));
-        if let Some((_, grace)) = outcome
-            .as_ref()
-            .filter(|_| matches!(action, Action::Failover(_)))
-        {
+        let outcome = apply(*action, &cluster, &groups, &proxies, &health).await;
+        if let Action::Failover(g) = action {
             // The voter does not vote until its grace has passed after the client moved to the
             // new master: not held against availability meanwhile (a second after the grace).
-            let voter = 5 - groups.len()
-                + match action {
-                    Action::Failover(g) => *g,
-                    _ => 0,
-                };
-            let health = health.clone();
-            let changes = health.changes(voter);
-            let back = *grace + Duration::from_secs(1);
-            tokio::spawn(async move {
-                tokio::time::sleep(back).await;
-                if let Ok(mut h) = health.healthy.lock()
-                    && health.changes(voter) == changes
-                {
-                    h[voter] = true;
-                }
-            });
+            let grace = scenario.restart_grace.unwrap_or_default();
+            health.healthy_after(5 - groups.len() + g, grace + Duration::from_secs(1));
         }
-        let outcome = outcome.map(|(outcome, _)| outcome);
         if let Some(outcome) = outcome {
             fault_log.push(format!("        {outcome}"));
         }
@@ -522,21 +517,12 @@ async fn apply(
         }
         Action::Restart(i) => {
             cluster.lock().expect("cluster").restart(i);
-            let changes = health.changed(i);
+            health.changed(i);
             // Counted as available to the clients once they can have reconnected: a client
             // tries a down master again at most 250 ms apart (`node::RECONNECT_MAX_DELAY`),
             // and fails fast until then. Attempts in that window are not held against
             // availability; safety is checked throughout.
-            // (Unless the nemesis acted again meanwhile: then that action's state stands.)
-            let health = health.clone();
-            tokio::spawn(async move {
-                tokio::time::sleep(Duration::from_millis(300)).await;
-                if let Ok(mut h) = health.healthy.lock()
-                    && health.changes(i) == changes
-                {
-                    h[i] = true;
-                }
-            });
+            health.healthy_after(i, Duration::from_millis(300));
         }
         Action::Pause(i) => {
             cluster.lock().expect("cluster").pause(i);
