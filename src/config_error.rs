@@ -131,4 +131,16 @@ pub enum ConfigError {
     /// The retry policy allows no attempt at all.
     #[error("the retry policy allows no attempt")]
     NoAttempts,
+    /// A multi-resource lock on a client with a Redis Cluster voter, whose resources' keys
+    /// are in different hash slots: the cluster runs one script on one slot only. Names that
+    /// start with one hash tag share a slot (`{order:42}:stock` and `{order:42}:invoice`).
+    #[error(
+        "{first} and {other} are in different hash slots, and a Redis Cluster voter locks one slot at once; start both names with one hash tag, as {{order:42}}:stock and {{order:42}}:invoice"
+    )]
+    CrossSlot {
+        /// One resource of the set.
+        first: String,
+        /// A resource whose key is in another slot than `first`'s.
+        other: String,
+    },
 }

@@ -109,7 +109,7 @@ fn never_took_our_key(outcome: &NodeOutcome) -> bool {
         NodeOutcome::Failed(NodeError::Unreachable(_) | NodeError::RecentlyRestarted { .. }) => {
             true
         }
-        NodeOutcome::Failed(NodeError::Redis(err)) => !crate::node::breaks_connection(err),
+        NodeOutcome::Failed(NodeError::Redis(err)) => !crate::server_link::breaks_connection(err),
         _ => false,
     }
 }

@@ -226,15 +226,17 @@ impl RedLock {
             .arg(leader_key)
             .cmd("PTTL")
             .arg(lock_key);
-        let nodes = query_everywhere::<(Keys, i64)>(&self.shared().nodes, &pipeline, timeout)
-            .await
-            .into_iter()
-            .map(|(node, answer, latency)| NodeInspection {
-                node,
-                state: answer.map(|((token, fence, info), pttl)| holding(token, fence, info, pttl)),
-                latency,
-            })
-            .collect();
+        let nodes =
+            query_everywhere::<(Keys, i64)>(&self.shared().nodes, lock_key, &pipeline, timeout)
+                .await
+                .into_iter()
+                .map(|(node, answer, latency)| NodeInspection {
+                    node,
+                    state: answer
+                        .map(|((token, fence, info), pttl)| holding(token, fence, info, pttl)),
+                    latency,
+                })
+                .collect();
         Ok(Inspection {
             nodes,
             quorum: self.quorum(),

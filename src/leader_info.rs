@@ -107,9 +107,13 @@ pub(crate) async fn read(
 ) -> Reading {
     let mut mget = redis::pipe();
     mget.cmd("MGET").arg(lock_key).arg(info_key);
-    let answers =
-        query_everywhere::<((Option<Vec<u8>>, Option<Vec<u8>>),)>(&shared.nodes, &mget, timeout)
-            .await;
+    let answers = query_everywhere::<((Option<Vec<u8>>, Option<Vec<u8>>),)>(
+        &shared.nodes,
+        lock_key,
+        &mget,
+        timeout,
+    )
+    .await;
     let mut votes: Vec<(Leader, Vec<u8>, usize)> = Vec::new();
     let mut answered = 0;
     let mut report = Vec::new();

@@ -7,6 +7,7 @@ use crate::config_error::ConfigError;
 use crate::error::{Error, Operation};
 use crate::held_locks;
 use crate::lock::Lock;
+use crate::node::Node;
 use crate::redlock::RedLock;
 use crate::retry::RetryPolicy;
 use crate::shared::ensure_runtime;
@@ -119,6 +120,21 @@ impl RedLock {
             });
             if let Some(name) = twice {
                 return Err(ConfigError::DuplicateResource(name).into());
+            }
+            if self.shared().nodes.iter().any(Node::is_cluster) {
+                // Checked here, not left to the cluster's CROSSSLOT answer: that would be a
+                // failed vote on every cluster voter, reported as an outage, not as bad input.
+                let slot = |key: &[u8]| resource::slot_of(key);
+                let mut slots = set.iter().map(|(key, name)| (slot(key), name));
+                if let Some((first_slot, first)) = slots.next()
+                    && let Some((_, other)) = slots.find(|(s, _)| *s != first_slot)
+                {
+                    return Err(ConfigError::CrossSlot {
+                        first: resource::display(first),
+                        other: resource::display(other),
+                    }
+                    .into());
+                }
             }
             let timing = config.timing(ttl)?;
             if !policy.allows_any_attempt() {

@@ -1,101 +1,65 @@
-//! One Redis master: its address, and a connection that repairs itself in the background.
+//! One configured voter: a Redis master (standalone, or found through Sentinel) behind one
+//! self-repairing connection (`crate::server_link`), or a Redis Cluster whose masters each have
+//! one (`crate::shards`).
 //!
-//! Each node owns one multiplexed connection, shared by every request to that node. A
-//! supervisor task (started on first use) connects, and reconnects with backoff when a request
-//! reports the connection broken. While a node is known to be down, requests fail at once with
-//! [`NodeError::Unreachable`] instead of waiting for a reconnect: a down node costs a caller
-//! nothing, and a hung one at most the per-node timeout the caller puts on every request.
+//! Every request names the key it is about, so a Cluster voter can send it to the master of
+//! that key's hash slot; the other kinds ignore it.
 
 use std::fmt;
 use std::net::IpAddr;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
 
-use redis::aio::MultiplexedConnection;
-use redis::{AsyncConnectionConfig, ConnectionAddr, RedisError};
-use tokio::sync::{Notify, watch};
+use redis::{ConnectionAddr, RedisError, ServerErrorKind};
 
 use crate::node_error::NodeError;
 use crate::node_id::NodeId;
 use crate::node_source::{NodeSource, Place};
+use crate::resource::slot_of;
 use crate::server_identity::ServerIdentities;
+use crate::server_link::{Ready, ServerLink};
+use crate::shards::Shards;
 
-/// The first reconnect delay after a failed connection attempt; it doubles up to
-/// [`RECONNECT_MAX_DELAY`].
-const RECONNECT_MIN_DELAY: Duration = Duration::from_millis(10);
-/// The longest wait between two reconnect attempts, so a restarted master is back in service
-/// soon after it listens again.
-const RECONNECT_MAX_DELAY: Duration = Duration::from_millis(250);
-
-/// Where a node's connection stands, as published by its supervisor.
-#[derive(Clone)]
-enum Link {
-    /// The first connection attempt, or a reconnect after a broken connection, is under way.
-    Connecting,
-    /// Connected.
-    Ready(Ready),
-    /// The last attempt failed (the server could not be reached, or it is one another node
-    /// already speaks for); the supervisor retries after a backoff.
-    Down(NodeError),
-}
-
-/// A usable connection to a node.
-#[derive(Clone)]
-pub(crate) struct Ready {
-    pub(crate) conn: MultiplexedConnection,
-    /// Counts connections, so a report about an old one is ignored.
-    pub(crate) generation: u64,
-    /// When the server process started (from its `uptime_in_seconds`, rounded so that the
-    /// start is never placed too early); known only when a restart grace is configured.
-    up_since: Option<Instant>,
-    /// The server's `run_id` as `INFO server` gave it when this connection was made: it
-    /// changes with every start of the server process, so the fenced acquire can tell whether
-    /// the node's fence counters were re-seeded since it last started (`crate::reseed`).
-    /// `None` when the server would not say (an ACL without `+info`).
-    pub(crate) run_id: Option<Arc<str>>,
-    /// The server's address, for a voter whose server can change (Sentinel), for reports.
-    server: Option<Arc<str>>,
-}
-
-/// The caller's side of a running supervisor.
-struct LinkHandle {
-    link: watch::Receiver<Link>,
-    broken: Arc<BrokenSignal>,
-}
-
-/// How callers talk to the supervisor: a connection broke, or a down node is wanted now.
-#[derive(Default)]
-struct BrokenSignal {
-    generation: AtomicU64,
-    notify: Notify,
-    /// Traffic to a down node: retry the connection without waiting out the whole backoff.
-    wanted: Notify,
-}
-
-/// One configured Redis master.
+/// One configured voter.
 pub(crate) struct Node {
     id: NodeId,
     source: NodeSource,
     identity: Identity,
-    /// Which node speaks for which server, shared by all nodes of one client.
-    servers: Arc<ServerIdentities>,
-    connect_timeout: Duration,
     restart_grace: Option<Duration>,
-    handle: Mutex<Option<LinkHandle>>,
+    route: Route,
     /// A request to this node timed out and nothing has come back from it since: a hung (or
     /// paused) master on a live connection. Rounds that would wait for every node stop
     /// waiting for a suspect one; its requests still go out, and its first answer clears it.
     suspect: AtomicBool,
 }
 
-/// What makes two node entries the same server (or Sentinel group), for the duplicate check.
+/// Where a voter's requests go.
+enum Route {
+    /// One server (a standalone master, or the master the sentinels name).
+    One(ServerLink),
+    /// The master of the key's slot.
+    Cluster(Arc<Shards>),
+}
+
+/// Where a request that a Cluster master redirected goes instead.
+pub(crate) struct Redirected {
+    /// A connection to the master that serves the slot (`MOVED`) or is importing it (`ASK`).
+    pub(crate) ready: Ready,
+    /// `ASK`: the request must follow `ASKING`, in the same write.
+    pub(crate) asking: bool,
+}
+
+/// What makes two node entries the same server (or Sentinel group, or cluster), for the
+/// duplicate check.
 #[derive(Debug, Clone, PartialEq, Eq)]
 enum Identity {
     Tcp(String, u16),
     Unix(std::path::PathBuf),
     /// A master name and its sentinels' places, sorted.
     Sentinel(String, Vec<Identity>),
+    /// A cluster's seeds' places, sorted.
+    Cluster(Vec<Identity>),
 }
 
 impl Identity {
@@ -112,6 +76,14 @@ impl Identity {
             other => (Self::Tcp(other.to_string(), 0), other.to_string()),
         }
     }
+
+    /// The places of several servers, sorted and without repeats.
+    fn places(addrs: Vec<&ConnectionAddr>) -> Vec<Self> {
+        let mut places: Vec<Self> = addrs.into_iter().map(|a| Self::of(a).0).collect();
+        places.sort_by_key(|place| format!("{place:?}"));
+        places.dedup();
+        places
+    }
 }
 
 impl Node {
@@ -123,30 +95,45 @@ impl Node {
         servers: Arc<ServerIdentities>,
     ) -> Self {
         #[cfg(any(feature = "tls", feature = "tls-aws-lc-rs"))]
-        if matches!(source.fixed_address(), Some(ConnectionAddr::TcpTls { .. })) {
+        if source.uses_tls() {
             crate::tls::ensure_crypto_provider();
         }
         let (identity, address) = match source.place() {
             Place::Address(addr) => Identity::of(addr),
-            Place::Sentinel(master, sentinels) => {
-                let mut places: Vec<Identity> =
-                    sentinels.into_iter().map(|a| Identity::of(a).0).collect();
-                places.sort_by_key(|place| format!("{place:?}"));
-                places.dedup();
-                (
-                    Identity::Sentinel(master.to_owned(), places),
-                    source.sentinel_name().unwrap_or_default(),
-                )
-            }
+            Place::Sentinel(master, sentinels) => (
+                Identity::Sentinel(master.to_owned(), Identity::places(sentinels)),
+                source.group_name().unwrap_or_default(),
+            ),
+            Place::Cluster(seeds) => (
+                Identity::Cluster(Identity::places(seeds)),
+                source.group_name().unwrap_or_default(),
+            ),
+        };
+        let id = NodeId::new(index, address.into());
+        let route = if source.cluster_seeds().is_some() {
+            Route::Cluster(Arc::new(Shards::new(
+                index,
+                source.clone(),
+                connect_timeout,
+                restart_grace,
+                servers,
+            )))
+        } else {
+            Route::One(ServerLink::new(
+                id.clone(),
+                source.clone(),
+                connect_timeout,
+                restart_grace,
+                servers,
+                source.follows_failovers(),
+            ))
         };
         Self {
-            id: NodeId::new(index, address.into()),
+            id,
             source,
             identity,
-            servers,
-            connect_timeout,
             restart_grace,
-            handle: Mutex::new(None),
+            route,
             suspect: AtomicBool::new(false),
         }
     }
@@ -168,117 +155,83 @@ impl Node {
     }
 
     /// True when both entries name the same server (same port, and the same host once
-    /// `localhost` and the loopback addresses are treated as one), or the same master of the
-    /// same sentinels.
+    /// `localhost` and the loopback addresses are treated as one), the same master of the
+    /// same sentinels, or the same cluster seeds.
     pub(crate) fn same_server(&self, other: &Node) -> bool {
         self.identity == other.identity
     }
 
-    /// A connection to send one request on, with its generation for [`Node::report_broken`].
+    /// Whether this voter is a Redis Cluster: its requests are routed by hash slot, so every
+    /// key of one request must share a slot.
+    pub(crate) fn is_cluster(&self) -> bool {
+        matches!(self.route, Route::Cluster(_))
+    }
+
+    /// A connection to send a request about `key` on (report a broken one with
+    /// [`Ready::report_broken`]): the voter's server, or the master of `key`'s slot.
     ///
-    /// Fails at once while the node is known to be down; waits while a connection attempt is
-    /// under way (the caller bounds that wait with its per-node timeout). Must run inside a
-    /// tokio runtime: the supervisor is spawned on first use.
-    pub(crate) async fn connection(&self) -> Result<Ready, NodeError> {
-        if let Some(ready) = self.ready_now() {
-            return Ok(ready);
-        }
-        let (mut link, _) = self.link();
-        loop {
-            match &*link.borrow_and_update() {
-                Link::Ready(ready) => return Ok(ready.clone()),
-                Link::Down(err) => {
-                    // Fail fast, but let the supervisor know the node is wanted, so it comes
-                    // back into service soon after it returns rather than after a long backoff.
-                    if let Some(h) = self
-                        .handle
-                        .lock()
-                        .unwrap_or_else(|e| e.into_inner())
-                        .as_ref()
-                    {
-                        h.broken.wanted.notify_one();
-                    }
-                    return Err(err.clone());
-                }
-                Link::Connecting => {}
-            }
-            if link.changed().await.is_err() {
-                // The supervisor is gone with the runtime it ran on; `link()` starts a new one.
-                link = self.link().0;
-            }
+    /// Fails at once while that server is known to be down; waits while a connection attempt
+    /// is under way (the caller bounds that wait with its per-node timeout). Must run inside a
+    /// tokio runtime: supervisors are spawned on first use.
+    ///
+    /// # Cancel safety
+    /// Cancel safe: it only waits for a connection (or the cluster's slot map).
+    pub(crate) async fn connection(&self, key: &[u8]) -> Result<Ready, NodeError> {
+        match &self.route {
+            Route::One(link) => link.connection().await,
+            Route::Cluster(shards) => shards.connection(slot_of(key)).await,
         }
     }
 
-    /// The hot path of [`Node::connection`]: the current connection, when the supervisor is
-    /// alive and connected, without cloning the watch receiver.
-    fn ready_now(&self) -> Option<Ready> {
-        let guard = self.handle.lock().unwrap_or_else(|e| e.into_inner());
-        let handle = guard.as_ref()?;
-        if handle.link.has_changed().is_err() {
+    /// For a Cluster voter whose master answered `err` with `MOVED` or `ASK`: a connection to
+    /// the master to ask instead (after `MOVED`, the slot is routed there from now on). `None`
+    /// for any other answer or voter. The redirected request was not run: sending it again
+    /// is safe.
+    ///
+    /// # Cancel safety
+    /// Cancel safe.
+    pub(crate) async fn redirect(&self, err: &RedisError) -> Option<Result<Redirected, NodeError>> {
+        let Route::Cluster(shards) = &self.route else {
             return None;
-        }
-        match &*handle.link.borrow() {
-            Link::Ready(ready) => Some(ready.clone()),
-            Link::Connecting | Link::Down(_) => None,
-        }
-    }
-
-    /// With a restart grace configured: fails when the server has been up for less than the
-    /// grace, so it may have restarted empty while someone else's lock was still valid.
-    pub(crate) fn check_settled(&self, ready: &Ready) -> Result<(), NodeError> {
-        let (Some(grace), Some(up_since)) = (self.restart_grace, ready.up_since) else {
-            return Ok(());
         };
-        let up_for = up_since.elapsed();
-        if up_for < grace {
-            return Err(NodeError::RecentlyRestarted { up_for, grace });
+        let (address, _) = err.redirect_node()?;
+        let asking = err.kind() == redis::ErrorKind::Server(ServerErrorKind::Ask);
+        self.learn(err);
+        Some(
+            shards
+                .connection_to(address)
+                .await
+                .map(|ready| Redirected { ready, asking }),
+        )
+    }
+
+    /// For a Cluster voter whose master answered `err` with `MOVED`: the slot is routed to the
+    /// master named from now on. Nothing otherwise.
+    pub(crate) fn learn(&self, err: &RedisError) {
+        if let (Route::Cluster(shards), Some((address, slot))) = (&self.route, err.redirect_node())
+            && err.kind() == redis::ErrorKind::Server(ServerErrorKind::Moved)
+        {
+            shards.moved(slot, address);
         }
-        Ok(())
     }
 
-    /// Tells the supervisor that the connection of `generation` failed, so it reconnects.
-    pub(crate) fn report_broken(&self, generation: u64) {
-        let (_, broken) = self.link();
-        broken.generation.fetch_max(generation, Ordering::AcqRel);
-        broken.notify.notify_one();
+    /// With a restart grace configured: fails when the server `ready` reaches has been up for
+    /// less than the grace, so it may have restarted empty while someone else's lock was still
+    /// valid.
+    pub(crate) fn check_settled(&self, ready: &Ready) -> Result<(), NodeError> {
+        ready.check_settled(self.restart_grace)
     }
 
-    /// Waits until the first connection attempt has finished, either way, and says how it went.
+    /// Waits until the first connection attempt has finished, either way, and says how it
+    /// went (for a Cluster voter: the slot map read, and every master connected).
+    ///
+    /// # Cancel safety
+    /// Cancel safe.
     pub(crate) async fn wait_connected(&self) -> Result<(), NodeError> {
-        self.connection().await.map(drop)
-    }
-
-    fn link(&self) -> (watch::Receiver<Link>, Arc<BrokenSignal>) {
-        let mut guard = self.handle.lock().unwrap_or_else(|e| e.into_inner());
-        match &*guard {
-            Some(h) if h.link.has_changed().is_ok() => (h.link.clone(), h.broken.clone()),
-            _ => {
-                let h = self.spawn_supervisor();
-                let out = (h.link.clone(), h.broken.clone());
-                *guard = Some(h);
-                out
-            }
+        match &self.route {
+            Route::One(link) => link.connection().await.map(drop),
+            Route::Cluster(shards) => shards.connect_all().await,
         }
-    }
-
-    fn spawn_supervisor(&self) -> LinkHandle {
-        let (tx, rx) = watch::channel(Link::Connecting);
-        let broken = Arc::new(BrokenSignal::default());
-        let config = AsyncConnectionConfig::new()
-            .set_connection_timeout(Some(self.connect_timeout))
-            // Every request carries our own, much shorter, per-node timeout.
-            .set_response_timeout(None);
-        tokio::spawn(supervise(
-            self.source.clone(),
-            config,
-            self.connect_timeout,
-            self.restart_grace.is_some(),
-            self.servers.clone(),
-            tx,
-            broken.clone(),
-            self.id.clone(),
-        ));
-        LinkHandle { link: rx, broken }
     }
 
     /// Whether the server behind this node can change with a failover (Sentinel), so that a
@@ -287,10 +240,14 @@ impl Node {
         self.source.follows_failovers()
     }
 
-    /// The server a Sentinel-resolved node speaks for now (`host:port`); `None` for a
-    /// standalone master, or while not connected.
-    pub(crate) fn server(&self) -> Option<Arc<str>> {
-        self.ready_now().and_then(|ready| ready.server)
+    /// The server inside the voter that serves `key` now (`host:port`): the master a
+    /// Sentinel-resolved voter speaks for, or a cluster's master of `key`'s slot; `None` for
+    /// a standalone master, or while not known.
+    pub(crate) fn server(&self, key: &[u8]) -> Option<Arc<str>> {
+        match &self.route {
+            Route::One(link) => link.ready_now().and_then(|ready| ready.server()),
+            Route::Cluster(shards) => shards.owner(slot_of(key)),
+        }
     }
 }
 
@@ -301,291 +258,6 @@ impl fmt::Debug for Node {
             .field("id", &self.id)
             .finish_non_exhaustive()
     }
-}
-
-/// Keeps one node connected until every caller's handle is gone.
-#[allow(clippy::too_many_arguments)]
-async fn supervise(
-    source: NodeSource,
-    config: AsyncConnectionConfig,
-    connect_timeout: Duration,
-    ask_uptime: bool,
-    servers: Arc<ServerIdentities>,
-    tx: watch::Sender<Link>,
-    broken: Arc<BrokenSignal>,
-    id: NodeId,
-) {
-    let mut delay = RECONNECT_MIN_DELAY;
-    let mut generation = 0u64;
-    let mut run_id: Option<String> = None;
-    // The grace start of the server last connected to: kept while its `run_id` and
-    // replication id stay.
-    let mut started: Option<KeptStart> = None;
-    let mut server: Option<String> = None;
-    // The master a switch of the sentinels took this voter away from: when the reconnect
-    // finds it again, the sentinels disagree for now, and comparing at once would loop.
-    let mut switched_away: Option<String> = None;
-    loop {
-        let attempt = async {
-            // A Sentinel-resolved voter looks its master up at every connection; the lookup
-            // (which also asks the named master its role) is bounded like a connection.
-            let budget = source.lookup_budget(connect_timeout);
-            let client = tokio::time::timeout(budget, source.client())
-                .await
-                .map_err(|_| NodeError::TimedOut(budget))?
-                .map_err(NodeError::Unreachable)?;
-            let address = client.get_connection_info().addr().to_string();
-            if source.follows_failovers() && server.as_deref() != Some(address.as_str()) {
-                tracing::info!(node = %id, master = %address, "the sentinels name this voter's master");
-                server = Some(address.clone());
-            }
-            let mut conn = client
-                .get_multiplexed_async_connection_with_config(&config)
-                .await
-                .map_err(NodeError::Unreachable)?;
-            // Always asked: the fenced acquire needs the run_id, and one server must not vote
-            // under two names. Only with a restart grace is an answer required; without one, a
-            // server that refuses INFO still serves plain locks (its fenced acquires report
-            // `NodeError::Unidentified`), and only the builder's address check guards it.
-            let age = match server_age(&mut conn, ask_uptime).await {
-                Ok(age) => Some(age),
-                Err(err) if ask_uptime || breaks_connection(&err) => {
-                    return Err(NodeError::Unreachable(err));
-                }
-                Err(err) => {
-                    tracing::warn!(node = %id, error = %err, "INFO server refused: cannot check that this node is not another node's server under a second name");
-                    None
-                }
-            };
-            // Before the connection carries any request: one server, one vote.
-            if let Some(run_id) = age.as_ref().and_then(|age| age.run_id.as_deref()) {
-                servers
-                    .claim(&id, run_id)
-                    .map_err(|other| NodeError::SameServer {
-                        other,
-                        run_id: run_id.to_owned(),
-                    })?;
-            }
-            load_scripts(&mut conn, &id)
-                .await
-                .map_err(NodeError::Unreachable)?;
-            Ok::<_, NodeError>((conn, age, address))
-        };
-        let result = tokio::select! {
-            _ = tx.closed() => return,
-            result = attempt => result,
-        };
-        match result {
-            Ok((conn, age, address)) => {
-                let this_run = age
-                    .as_ref()
-                    .and_then(|age| age.run_id.as_deref().map(Arc::from));
-                let up_since = age.filter(|_| ask_uptime).map(|age| {
-                    let since =
-                        grace_start(started.as_ref(), Instant::now(), run_id.as_deref(), &age);
-                    if age.uptime.is_none() {
-                        tracing::warn!(node = %id, "INFO server has no usable uptime_in_seconds: the restart grace starts now");
-                    }
-                    started = age.run_id.clone().map(|run_id| KeptStart {
-                        run_id,
-                        replid: age.replid.clone(),
-                        since,
-                    });
-                    run_id = age.run_id.or(run_id.take());
-                    since
-                });
-                generation += 1;
-                delay = RECONNECT_MIN_DELAY;
-                tracing::debug!(node = %id, generation, up_for = ?up_since.map(|t| t.elapsed()), "connected");
-                tx.send_replace(Link::Ready(Ready {
-                    conn,
-                    generation,
-                    up_since,
-                    run_id: this_run,
-                    server: source
-                        .follows_failovers()
-                        .then(|| Arc::from(address.as_str())),
-                }));
-                // A Sentinel-resolved voter also reconnects when the sentinels switch its
-                // master, rather than voting on the demoted server until it refuses writes.
-                let compare = switched_away.take().as_deref() != Some(address.as_str());
-                let switched = source.switched_from(&address, compare);
-                tokio::pin!(switched);
-                loop {
-                    tokio::select! {
-                        _ = tx.closed() => return,
-                        _ = broken.notify.notified() => {}
-                        () = &mut switched => {
-                            tracing::info!(node = %id, "the sentinels switched this voter's master");
-                            switched_away = Some(address.clone());
-                            break;
-                        }
-                    }
-                    if broken.generation.load(Ordering::Acquire) >= generation {
-                        break;
-                    }
-                }
-                if switched_away.is_none() {
-                    tracing::warn!(node = %id, "connection lost, reconnecting");
-                }
-                tx.send_replace(Link::Connecting);
-            }
-            Err(err) => {
-                let newly_same = matches!(err, NodeError::SameServer { .. })
-                    && !matches!(&*tx.borrow(), Link::Down(NodeError::SameServer { .. }));
-                if newly_same {
-                    // A misconfiguration (or a name that moved): loud once, quiet on retries.
-                    tracing::error!(node = %id, error = %err, "node does not vote");
-                } else {
-                    tracing::debug!(node = %id, error = %err, retry_in = ?delay, "connection attempt failed");
-                }
-                tx.send_replace(Link::Down(err));
-                let earliest = tokio::time::Instant::now() + RECONNECT_MIN_DELAY;
-                tokio::select! {
-                    _ = tx.closed() => return,
-                    _ = tokio::time::sleep(delay) => {}
-                    // Wanted by a caller: retry early, but never more often than the minimum.
-                    _ = async {
-                        broken.wanted.notified().await;
-                        tokio::time::sleep_until(earliest).await;
-                    } => {}
-                }
-                delay = (delay * 2).min(RECONNECT_MAX_DELAY);
-            }
-        }
-    }
-}
-
-/// Loads every script of ours on a new connection, before it carries any request.
-///
-/// A request that times out is not retried, so one that met `NOSCRIPT` would be lost: a
-/// compare-and-delete queued behind a plain `SET` on a paused node would leave the key behind
-/// when the node resumes. Loading first means `NOSCRIPT` only follows a `SCRIPT FLUSH`, which
-/// the per-request fallback still covers. A server that refuses `SCRIPT LOAD` (an ACL without
-/// `+script|load`, a node busy in someone's long script) still serves: its scripts load on
-/// first use, if at all.
-async fn load_scripts(conn: &mut MultiplexedConnection, id: &NodeId) -> Result<(), RedisError> {
-    let mut pipeline = redis::pipe();
-    for lua in crate::scripts::all() {
-        pipeline.cmd("SCRIPT").arg("LOAD").arg(lua.code());
-    }
-    match pipeline.query_async::<Vec<String>>(conn).await {
-        Ok(_) => Ok(()),
-        Err(err) if !breaks_connection(&err) => {
-            tracing::debug!(node = %id, error = %err, "scripts not preloaded");
-            Ok(())
-        }
-        Err(err) => Err(err),
-    }
-}
-
-/// What `INFO server` says about the server's identity and age.
-#[derive(Debug, Clone, PartialEq, Eq)]
-struct ServerAge {
-    run_id: Option<String>,
-    /// `uptime_in_seconds`, when it is a number of seconds at all (Redis computes it from the
-    /// wall clock: a stepped clock can make it negative or absurd).
-    uptime: Option<u64>,
-    /// A master promoted from replica since it started (asked only with a restart grace).
-    promoted: bool,
-    /// `master_replid`: changes when the server is promoted or resyncs as a replica, so the
-    /// same `run_id` with another replication id is another term as this voter's master.
-    replid: Option<String>,
-}
-
-/// The grace start a supervisor keeps for the server it last connected to.
-#[derive(Debug, Clone, PartialEq, Eq)]
-struct KeptStart {
-    run_id: String,
-    replid: Option<String>,
-    since: Instant,
-}
-
-/// The grace start for a connection to the server `age` describes: the kept one when it is
-/// the same server in the same term (same `run_id` and replication id: a reconnect must not
-/// recompute it from an uptime that predates a promotion), else [`grace_starts`].
-fn grace_start(
-    kept: Option<&KeptStart>,
-    now: Instant,
-    previous_run_id: Option<&str>,
-    age: &ServerAge,
-) -> Instant {
-    match kept {
-        Some(kept)
-            if age.run_id.as_deref() == Some(kept.run_id.as_str()) && age.replid == kept.replid =>
-        {
-            kept.since
-        }
-        _ => grace_starts(now, previous_run_id, age),
-    }
-}
-
-impl ServerAge {
-    fn parse(info: &str) -> Self {
-        let field = |name: &str| {
-            info.lines()
-                .find_map(|line| line.strip_prefix(name))
-                .map(|v| v.trim().to_owned())
-        };
-        Self {
-            run_id: field("run_id:").filter(|id| !id.is_empty()),
-            uptime: field("uptime_in_seconds:").and_then(|v| v.parse::<u64>().ok()),
-            // A master whose replication history has a second id was a replica once and was
-            // promoted since it started (`second_repl_offset` is -1 otherwise).
-            promoted: field("role:").as_deref() == Some("master")
-                && field("second_repl_offset:")
-                    .and_then(|v| v.parse::<i64>().ok())
-                    .is_some_and(|offset| offset >= 0),
-            replid: field("master_replid:").filter(|id| !id.is_empty()),
-        }
-    }
-}
-
-/// When the restart grace of a node counts from, on our monotonic clock.
-///
-/// - A `run_id` different from the one this client saw before: the server restarted under
-///   our eyes; the grace starts now, whatever its uptime says (a wall-clock reading).
-/// - No usable uptime (negative, unparsable, missing): the grace starts now, so the node is
-///   quarantined for one grace and then votes, instead of never connecting.
-/// - A master promoted from replica since it started (a failover, as inside a
-///   Sentinel-resolved voter), seen by this client for the first time: its uptime says
-///   nothing of when it became this voter's master, so the grace starts now (once: the
-///   supervisor keeps the start while the `run_id` and the replication id stay the same,
-///   see [`grace_start`]).
-/// - Otherwise the uptime is a hint for a server this client never saw before: the start is
-///   placed `uptime` ago (truncated to whole seconds, so at or after the real start, and a
-///   grace measured from it never ends early).
-fn grace_starts(now: Instant, previous_run_id: Option<&str>, age: &ServerAge) -> Instant {
-    let restarted = previous_run_id.is_some() && previous_run_id != age.run_id.as_deref();
-    match age.uptime {
-        Some(uptime) if !restarted && !age.promoted => {
-            now.checked_sub(Duration::from_secs(uptime)).unwrap_or(now)
-        }
-        _ => now,
-    }
-}
-
-/// `INFO server`, and with `replication` also `INFO replication` (asked apart: a server
-/// before Redis 7 takes one section per `INFO`).
-async fn server_age(
-    conn: &mut MultiplexedConnection,
-    replication: bool,
-) -> Result<ServerAge, RedisError> {
-    let mut info: String = redis::cmd("INFO").arg("server").query_async(conn).await?;
-    if replication {
-        let more: String = redis::cmd("INFO")
-            .arg("replication")
-            .query_async(conn)
-            .await?;
-        info.push_str(&more);
-    }
-    Ok(ServerAge::parse(&info))
-}
-
-/// Whether an error means the connection itself is unusable (as opposed to the server
-/// refusing one command), so the supervisor must replace it.
-pub(crate) fn breaks_connection(err: &RedisError) -> bool {
-    err.is_io_error() || err.is_connection_dropped() || err.is_unrecoverable_error()
 }
 
 /// The host as the address check compares it: `localhost`, `127.0.0.1`, `::1` and the
@@ -663,97 +335,5 @@ mod tests {
             !shown.contains("s3cret") && !shown.contains("admin"),
             "{shown}"
         );
-    }
-}
-
-#[cfg(test)]
-mod restart_grace_tests {
-    use super::*;
-
-    fn age(run_id: &str, uptime: Option<u64>) -> ServerAge {
-        ServerAge {
-            run_id: Some(run_id.to_owned()),
-            uptime,
-            promoted: false,
-            replid: None,
-        }
-    }
-
-    #[test]
-    fn info_parses_run_id_and_only_a_sane_uptime() {
-        let info = "# Server\r\nrun_id:abc123\r\nuptime_in_seconds:42\r\n";
-        assert_eq!(ServerAge::parse(info), age("abc123", Some(42)));
-        let stepped = "run_id:abc123\r\nuptime_in_seconds:-17\r\n";
-        assert_eq!(ServerAge::parse(stepped).uptime, None);
-        assert_eq!(ServerAge::parse("uptime_in_seconds:soon").uptime, None);
-        assert_eq!(
-            ServerAge::parse(""),
-            ServerAge {
-                run_id: None,
-                uptime: None,
-                promoted: false,
-                replid: None,
-            }
-        );
-    }
-
-    /// Mutation: `promoted` ignored in `grace_starts`: a promoted master first seen votes at
-    /// once, on the strength of an uptime from before it was this voter's master.
-    #[test]
-    fn a_master_promoted_since_it_started_starts_the_grace_now() {
-        let promoted =
-            "run_id:b\r\nuptime_in_seconds:3600\r\nrole:master\r\nsecond_repl_offset:1234\r\n";
-        assert!(ServerAge::parse(promoted).promoted);
-        let never = "role:master\r\nsecond_repl_offset:-1\r\n";
-        assert!(!ServerAge::parse(never).promoted);
-        let replica = "role:slave\r\nsecond_repl_offset:99\r\n";
-        assert!(!ServerAge::parse(replica).promoted);
-        let now = Instant::now();
-        assert_eq!(grace_starts(now, None, &ServerAge::parse(promoted)), now);
-    }
-
-    /// A failback: this client saw X as master, missed Y's term, and meets X again, promoted
-    /// anew (same `run_id`, another replication id). Mutation: the kept start reused on the
-    /// `run_id` alone (the first version) lets X vote at once, though it may lack keys Y
-    /// granted.
-    #[test]
-    fn a_failback_to_a_known_server_starts_the_grace_again() {
-        let now = Instant::now();
-        let earlier = now
-            .checked_sub(Duration::from_secs(600))
-            .expect("ten minutes");
-        let kept = KeptStart {
-            run_id: "x".to_owned(),
-            replid: Some("r1".to_owned()),
-            since: earlier,
-        };
-        let term = |replid: &str| {
-            ServerAge::parse(&format!(
-                "run_id:x\r\nuptime_in_seconds:3600\r\nrole:master\r\nsecond_repl_offset:7\r\nmaster_replid:{replid}\r\n"
-            ))
-        };
-        assert_eq!(
-            grace_start(Some(&kept), now, Some("x"), &term("r1")),
-            earlier
-        );
-        assert_eq!(grace_start(Some(&kept), now, Some("x"), &term("r2")), now);
-    }
-
-    #[test]
-    fn a_new_run_id_starts_the_grace_now_whatever_the_uptime() {
-        let now = Instant::now();
-        let five_ago = now.checked_sub(Duration::from_secs(5)).expect("up for 5 s");
-        // First sight: the uptime is the hint.
-        assert_eq!(grace_starts(now, None, &age("a", Some(5))), five_ago);
-        // Same server again: still the hint.
-        assert_eq!(grace_starts(now, Some("a"), &age("a", Some(5))), five_ago);
-        // Restarted (new run_id), even claiming a long uptime (a stepped clock): now.
-        assert_eq!(grace_starts(now, Some("a"), &age("b", Some(3600))), now);
-    }
-
-    #[test]
-    fn no_usable_uptime_starts_the_grace_now_instead_of_never() {
-        let now = Instant::now();
-        assert_eq!(grace_starts(now, None, &age("a", None)), now);
     }
 }

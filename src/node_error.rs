@@ -60,6 +60,14 @@ pub enum NodeError {
         /// The server's `run_id`.
         run_id: String,
     },
+    /// A Cluster voter: no master of the cluster serves the resource's hash slot (the slot map
+    /// read from its nodes leaves it out, as while the cluster is being formed or after its
+    /// only master for the slot was removed).
+    #[error("no master of the cluster serves hash slot {slot}")]
+    SlotUnserved {
+        /// The hash slot of the resource's keys.
+        slot: u16,
+    },
     /// The node answered with a value none of redquorum's scripts returns (shown, truncated).
     #[error("unexpected reply {0}")]
     UnexpectedReply(String),

@@ -1,5 +1,6 @@
-//! Where a voter's server is found: a standalone master at a fixed address, or whatever master
-//! the sentinels of a Redis Sentinel group name at each connection.
+//! Where a voter's servers are found: a standalone master at a fixed address, whatever master
+//! the sentinels of a Redis Sentinel group name at each connection, or the masters of a Redis
+//! Cluster (`crate::shards` routes each request to its slot's master).
 //!
 //! A Sentinel-resolved voter is still one vote. Its master is looked up through its sentinels
 //! (the redis crate's [`SentinelClient`], which also checks that the server it names says it is
@@ -11,6 +12,7 @@
 
 use std::fmt;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
 use futures::StreamExt;
@@ -34,11 +36,16 @@ const SENTINEL_PORT: u16 = 26379;
 
 /// The URL scheme of a Sentinel-resolved voter.
 const SENTINEL_SCHEME: &str = "redis+sentinel://";
+/// The URL scheme of a Redis Cluster voter.
+const CLUSTER_SCHEME: &str = "redis+cluster://";
+/// The port a cluster seed listens on when its URL gives none.
+const REDIS_PORT: u16 = 6379;
 
 /// Anything that names one voter: a URL (`redis://host:port/db`, `rediss://…` with TLS
-/// compiled in, `unix:///path`, or `redis+sentinel://host:port,host:port/master` for a master
-/// found through Redis Sentinel), a [`redis::ConnectionInfo`], an existing [`redis::Client`],
-/// a [`SentinelVoter`], or a [`NodeSource`].
+/// compiled in, `unix:///path`, `redis+sentinel://host:port,host:port/master` for a master
+/// found through Redis Sentinel, or `redis+cluster://host:port,host:port` for a Redis Cluster),
+/// a [`redis::ConnectionInfo`], an existing [`redis::Client`], a [`SentinelVoter`], a
+/// [`ClusterVoter`], or a [`NodeSource`].
 ///
 /// URLs of every kind mix in one list; to mix other kinds, turn each into a [`NodeSource`]
 /// first.
@@ -49,8 +56,9 @@ const SENTINEL_SCHEME: &str = "redis+sentinel://";
 ///     "redis://127.0.0.1:7001",
 ///     "redis://127.0.0.1:7002",
 ///     "redis+sentinel://127.0.0.1:26379,127.0.0.1:26380,127.0.0.1:26381/orders",
+///     "redis+cluster://127.0.0.1:7100,127.0.0.1:7101,127.0.0.1:7102",
 /// ])?;
-/// assert_eq!(rl.node_count(), 3);
+/// assert_eq!(rl.node_count(), 4);
 ///
 /// use redquorum::IntoNode;
 /// let mixed = redquorum::RedLock::new([
@@ -69,8 +77,9 @@ pub trait IntoNode {
     fn into_node(self) -> Result<NodeSource, RedisError>;
 }
 
-/// One voter's server, as given to [`RedLock::new`](crate::RedLock::new): a standalone master,
-/// or the master a Sentinel group names ([`SentinelVoter`]). Opaque; made by [`IntoNode`].
+/// One voter, as given to [`RedLock::new`](crate::RedLock::new): a standalone master, the
+/// master a Sentinel group names ([`SentinelVoter`]), or a Redis Cluster ([`ClusterVoter`]).
+/// Opaque; made by [`IntoNode`].
 #[derive(Clone)]
 pub struct NodeSource {
     kind: Kind,
@@ -81,6 +90,13 @@ enum Kind {
     /// Boxed: a client is large, and a voter is made once.
     Master(Box<Client>),
     Sentinel(Arc<Resolver>),
+    Cluster(Arc<Seeds>),
+}
+
+/// A Cluster voter's seeds, and which one the next pub/sub listener tries.
+struct Seeds {
+    voter: ClusterVoter,
+    next: AtomicUsize,
 }
 
 /// The lookup of one Sentinel-resolved voter's master.
@@ -98,11 +114,15 @@ pub(crate) enum Place<'a> {
     Address(&'a ConnectionAddr),
     /// A Sentinel group's master name and its sentinels' addresses, in the given order.
     Sentinel(&'a str, Vec<&'a ConnectionAddr>),
+    /// A Redis Cluster's seeds' addresses, in the given order.
+    Cluster(Vec<&'a ConnectionAddr>),
 }
 
 impl NodeSource {
     /// A client for the server this voter speaks for now: the fixed master, or the master
-    /// the sentinels name (checked to say it is a master).
+    /// the sentinels name (checked to say it is a master). For a Cluster voter, one seed after
+    /// the other (what the pub/sub listener needs: a cluster carries every `PUBLISH` to all
+    /// its nodes); its requests go through `crate::shards` instead.
     ///
     /// # Errors
     /// A Sentinel lookup that found no sentinel answering, or none naming a reachable
@@ -115,7 +135,50 @@ impl NodeSource {
         match &self.kind {
             Kind::Master(client) => Ok((**client).clone()),
             Kind::Sentinel(resolver) => resolver.client.lock().await.async_get_client().await,
+            Kind::Cluster(seeds) => {
+                let turn = seeds.next.fetch_add(1, Ordering::Relaxed);
+                let count = seeds.voter.seeds.len().max(1);
+                let seed = seeds.voter.seeds.get(turn % count).cloned();
+                Client::open(seed.ok_or_else(|| invalid("a Cluster voter needs a seed"))?)
+            }
         }
+    }
+
+    /// A Cluster voter's seeds; `None` for any other voter.
+    pub(crate) fn cluster_seeds(&self) -> Option<&[redis::ConnectionInfo]> {
+        match &self.kind {
+            Kind::Cluster(seeds) => Some(&seeds.voter.seeds),
+            Kind::Master(_) | Kind::Sentinel(_) => None,
+        }
+    }
+
+    /// The standalone master at `host:port` of this Cluster voter, reached with the seeds'
+    /// settings (credentials, TLS); `None` for another voter kind.
+    pub(crate) fn shard(&self, host: &str, port: u16) -> Option<NodeSource> {
+        let client = Client::open(self.shard_info(host, port)?).ok()?;
+        Some(NodeSource {
+            kind: Kind::Master(Box::new(client)),
+        })
+    }
+
+    /// How to reach the server at `host:port` of this Cluster voter: the first seed's settings
+    /// at that address; `None` for another voter kind.
+    pub(crate) fn shard_info(&self, host: &str, port: u16) -> Option<redis::ConnectionInfo> {
+        let seed = self.cluster_seeds()?.first()?;
+        let addr = match seed.addr() {
+            ConnectionAddr::TcpTls {
+                insecure,
+                tls_params,
+                ..
+            } => ConnectionAddr::TcpTls {
+                host: host.to_owned(),
+                port,
+                insecure: *insecure,
+                tls_params: tls_params.clone(),
+            },
+            _ => ConnectionAddr::Tcp(host.to_owned(), port),
+        };
+        Some(seed.clone().set_addr(addr))
     }
 
     /// Resolves when a sentinel names another master than `current` (`host:port`, as the
@@ -153,7 +216,7 @@ impl NodeSource {
     /// own `timeout`: a Sentinel lookup gets [`LOOKUP_SLACK`] more.
     pub(crate) fn lookup_budget(&self, timeout: Duration) -> Duration {
         match self.kind {
-            Kind::Master(_) => timeout,
+            Kind::Master(_) | Kind::Cluster(_) => timeout,
             Kind::Sentinel(_) => timeout.saturating_add(LOOKUP_SLACK),
         }
     }
@@ -177,23 +240,36 @@ impl NodeSource {
                     .map(redis::ConnectionInfo::addr)
                     .collect(),
             ),
+            Kind::Cluster(seeds) => Place::Cluster(
+                seeds
+                    .voter
+                    .seeds
+                    .iter()
+                    .map(redis::ConnectionInfo::addr)
+                    .collect(),
+            ),
         }
     }
 
-    /// The standalone master's address; `None` for a Sentinel-resolved voter.
+    /// Whether this voter connects to its servers with TLS (a Sentinel-resolved master never
+    /// does yet).
     #[cfg(any(feature = "tls", feature = "tls-aws-lc-rs"))]
-    pub(crate) fn fixed_address(&self) -> Option<&ConnectionAddr> {
+    pub(crate) fn uses_tls(&self) -> bool {
+        let tls = |addr: &ConnectionAddr| matches!(addr, ConnectionAddr::TcpTls { .. });
         match &self.kind {
-            Kind::Master(client) => Some(client.get_connection_info().addr()),
-            Kind::Sentinel(_) => None,
+            Kind::Master(client) => tls(client.get_connection_info().addr()),
+            Kind::Sentinel(_) => false,
+            Kind::Cluster(seeds) => seeds.voter.seeds.iter().any(|seed| tls(seed.addr())),
         }
     }
 
-    /// How reports name a Sentinel-resolved voter: `sentinel <master>@<first sentinel>,…`.
-    pub(crate) fn sentinel_name(&self) -> Option<String> {
+    /// How reports name a voter of several servers: `sentinel <master>@<sentinel>,…` or
+    /// `cluster <seed>,…`; `None` for a standalone master.
+    pub(crate) fn group_name(&self) -> Option<String> {
         match &self.kind {
             Kind::Master(_) => None,
             Kind::Sentinel(resolver) => Some(resolver.voter.to_string()),
+            Kind::Cluster(seeds) => Some(seeds.voter.to_string()),
         }
     }
 }
@@ -283,6 +359,10 @@ impl fmt::Debug for NodeSource {
             Kind::Sentinel(resolver) => f
                 .debug_tuple("Sentinel")
                 .field(&resolver.voter.to_string())
+                .finish(),
+            Kind::Cluster(seeds) => f
+                .debug_tuple("Cluster")
+                .field(&seeds.voter.to_string())
                 .finish(),
         }
     }
@@ -419,21 +499,26 @@ impl SentinelVoter {
 impl fmt::Display for SentinelVoter {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(f, "sentinel {}@", self.master)?;
-        for (i, sentinel) in self.sentinels.iter().enumerate() {
-            if i > 0 {
-                f.write_str(",")?;
-            }
-            match sentinel.addr() {
-                ConnectionAddr::Tcp(host, port) | ConnectionAddr::TcpTls { host, port, .. }
-                    if host.contains(':') && !host.starts_with('[') =>
-                {
-                    write!(f, "[{host}]:{port}")?;
-                }
-                other => write!(f, "{other}")?,
-            }
-        }
-        Ok(())
+        write_addresses(f, &self.sentinels)
     }
+}
+
+/// `host:port,host:port…`, an IPv6 host in brackets.
+fn write_addresses(f: &mut fmt::Formatter<'_>, servers: &[redis::ConnectionInfo]) -> fmt::Result {
+    for (i, server) in servers.iter().enumerate() {
+        if i > 0 {
+            f.write_str(",")?;
+        }
+        match server.addr() {
+            ConnectionAddr::Tcp(host, port) | ConnectionAddr::TcpTls { host, port, .. }
+                if host.contains(':') && !host.starts_with('[') =>
+            {
+                write!(f, "[{host}]:{port}")?;
+            }
+            other => write!(f, "{other}")?,
+        }
+    }
+    Ok(())
 }
 
 impl fmt::Debug for SentinelVoter {
@@ -468,6 +553,137 @@ impl IntoNode for SentinelVoter {
     }
 }
 
+/// A Redis Cluster as one voter: its seeds (any of its nodes) tell its masters, and each
+/// request goes to the master of its key's hash slot (every key redquorum keeps for one
+/// resource shares that slot).
+///
+/// A cluster is **one vote**, however many shards it has: distinct resources spread over its
+/// shards, which is how lock throughput grows past one server per voter (see the README's
+/// "Which topology"). Each shard master is a server of its own for the identity check and the
+/// restart grace: a shard that restarted (or a replica the cluster promoted) does not vote on
+/// the slots it serves until the grace has passed. A failover inside the cluster can lose a key
+/// (replication is asynchronous), which costs this voter's vote for that resource, as a
+/// restarted master does.
+///
+/// The URL form is `redis+cluster://[user:password@]host:port[,host:port…]`; the credentials
+/// are every shard's. With TLS compiled in, give `rediss://` seeds to [`ClusterVoter::new`]:
+/// every shard is then reached with the first seed's TLS settings. A client whose voters
+/// include a cluster refuses a multi-resource lock whose resources do not share one hash slot
+/// ([`ConfigError::CrossSlot`](crate::ConfigError::CrossSlot)).
+///
+/// ```
+/// # fn main() -> Result<(), Box<dyn std::error::Error>> {
+/// let orders = redquorum::ClusterVoter::new(["redis://10.0.0.7:7000", "redis://10.0.0.8:7000"])?;
+/// let same = redquorum::ClusterVoter::parse("redis+cluster://10.0.0.7:7000,10.0.0.8:7000")?;
+/// assert_eq!(orders.to_string(), same.to_string());
+/// # Ok(()) }
+/// ```
+#[derive(Clone)]
+pub struct ClusterVoter {
+    seeds: Vec<redis::ConnectionInfo>,
+}
+
+impl ClusterVoter {
+    /// The cluster that the nodes at `seeds` belong to (URLs such as `redis://host:7000`, or
+    /// connection infos); the first seed's credentials and TLS settings serve every shard.
+    ///
+    /// # Errors
+    /// No seed, a seed that is a Unix socket or has a database other than 0 (a cluster has
+    /// only database 0), or a seed the redis crate cannot parse.
+    pub fn new<I>(seeds: I) -> Result<Self, RedisError>
+    where
+        I: IntoIterator,
+        I::Item: IntoConnectionInfo,
+    {
+        let seeds = seeds
+            .into_iter()
+            .map(IntoConnectionInfo::into_connection_info)
+            .collect::<Result<Vec<_>, _>>()?;
+        if seeds.is_empty() {
+            return Err(invalid("a Cluster voter needs at least one seed"));
+        }
+        for seed in &seeds {
+            if !matches!(
+                seed.addr(),
+                ConnectionAddr::Tcp(..) | ConnectionAddr::TcpTls { .. }
+            ) {
+                return Err(invalid("a Cluster voter's seeds are host:port addresses"));
+            }
+            if seed.redis_settings().db() != 0 {
+                return Err(invalid("a Redis Cluster has only database 0"));
+            }
+        }
+        Ok(Self { seeds })
+    }
+
+    /// Parses `redis+cluster://[user:password@]host:port[,host:port…]` (port 6379 when
+    /// omitted).
+    ///
+    /// # Errors
+    /// Another scheme, no seed, a path or query, or a part the redis crate cannot parse.
+    pub fn parse(url: &str) -> Result<Self, RedisError> {
+        let rest = url
+            .strip_prefix(CLUSTER_SCHEME)
+            .ok_or_else(|| invalid("a Cluster voter's URL starts with redis+cluster://"))?;
+        let authority = rest.strip_suffix('/').unwrap_or(rest);
+        if authority.contains(['/', '?', '#']) {
+            return Err(invalid(
+                "a Cluster voter's URL names seeds only: no database, path or query",
+            ));
+        }
+        let (userinfo, hosts) = match authority.rfind('@') {
+            Some(at) => (
+                authority.get(..=at).unwrap_or(""),
+                authority.get(at + 1..).unwrap_or(""),
+            ),
+            None => ("", authority),
+        };
+        let seeds: Vec<String> = hosts
+            .split(',')
+            .filter(|host| !host.is_empty())
+            .map(|host| {
+                let has_port = match host.strip_prefix('[') {
+                    Some(v6) => v6.contains("]:"),
+                    None => host.contains(':'),
+                };
+                if has_port {
+                    format!("redis://{userinfo}{host}")
+                } else {
+                    format!("redis://{userinfo}{host}:{REDIS_PORT}")
+                }
+            })
+            .collect();
+        Self::new(seeds)
+    }
+}
+
+impl fmt::Display for ClusterVoter {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("cluster ")?;
+        write_addresses(f, &self.seeds)
+    }
+}
+
+impl fmt::Debug for ClusterVoter {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        // Addresses only, never credentials.
+        f.debug_tuple("ClusterVoter")
+            .field(&self.to_string())
+            .finish()
+    }
+}
+
+impl IntoNode for ClusterVoter {
+    fn into_node(self) -> Result<NodeSource, RedisError> {
+        Ok(NodeSource {
+            kind: Kind::Cluster(Arc::new(Seeds {
+                voter: self,
+                next: AtomicUsize::new(0),
+            })),
+        })
+    }
+}
+
 impl IntoNode for NodeSource {
     fn into_node(self) -> Result<NodeSource, RedisError> {
         Ok(self)
@@ -492,6 +708,8 @@ impl IntoNode for &str {
     fn into_node(self) -> Result<NodeSource, RedisError> {
         if self.starts_with(SENTINEL_SCHEME) {
             SentinelVoter::parse(self)?.into_node()
+        } else if self.starts_with(CLUSTER_SCHEME) {
+            ClusterVoter::parse(self)?.into_node()
         } else {
             Client::open(self)?.into_node()
         }
@@ -546,6 +764,37 @@ mod tests {
         let plain = SentinelVoter::parse("redis+sentinel://127.0.0.1:26379/orders").expect("ok");
         assert_eq!(plain.master_settings.password(), None);
         assert_eq!(plain.master_settings.db(), 0);
+    }
+
+    #[test]
+    fn a_cluster_url_names_its_seeds_and_their_credentials() {
+        let voter = ClusterVoter::parse("redis+cluster://lock%40er:p%40ss@127.0.0.1:7000,[::1],h/")
+            .expect("valid");
+        assert_eq!(
+            voter.to_string(),
+            "cluster 127.0.0.1:7000,[::1]:6379,h:6379"
+        );
+        for seed in &voter.seeds {
+            assert_eq!(seed.redis_settings().username(), Some("lock@er"));
+            assert_eq!(seed.redis_settings().password(), Some("p@ss"));
+        }
+        assert!(
+            !format!("{voter:?}").contains("p@ss"),
+            "credentials never shown"
+        );
+        let source = voter.into_node().expect("a voter");
+        let shard = source.shard("10.0.0.1", 7005).expect("a shard");
+        assert_eq!(format!("{shard:?}"), "Master(\"10.0.0.1:7005\")");
+        for url in [
+            "redis+cluster://",
+            "redis+cluster://127.0.0.1:7000/1",
+            "redis+cluster://127.0.0.1:7000?x=1",
+            "redis://127.0.0.1:7000",
+        ] {
+            assert!(ClusterVoter::parse(url).is_err(), "{url}");
+        }
+        assert!(ClusterVoter::new(["redis://127.0.0.1:7000/2"]).is_err());
+        assert!(ClusterVoter::new(["unix:///tmp/redis.sock"]).is_err());
     }
 
     #[test]

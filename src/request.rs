@@ -161,10 +161,33 @@ impl Request {
     }
 }
 
+/// `cmd` on `conn`, after `ASKING` in one pipeline when `asking`.
+async fn query(
+    cmd: &redis::Cmd,
+    conn: &mut MultiplexedConnection,
+    asking: bool,
+) -> redis::RedisResult<Value> {
+    if !asking {
+        return cmd.query_async(conn).await;
+    }
+    let mut pipeline = redis::pipe();
+    // Errors kept as values, so the command's error comes back with its own kind (`NOSCRIPT`,
+    // `TRYAGAIN`…) rather than as the pipeline's.
+    pipeline
+        .ignore_errors()
+        .cmd("ASKING")
+        .ignore()
+        .add_command(cmd.clone());
+    let (reply,): (Value,) = pipeline.query_async(conn).await?;
+    reply.extract_error()
+}
+
 /// A request built once per round and sent to every node as is: the arguments are encoded
 /// once, not once per node.
 pub(crate) struct Prepared {
     wire: Wire,
+    /// The key the request is about (`KEYS[1]`): a Cluster voter routes by its slot.
+    key: Vec<u8>,
     done: NodeOutcome,
     pub(crate) settled_nodes_only: bool,
     /// Keep a request we stopped waiting for running until its connection has taken it.
@@ -249,19 +272,28 @@ impl Prepared {
         };
         Self {
             wire,
+            key: request.key.clone(),
             done: request.done.clone(),
             settled_nodes_only: request.settled_nodes_only,
             deliver_anyway: request.operation == Operation::Release,
         }
     }
 
+    /// The key the request is about, which decides a Cluster voter's shard.
+    pub(crate) fn key(&self) -> &[u8] {
+        &self.key
+    }
+
     /// Sends the request on `conn`; a script the server does not know (a restarted node, a
-    /// `SCRIPT FLUSH`) is loaded and sent once more.
+    /// `SCRIPT FLUSH`) is loaded and sent once more. With `asking` (a cluster master answered
+    /// `ASK`), the request follows `ASKING` in the same write, so nothing else sent on the
+    /// connection can come between them.
     pub(crate) async fn send(
         &self,
         conn: &mut MultiplexedConnection,
         node: usize,
         server_run: Option<&str>,
+        asking: bool,
     ) -> redis::RedisResult<Value> {
         match &self.wire {
             Wire::Script {
@@ -295,17 +327,17 @@ impl Prepared {
                     }
                     (None, None) => cmd,
                 };
-                match cmd.query_async(conn).await {
+                match query(cmd, conn, asking).await {
                     Err(err)
                         if err.kind() == redis::ErrorKind::Server(ServerErrorKind::NoScript) =>
                     {
                         script.load_async(conn).await?;
-                        cmd.query_async(conn).await
+                        query(cmd, conn, asking).await
                     }
                     answer => answer,
                 }
             }
-            Wire::SetIfAbsent(set) => set.query_async(conn).await,
+            Wire::SetIfAbsent(set) => query(set, conn, asking).await,
         }
     }
 

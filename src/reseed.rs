@@ -157,7 +157,7 @@ enum ReadError {
 }
 
 async fn read(node: &Node, keys: &FenceKeys) -> Result<Read, ReadError> {
-    let ready = node.connection().await?;
+    let ready = node.connection(&keys.counter).await?;
     let run_id = ready.run_id.clone().ok_or(ReadError::Unidentified)?;
     let mut conn = ready.conn;
     let mut invocation = scripts::SEED_READ.script().prepare_invoke();
@@ -168,7 +168,10 @@ async fn read(node: &Node, keys: &FenceKeys) -> Result<Read, ReadError> {
         invocation.key(legacy.as_slice());
     }
     invocation.arg(&*run_id);
-    let values: Vec<Option<String>> = invocation.invoke_async(&mut conn).await?;
+    let values: Vec<Option<String>> = invocation
+        .invoke_async(&mut conn)
+        .await
+        .inspect_err(|err| node.learn(err))?;
     let number = |value: Option<&Option<String>>| match value {
         Some(Some(text)) => text.parse::<u64>().map_err(|_| ReadError::NotANumber),
         _ => Ok(0),

@@ -85,7 +85,7 @@ const SLOTS: usize = 16_384;
 ///
 /// Written here because the redis crate keeps its own (`cluster_routing::Slot`) opaque; the
 /// CRC is the `crc16` crate's, the one the redis crate uses.
-fn hash_slot(key: &[u8]) -> usize {
+pub(crate) fn hash_slot(key: &[u8]) -> usize {
     let tag = key
         .iter()
         .position(|b| *b == b'{')
@@ -96,6 +96,12 @@ fn hash_slot(key: &[u8]) -> usize {
         })
         .unwrap_or(key);
     usize::from(crc16::State::<crc16::XMODEM>::calculate(tag)) % SLOTS
+}
+
+/// The hash slot of `key`, as a slot number.
+pub(crate) fn slot_of(key: &[u8]) -> u16 {
+    // Below SLOTS (16,384), so it fits.
+    u16::try_from(hash_slot(key)).unwrap_or(0)
 }
 
 /// For every hash slot, a short tag (a decimal number) that hashes to it: the fence counter of

@@ -475,7 +475,8 @@ pub(crate) async fn run_then<V: Voter>(
                 NodeOutcome::NoReply,
                 decided.saturating_duration_since(start),
             ));
-            NodeReport::new(node.id().clone(), outcome, latency).with_server(node.server())
+            NodeReport::new(node.id().clone(), outcome, latency)
+                .with_server(node.server(prepared.key()))
         })
         .collect();
     Round {

@@ -21,17 +21,11 @@ use std::sync::{Arc, Mutex};
 
 use crate::node_id::NodeId;
 
-/// The `run_id` each configured node last connected to, by node index.
+/// The `run_id` each server link last connected to: one per standalone or Sentinel-resolved
+/// voter, one per master of a Cluster voter (the voter's index and the master's address).
 #[derive(Debug, Default)]
 pub(crate) struct ServerIdentities {
-    claims: Mutex<HashMap<usize, Claim>>,
-}
-
-#[derive(Debug)]
-struct Claim {
-    run_id: Arc<str>,
-    /// The node that made it, to name in another node's refusal.
-    by: NodeId,
+    claims: Mutex<HashMap<NodeId, Arc<str>>>,
 }
 
 impl ServerIdentities {
@@ -45,21 +39,16 @@ impl ServerIdentities {
     /// and `node` gives up any claim it held (it no longer reaches that server).
     pub(crate) fn claim(&self, node: &NodeId, run_id: &str) -> Result<(), NodeId> {
         let mut claims = self.claims.lock().unwrap_or_else(|e| e.into_inner());
-        let index = node.index();
         let holder = claims
             .iter()
-            .find(|(other, claim)| **other != index && &*claim.run_id == run_id)
-            .map(|(_, claim)| claim.by.clone());
+            .find(|(other, claimed)| *other != node && &***claimed == run_id)
+            .map(|(other, _)| other.clone());
         if let Some(holder) = holder {
-            claims.remove(&index);
+            claims.remove(node);
             return Err(holder);
         }
-        if claims.get(&index).is_none_or(|own| &*own.run_id != run_id) {
-            let claim = Claim {
-                run_id: Arc::from(run_id),
-                by: node.clone(),
-            };
-            claims.insert(index, claim);
+        if claims.get(node).is_none_or(|own| &**own != run_id) {
+            claims.insert(node.clone(), Arc::from(run_id));
         }
         Ok(())
     }
@@ -98,6 +87,18 @@ mod tests {
         assert_eq!(ids.claim(&node(2), "a"), Ok(()));
         // Node 0 reaches a server of its own again: it votes.
         assert_eq!(ids.claim(&node(0), "c"), Ok(()));
+    }
+
+    /// Mutation: claims kept by voter index alone: shard 7001's claim replaces shard 7000's,
+    /// and another voter reaching 7000's server is let in.
+    #[test]
+    fn each_master_of_a_cluster_voter_keeps_its_own_claim() {
+        let ids = ServerIdentities::new();
+        let shard = |port: u16| NodeId::new(0, format!("127.0.0.1:{port}").into());
+        assert_eq!(ids.claim(&shard(7000), "a"), Ok(()));
+        assert_eq!(ids.claim(&shard(7001), "b"), Ok(()));
+        assert_eq!(ids.claim(&node(1), "a"), Err(shard(7000)));
+        assert_eq!(ids.claim(&shard(7000), "a"), Ok(()));
     }
 
     /// A node between connections keeps its claim: an alias cannot take its server's vote.

@@ -9,11 +9,18 @@ use std::future::Future;
 
 use redis::ServerErrorKind;
 
-use crate::node::{Node, breaks_connection};
+use crate::node::Node;
 use crate::node_error::NodeError;
 use crate::node_id::NodeId;
 use crate::report::NodeOutcome;
 use crate::request::{Grant, Prepared};
+use crate::server_link::breaks_connection;
+
+/// How often a request a cluster answered `TRYAGAIN` (its slot is being moved) is sent again.
+const TRY_AGAIN_RETRIES: u32 = 10;
+/// How long to wait before sending it again: the ten retries span about the time a
+/// resharding takes to move one batch of a slot's keys.
+const TRY_AGAIN_DELAY: std::time::Duration = std::time::Duration::from_millis(20);
 
 /// One voter of a round.
 pub(crate) trait Voter: Send + Sync + 'static {
@@ -27,9 +34,9 @@ pub(crate) trait Voter: Send + Sync + 'static {
     /// Marks it suspect (a request timed out) or not (it answered).
     fn set_suspect(&self, suspect: bool);
 
-    /// The server inside the voter it speaks for now, when that can change (a
-    /// Sentinel-resolved voter), for the report.
-    fn server(&self) -> Option<std::sync::Arc<str>> {
+    /// The server inside the voter that serves `key` now, when that can change (a
+    /// Sentinel-resolved voter, a cluster's shard), for the report.
+    fn server(&self, _key: &[u8]) -> Option<std::sync::Arc<str>> {
         None
     }
 
@@ -62,8 +69,8 @@ impl Voter for Node {
         Node::set_suspect(self, suspect);
     }
 
-    fn server(&self) -> Option<std::sync::Arc<str>> {
-        Node::server(self)
+    fn server(&self, key: &[u8]) -> Option<std::sync::Arc<str>> {
+        Node::server(self, key)
     }
 
     async fn ask(
@@ -71,36 +78,77 @@ impl Voter for Node {
         request: &Prepared,
         queued: impl FnOnce() + Send,
     ) -> (NodeOutcome, Option<Grant>) {
+        // A request to a Cluster voter may be redirected and sent again elsewhere, so it is
+        // ordered only once answered (the round marks it then), not once queued.
+        let mut queued = (!self.is_cluster()).then_some(queued);
         let call = async {
-            let ready = self.connection().await?;
-            if request.settled_nodes_only {
-                self.check_settled(&ready)?;
-            }
-            if request.needs_run_id() && ready.run_id.is_none() {
-                return Err(NodeError::Unidentified);
-            }
-            let (mut conn, generation) = (ready.conn, ready.generation);
-            let send = request.send(&mut conn, self.id().index(), ready.run_id.as_deref());
-            tokio::pin!(send);
-            // The first poll hands the command to the connection's queue (or to the line of
-            // senders waiting for room in it, served in order).
-            let first = futures::poll!(send.as_mut());
-            queued();
-            let answer = match first {
-                std::task::Poll::Ready(answer) => answer,
-                std::task::Poll::Pending => send.await,
-            };
-            // Something came back from the server (or the connection broke): not hung.
-            self.set_suspect(false);
-            answer.map_err(|err| {
+            let mut ready = self.connection(request.key()).await?;
+            let mut asking = false;
+            // A slot being moved can take two redirections (`MOVED` to its new master, which
+            // answers `ASK` while some keys are still on the way); more mean the cluster is
+            // moving it again, and this vote is simply not had this time.
+            let mut redirections_left = 2;
+            let mut retries_left = TRY_AGAIN_RETRIES;
+            loop {
+                if request.settled_nodes_only {
+                    self.check_settled(&ready)?;
+                }
+                if request.needs_run_id() && ready.run_id.is_none() {
+                    return Err(NodeError::Unidentified);
+                }
+                let answer = {
+                    let mut conn = ready.conn.clone();
+                    let send = request.send(
+                        &mut conn,
+                        self.id().index(),
+                        ready.run_id.as_deref(),
+                        asking,
+                    );
+                    tokio::pin!(send);
+                    // The first poll hands the command to the connection's queue (or to the line of
+                    // senders waiting for room in it, served in order).
+                    let first = futures::poll!(send.as_mut());
+                    if let Some(queued) = queued.take() {
+                        queued();
+                    }
+                    match first {
+                        std::task::Poll::Ready(answer) => answer,
+                        std::task::Poll::Pending => send.await,
+                    }
+                };
+                // Something came back from the server (or the connection broke): not hung.
+                self.set_suspect(false);
+                let err = match answer {
+                    Ok(reply) => return Ok(reply),
+                    Err(err) => err,
+                };
+                let try_again = err.kind() == redis::ErrorKind::Server(ServerErrorKind::TryAgain);
+                if try_again && retries_left > 0 {
+                    // A multi-key script on a slot whose keys are half moved: not run, and
+                    // runnable once the keys have moved (a migration moves them in batches).
+                    retries_left -= 1;
+                    tokio::time::sleep(TRY_AGAIN_DELAY).await;
+                    continue;
+                }
+                if redirections_left > 0 {
+                    redirections_left -= 1;
+                    // A redirected request was not run: sent again to the master named.
+                    if let Some(redirected) = self.redirect(&err).await {
+                        let redirected = redirected?;
+                        tracing::debug!(node = %self.id(), error = %err, "following the cluster's redirection");
+                        ready = redirected.ready;
+                        asking = redirected.asking;
+                        continue;
+                    }
+                }
                 let read_only = err.kind() == redis::ErrorKind::Server(ServerErrorKind::ReadOnly);
                 if breaks_connection(&err) {
-                    self.report_broken(generation);
+                    ready.report_broken();
                 } else if read_only && self.follows_failovers() {
                     // A failover demoted the server this voter spoke for: reconnect, and the
                     // sentinels name the new master.
                     tracing::info!(node = %self.id(), "the voter's server was demoted; looking its master up again");
-                    self.report_broken(generation);
+                    ready.report_broken();
                 } else if read_only {
                     tracing::warn!(
                         node = %self.id(),
@@ -108,8 +156,8 @@ impl Voter for Node {
                          a replica cannot vote and must not be listed"
                     );
                 }
-                NodeError::Redis(err)
-            })
+                return Err(NodeError::Redis(err));
+            }
         };
         match call.await {
             Err(err) => (NodeOutcome::Failed(err), None),

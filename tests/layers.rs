@@ -33,9 +33,21 @@ const LAYERS: &[(&str, &[&str])] = &[
             "settings",
             "server_identity",
             "held_locks",
+            "slot_map",
         ],
     ),
-    ("io", &["node_source", "node", "waiting", "reseed", "tls"]),
+    (
+        "io",
+        &[
+            "node_source",
+            "server_link",
+            "shards",
+            "node",
+            "waiting",
+            "reseed",
+            "tls",
+        ],
+    ),
     ("engine", &["request", "voter", "round", "query"]),
     (
         "protocol",

@@ -23,7 +23,8 @@ pub(crate) struct Cli {
 #[derive(Debug, Args)]
 pub(crate) struct Global {
     /// The masters, comma-separated (`redis://host:port`, `rediss://…` with TLS, `redis://:password@…`,
-    /// `redis+sentinel://host:port,host:port/master` for a master found through Sentinel).
+    /// `redis+sentinel://host:port,host:port/master` for a master found through Sentinel,
+    /// `redis+cluster://host:port,host:port` for a Redis Cluster).
     /// Prefer the environment variable or the config file for passwords: arguments are visible
     /// in `ps`. Without it, REDQUORUM_NODES, then the config file's `nodes`.
     #[arg(

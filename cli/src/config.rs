@@ -184,6 +184,7 @@ fn legacy_nodes(text: &str) -> Option<Vec<String>> {
         n.starts_with("redis://")
             || n.starts_with("rediss://")
             || n.starts_with("redis+sentinel://")
+            || n.starts_with("redis+cluster://")
     });
     (urls && !nodes.is_empty()).then_some(nodes)
 }

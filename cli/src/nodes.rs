@@ -61,14 +61,18 @@ fn dev_cluster() -> Result<Vec<String>, CliError> {
 }
 
 /// The nodes, trimmed, empty ones dropped. The list arrives split at every comma, but a
-/// Sentinel voter's URL has commas of its own (`redis+sentinel://h1:p1,h2:p2/master`): a
-/// piece without a scheme continues a Sentinel URL before it whose master name has not come
-/// yet (anything else stays a node of its own, and fails as the malformed URL it is).
+/// Sentinel or Cluster voter's URL has commas of its own (`redis+sentinel://h1:p1,h2:p2/master`,
+/// `redis+cluster://h1:p1,h2:p2`): a piece without a scheme continues a Sentinel URL before it
+/// whose master name has not come yet, or a Cluster URL before it (anything else stays a node
+/// of its own, and fails as the malformed URL it is).
 fn clean(nodes: &[String]) -> Vec<String> {
-    // A Sentinel URL whose path has not begun yet: its next piece is another sentinel.
+    // A Sentinel URL whose path has not begun yet (its next piece is another sentinel), or a
+    // Cluster URL (its next piece is another seed).
     let open_sentinel_list = |url: &str| {
-        url.strip_prefix("redis+sentinel://")
-            .is_some_and(|rest| !rest.contains('/'))
+        url.starts_with("redis+cluster://")
+            || url
+                .strip_prefix("redis+sentinel://")
+                .is_some_and(|rest| !rest.contains('/'))
     };
     let mut joined: Vec<String> = Vec::new();
     for piece in nodes.iter().map(|n| n.trim()).filter(|n| !n.is_empty()) {
@@ -90,7 +94,7 @@ mod tests {
     #[test]
     fn a_sentinel_voters_commas_do_not_split_it() {
         let given: Vec<String> =
-            "redis://a:1, redis+sentinel://s1:26379,s2:26379/orders,rediss://b:2"
+            "redis://a:1, redis+sentinel://s1:26379,s2:26379/orders,rediss://b:2,redis+cluster://c1:7000, c2:7000,redis://d:4"
                 .split(',')
                 .map(str::to_owned)
                 .collect();
@@ -107,7 +111,9 @@ mod tests {
             [
                 "redis://a:1",
                 "redis+sentinel://s1:26379,s2:26379/orders",
-                "rediss://b:2"
+                "rediss://b:2",
+                "redis+cluster://c1:7000,c2:7000",
+                "redis://d:4"
             ]
         );
     }

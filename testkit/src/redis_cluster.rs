@@ -65,6 +65,99 @@ impl RedisCluster {
         self.servers.urls()
     }
 
+    /// The cluster as one redquorum voter: `redis+cluster://` and every master's address.
+    pub fn url(&self) -> String {
+        let seeds: Vec<String> = (0..self.servers.len())
+            .map(|i| format!("127.0.0.1:{}", self.servers.server(i).port()))
+            .collect();
+        format!("redis+cluster://{}", seeds.join(","))
+    }
+
+    /// Server `i`'s cluster node id (`CLUSTER MYID`).
+    pub fn node_id(&self, i: usize) -> String {
+        self.servers.run(i, redis::cmd("CLUSTER").arg("MYID"))
+    }
+
+    /// The hash slot of `key` (`CLUSTER KEYSLOT`).
+    pub fn slot_of(&self, key: &[u8]) -> u16 {
+        self.servers
+            .run(0, redis::cmd("CLUSTER").arg("KEYSLOT").arg(key))
+    }
+
+    /// Starts moving `slot` from server `from` to server `to`, as a resharding does: `to`
+    /// imports it, `from` migrates it. Until [`finish_migration`](Self::finish_migration),
+    /// `from` answers `ASK` for the slot's keys it does not have.
+    pub fn begin_migration(&self, slot: u16, from: usize, to: usize) {
+        let _: () = self.servers.run(
+            to,
+            redis::cmd("CLUSTER")
+                .arg("SETSLOT")
+                .arg(slot)
+                .arg("IMPORTING")
+                .arg(self.node_id(from)),
+        );
+        let _: () = self.servers.run(
+            from,
+            redis::cmd("CLUSTER")
+                .arg("SETSLOT")
+                .arg(slot)
+                .arg("MIGRATING")
+                .arg(self.node_id(to)),
+        );
+    }
+
+    /// Moves every key of `slot` from server `from` to server `to` (`MIGRATE`, ttls kept);
+    /// the slot must be migrating.
+    pub fn move_keys(&self, slot: u16, from: usize, to: usize) {
+        loop {
+            let keys: Vec<Vec<u8>> = self.servers.run(
+                from,
+                redis::cmd("CLUSTER")
+                    .arg("GETKEYSINSLOT")
+                    .arg(slot)
+                    .arg(100),
+            );
+            if keys.is_empty() {
+                return;
+            }
+            let mut migrate = redis::cmd("MIGRATE");
+            migrate
+                .arg("127.0.0.1")
+                .arg(self.servers.server(to).port())
+                .arg("")
+                .arg(0)
+                .arg(5000)
+                .arg("KEYS")
+                .arg(keys);
+            let _: redis::Value = self.servers.run(from, &migrate);
+        }
+    }
+
+    /// Ends a migration: every master learns that server `to` serves `slot` (the importing
+    /// server first, as `redis-cli --cluster reshard` does).
+    pub fn finish_migration(&self, slot: u16, to: usize) {
+        let id = self.node_id(to);
+        let mut order: Vec<usize> = (0..self.servers.len()).collect();
+        order.sort_by_key(|i| *i != to);
+        for i in order {
+            let _: () = self.servers.run(
+                i,
+                redis::cmd("CLUSTER")
+                    .arg("SETSLOT")
+                    .arg(slot)
+                    .arg("NODE")
+                    .arg(&id),
+            );
+        }
+    }
+
+    /// Moves `slot` with its keys from server `from` to server `to`: a resharding of one slot.
+    pub fn move_slot(&self, slot: u16, from: usize, to: usize) {
+        self.begin_migration(slot, from, to);
+        self.move_keys(slot, from, to);
+        self.finish_migration(slot, to);
+    }
+
     /// The index of the server that serves `key`'s slot.
     ///
     /// # Panics

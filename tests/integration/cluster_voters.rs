@@ -1,0 +1,359 @@
+//! Redis Cluster voters: a voter named by seed nodes of a cluster, each request sent to the
+//! master of its key's hash slot, mixed with standalone masters; a slot that moves (`ASK`
+//! while it migrates, `MOVED` once it has) is followed; one server is one vote across voters.
+//!
+//! Each cluster is three cluster-enabled masters without replicas, formed by the test on
+//! loopback (`redquorum_testkit::RedisCluster`).
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::time::Duration;
+
+use redquorum::{ConfigError, Error, NodeOutcome, RedLock, Report};
+use redquorum_testkit::{Cluster, RedisCluster};
+
+use crate::{PREFIX, eventually, lock_key, settled};
+
+const TTL: Duration = Duration::from_secs(10);
+const NODE_TIMEOUT: Duration = Duration::from_millis(500);
+
+fn client(urls: Vec<String>) -> RedLock {
+    crate::client_of(urls, NODE_TIMEOUT)
+}
+
+fn line(report: &Report, node: usize) -> (&NodeOutcome, Option<String>) {
+    report
+        .iter()
+        .find(|line| line.node().index() == node)
+        .map(|line| (line.outcome(), line.server().map(str::to_owned)))
+        .expect("a line per node")
+}
+
+fn address(cluster: &RedisCluster, i: usize) -> String {
+    format!("127.0.0.1:{}", cluster.servers().server(i).port())
+}
+
+/// Which servers of `cluster` hold `key`.
+fn holders(cluster: &RedisCluster, key: &[u8]) -> Vec<usize> {
+    // Listed, not read: a master answers `MOVED` to a read of another slot's key.
+    let mut found: Vec<usize> = cluster
+        .servers()
+        .keys()
+        .into_iter()
+        .filter(|(_, k)| k == key)
+        .map(|(i, _)| i)
+        .collect();
+    found.sort_unstable();
+    found
+}
+
+/// Three standalone masters and two clusters as five voters. Each of a dozen resources lands
+/// on its slot's master in each cluster (and nowhere else in it), every voter grants (the
+/// cluster voters' lines name the master that served), a second client is refused, and the
+/// releases leave nothing on any of the nine servers. A multi-resource lock must keep to one
+/// slot: refused with a typed error before any I/O otherwise, granted with a common hash tag.
+///
+/// Mutation: requests sent to the first master known instead of the slot's (`Shards::connection`
+/// ignoring the slot), with redirections not followed (`Node::redirect` answering `None`): the
+/// cluster lines fail with `MOVED` for most resources.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cluster_voters_mix_with_standalone_masters() {
+    let standalone = Cluster::start(3);
+    let a = RedisCluster::start(3);
+    let b = RedisCluster::start(3);
+    let mut urls = standalone.urls();
+    urls.extend([a.url(), b.url()]);
+    let rl = client(urls.clone());
+    let connected = rl.connect().await.expect("every voter connects");
+
+    assert_eq!(connected.successes(), 5, "{connected}");
+    let names: Vec<String> = connected.iter().map(|l| l.node().to_string()).collect();
+    assert!(
+        names[3].starts_with("node 3 (cluster 127.0.0.1:") && names[4].contains("cluster"),
+        "{names:?}"
+    );
+
+    let other = client(urls.clone());
+    let mut shards_used = std::collections::BTreeSet::new();
+    for n in 0..12 {
+        let resource = format!("order:{n}");
+        let key = lock_key(resource.as_bytes());
+        let lock = rl.try_acquire(&resource, TTL).await.expect("acquired");
+        for (node, cluster) in [(3, &a), (4, &b)] {
+            let owner = cluster.owner_of(&key);
+            shards_used.insert((node, owner));
+            // The round may be decided before a cluster's answer: its request lands anyway.
+            assert!(
+                eventually(Duration::from_secs(3), || holders(cluster, &key) == [owner]).await,
+                "{resource} not on its slot's master {owner} alone: {:?}",
+                holders(cluster, &key)
+            );
+            assert_eq!(line(lock.report(), node).1, Some(address(cluster, owner)));
+        }
+        let refused = other
+            .try_acquire(&resource, TTL)
+            .await
+            .expect_err("held by the first client");
+        assert!(refused.is_conflict(), "{refused}");
+        lock.release().await.expect("released");
+    }
+    assert!(
+        shards_used.len() >= 5,
+        "a dozen resources spread over the shards: {shards_used:?}"
+    );
+
+    // One slot per multi-resource lock on a cluster.
+    let (x, y) = ("stock:berlin", "stock:lyon");
+    assert_ne!(
+        a.slot_of(&lock_key(x.as_bytes())),
+        a.slot_of(&lock_key(y.as_bytes()))
+    );
+    let err = rl
+        .try_acquire_many(&[x, y], TTL)
+        .await
+        .expect_err("two slots");
+    assert!(
+        matches!(err, Error::Config(ConfigError::CrossSlot { .. })),
+        "{err}"
+    );
+    let both = rl
+        .try_acquire_many(&["{order:42}:stock", "{order:42}:invoice"], TTL)
+        .await
+        .expect("one hash tag, one slot");
+    let tagged = lock_key(b"{order:42}:stock");
+    for cluster in [&a, &b] {
+        let owner = cluster.owner_of(&tagged);
+        assert!(
+            eventually(Duration::from_secs(3), || cluster.servers().keys().len()
+                == 2)
+            .await,
+            "both keys on the slot's master {owner}: {:?}",
+            cluster.servers().keys()
+        );
+    }
+    both.release().await.expect("released");
+
+    settled(&rl).await;
+    settled(&other).await;
+    standalone.assert_no_keys_under(PREFIX);
+    a.servers().assert_no_keys_under(PREFIX);
+    b.servers().assert_no_keys_under(PREFIX);
+}
+
+/// A slot moves while locks come and go. While it migrates, the old master answers `ASK` for a
+/// key it does not have, and the lock is taken on the importing master (`ASKING` sent with
+/// it); once it has moved, the old master answers `MOVED`, and the release follows it and
+/// deletes the key on the new master; the next acquire goes there directly.
+///
+/// Mutations: `ASKING` left out (`Prepared::send` with `asking` ignored): the importing master
+/// redirects back with `MOVED`, and the cluster line fails. Redirections not followed: the
+/// release leaves the key on the new master.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_moving_slot_is_followed_with_ask_then_moved() {
+    let standalone = Cluster::start(2);
+    let cluster = RedisCluster::start(3);
+    let mut urls = standalone.urls();
+    urls.push(cluster.url());
+    let rl = client(urls);
+    let resource = "migrating";
+    let key = lock_key(resource.as_bytes());
+    // The client learns the map before the slot starts moving.
+    let first = rl.try_acquire(resource, TTL).await.expect("acquired");
+    let from = cluster.owner_of(&key);
+    first.release().await.expect("released");
+    let to = (from + 1) % 3;
+    let slot = cluster.slot_of(&key);
+
+    cluster.begin_migration(slot, from, to);
+    let lock = rl.try_acquire(resource, TTL).await.expect("acquired");
+    assert!(
+        eventually(Duration::from_secs(3), || holders(&cluster, &key) == [to]).await,
+        "taken where the slot goes, {to}: {:?}",
+        holders(&cluster, &key)
+    );
+
+    cluster.finish_migration(slot, to);
+    lock.release().await.expect("released");
+    settled(&rl).await;
+    assert_eq!(holders(&cluster, &key), Vec::<usize>::new(), "nothing left");
+
+    let again = rl.try_acquire(resource, TTL).await.expect("acquired");
+    assert_eq!(
+        line(again.report(), 2).1,
+        Some(address(&cluster, to)),
+        "routed to the new master"
+    );
+    again.release().await.expect("released");
+    settled(&rl).await;
+    standalone.assert_no_keys_under(PREFIX);
+    cluster.servers().assert_no_keys_under(PREFIX);
+}
+
+/// A resharding under load: two contenders take turns on eight resources through one
+/// standalone master and two clusters (a majority needs a cluster's vote), while every slot
+/// those resources live in moves to another master of each cluster, keys and all, and back.
+/// Never two holders of one resource; every contender keeps going; nothing left behind.
+///
+/// Mutation: a `MOVED` answer not recorded (`Shards::moved` a no-op): the map stays stale
+/// until the background refresh, which is also what the mutation removes, so the moved slots
+/// lose the cluster votes and the contenders stall (the progress assertion fails).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_resharding_during_a_run_keeps_one_holder() {
+    let standalone = Cluster::start(1);
+    let a = Arc::new(RedisCluster::start(3));
+    let b = Arc::new(RedisCluster::start(3));
+    let urls = vec![standalone.server(0).url(), a.url(), b.url()];
+    let resources: Vec<String> = (0..8).map(|n| format!("shard-move:{n}")).collect();
+
+    let holding: Arc<Vec<AtomicUsize>> =
+        Arc::new((0..resources.len()).map(|_| AtomicUsize::new(0)).collect());
+    let overlaps = Arc::new(AtomicUsize::new(0));
+    let taken = Arc::new(AtomicUsize::new(0));
+    let stop = Arc::new(AtomicBool::new(false));
+    let mut contenders = Vec::new();
+    for c in 0..2 {
+        let rl = client(urls.clone());
+        let (holding, overlaps, taken, stop, resources) = (
+            holding.clone(),
+            overlaps.clone(),
+            taken.clone(),
+            stop.clone(),
+            resources.clone(),
+        );
+        contenders.push(tokio::spawn(async move {
+            let mut mine = 0usize;
+            let mut n = c;
+            while !stop.load(Ordering::Relaxed) {
+                n = (n + 1) % resources.len();
+                if let Ok(lock) = rl.try_acquire(&resources[n], Duration::from_secs(5)).await {
+                    if holding[n].fetch_add(1, Ordering::SeqCst) > 0 {
+                        overlaps.fetch_add(1, Ordering::SeqCst);
+                    }
+                    tokio::time::sleep(Duration::from_millis(2)).await;
+                    holding[n].fetch_sub(1, Ordering::SeqCst);
+                    if let Err(err) = lock.release().await {
+                        eprintln!("release: {err}");
+                    }
+                    mine += 1;
+                    taken.fetch_add(1, Ordering::SeqCst);
+                }
+                tokio::time::sleep(Duration::from_millis(1)).await;
+            }
+            settled(&rl).await;
+            mine
+        }));
+    }
+
+    // Every resource's slot, in each cluster, to another master and back, twice over; a
+    // slot's keys move with it.
+    let keys: Vec<Vec<u8>> = resources.iter().map(|r| lock_key(r.as_bytes())).collect();
+    let mut moved = 0;
+    for round in 0..2 {
+        for cluster in [&a, &b] {
+            for key in &keys {
+                let before = taken.load(Ordering::SeqCst);
+                let from = cluster.owner_of(key);
+                let to = (from + 1 + round) % 3;
+                let (cluster, slot) = (cluster.clone(), cluster.slot_of(key));
+                tokio::task::spawn_blocking(move || cluster.move_slot(slot, from, to))
+                    .await
+                    .expect("slot moved");
+                moved += 1;
+                // Let the contenders meet the moved slot before the next one moves.
+                assert!(
+                    eventually(Duration::from_secs(10), || taken.load(Ordering::SeqCst)
+                        > before + 2)
+                    .await,
+                    "the contenders stalled after {moved} slot moves"
+                );
+            }
+        }
+    }
+    stop.store(true, Ordering::Relaxed);
+    let mut progress = Vec::new();
+    for contender in contenders {
+        progress.push(contender.await.expect("contender"));
+    }
+    assert_eq!(overlaps.load(Ordering::SeqCst), 0, "two holders at once");
+    assert!(
+        progress.iter().all(|n| *n > 0),
+        "every contender took locks: {progress:?}"
+    );
+    standalone.assert_no_keys_under(PREFIX);
+    a.servers().assert_no_keys_under(PREFIX);
+    b.servers().assert_no_keys_under(PREFIX);
+}
+
+/// One server, one vote across voter kinds: a cluster's master also listed as a standalone
+/// voter, or one cluster listed twice under different seeds, is a typed error naming both
+/// entries, found at connect by the servers' `run_id`s.
+///
+/// Mutation: shard links claiming under the voter's index alone (`ServerIdentities` keyed by
+/// index): the cluster's own masters displace each other's claims, and the standalone entry
+/// takes over a claim it should be refused.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cluster_master_is_one_vote_under_any_name() {
+    let standalone = Cluster::start(1);
+    let cluster = RedisCluster::start(3);
+    let seeds = cluster.seeds();
+    let aliased = vec![
+        cluster.url(),
+        standalone.server(0).url(),
+        seeds[1].replace("127.0.0.1", "localhost"),
+    ];
+    let err = RedLock::new(aliased)
+        .expect("the builder cannot tell")
+        .connect()
+        .await
+        .expect_err("one server listed twice");
+    match err {
+        Error::Config(ConfigError::DuplicateNode { first, second }) => {
+            assert_eq!(
+                (first.index(), second.index()),
+                (0, 2),
+                "{first} / {second}"
+            );
+        }
+        other => panic!("expected a duplicate, got {other}"),
+    }
+    let twice = vec![
+        format!("redis+cluster://{}", address(&cluster, 0)),
+        standalone.server(0).url(),
+        format!("redis+cluster://{}", address(&cluster, 2)),
+    ];
+    let err = RedLock::new(twice)
+        .expect("different seeds")
+        .connect()
+        .await
+        .expect_err("one cluster listed twice");
+    assert!(
+        matches!(err, Error::Config(ConfigError::DuplicateNode { .. })),
+        "{err}"
+    );
+}
+
+/// Fencing tokens through cluster voters: the counter lives in the resource's slot, on that
+/// slot's master, next to the lock, and every new holder's token is higher.
+///
+/// Mutation: the fence keys put in another slot than the lock's (`resource::fence_key` without
+/// the slot tag): the fenced scripts fail with `CROSSSLOT` on the cluster voters.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn fencing_tokens_grow_through_cluster_voters() {
+    let standalone = Cluster::start(1);
+    let a = RedisCluster::start(3);
+    let b = RedisCluster::start(3);
+    let rl = RedLock::builder([standalone.server(0).url(), a.url(), b.url()])
+        .per_node_timeout(NODE_TIMEOUT)
+        .fencing(true)
+        .build()
+        .expect("valid configuration");
+    let mut last = 0;
+    for _ in 0..4 {
+        let lock = rl.try_acquire("fenced", TTL).await.expect("acquired");
+        let token = lock.fencing_token().expect("a fenced client's token");
+        assert!(token > last, "{token} after {last}");
+        last = token;
+        lock.release().await.expect("released");
+    }
+    settled(&rl).await;
+}
