@@ -9,6 +9,7 @@ use crate::node_error::NodeError;
 use crate::node_id::NodeId;
 use crate::query::query_everywhere;
 use crate::redlock::RedLock;
+use crate::resource::KeyLayout;
 use crate::shared::ensure_runtime;
 use crate::{MAX_DERIVED_NODE_TIMEOUT, Result, resource};
 
@@ -218,25 +219,40 @@ impl RedLock {
             .connect_timeout
             .saturating_add(config.per_node_timeout.unwrap_or(MAX_DERIVED_NODE_TIMEOUT));
         let [lock_key, fence_key, leader_key] = &keys;
-        let mut pipeline = redis::pipe();
-        pipeline
-            .cmd("MGET")
-            .arg(lock_key)
-            .arg(fence_key)
-            .arg(leader_key)
-            .cmd("PTTL")
-            .arg(lock_key);
-        let nodes =
-            query_everywhere::<(Keys, i64)>(&self.shared().nodes, lock_key, &pipeline, timeout)
+        let nodes = &self.shared().nodes;
+        let answers = if config.key_layout == KeyLayout::Shared {
+            // No fence counter or leader info in the shared layout, and the lock key has no
+            // hash tag: asking for the tagged keys beside it would be a cross-slot read on a
+            // Redis Cluster voter.
+            let mut pipeline = redis::pipe();
+            pipeline.cmd("GET").arg(lock_key).cmd("PTTL").arg(lock_key);
+            query_everywhere::<(Option<Vec<u8>>, i64)>(nodes, lock_key, &pipeline, timeout)
                 .await
                 .into_iter()
-                .map(|(node, answer, latency)| NodeInspection {
-                    node,
-                    state: answer
-                        .map(|((token, fence, info), pttl)| holding(token, fence, info, pttl)),
-                    latency,
+                .map(|(node, answer, latency)| {
+                    let answer = answer.map(|(token, pttl)| ((token, None, None), pttl));
+                    (node, answer, latency)
                 })
-                .collect();
+                .collect()
+        } else {
+            let mut pipeline = redis::pipe();
+            pipeline
+                .cmd("MGET")
+                .arg(lock_key)
+                .arg(fence_key)
+                .arg(leader_key)
+                .cmd("PTTL")
+                .arg(lock_key);
+            query_everywhere::<(Keys, i64)>(nodes, lock_key, &pipeline, timeout).await
+        };
+        let nodes = answers
+            .into_iter()
+            .map(|(node, answer, latency)| NodeInspection {
+                node,
+                state: answer.map(|((token, fence, info), pttl)| holding(token, fence, info, pttl)),
+                latency,
+            })
+            .collect();
         Ok(Inspection {
             nodes,
             quorum: self.quorum(),

@@ -18,7 +18,7 @@ use crate::node_id::NodeId;
 use crate::node_source::{NodeSource, Place};
 use crate::resource::slot_of;
 use crate::server_identity::ServerIdentities;
-use crate::server_link::{Ready, ServerLink};
+use crate::server_link::{Ready, ServerLink, Serves};
 use crate::shards::Shards;
 
 /// One configured voter.
@@ -125,7 +125,11 @@ impl Node {
                 connect_timeout,
                 restart_grace,
                 servers,
-                source.follows_failovers(),
+                if source.follows_failovers() {
+                    Serves::Sentinel
+                } else {
+                    Serves::Fixed
+                },
             ))
         };
         Self {
@@ -143,8 +147,13 @@ impl Node {
         self.suspect.load(Ordering::Relaxed)
     }
 
-    /// Records that a request timed out (`true`) or that the node answered (`false`).
+    /// Records that a request timed out (`true`) or that the node answered (`false`). A
+    /// Cluster voter whose request timed out reads its slot map again soon: the cluster may be
+    /// failing a hung master over.
     pub(crate) fn set_suspect(&self, suspect: bool) {
+        if let (true, Route::Cluster(shards)) = (suspect, &self.route) {
+            shards.timed_out();
+        }
         if self.suspect.swap(suspect, Ordering::Relaxed) != suspect {
             tracing::debug!(node = %self.id, suspect, "node suspicion changed");
         }
@@ -190,28 +199,35 @@ impl Node {
     ///
     /// # Cancel safety
     /// Cancel safe.
-    pub(crate) async fn redirect(&self, err: &RedisError) -> Option<Result<Redirected, NodeError>> {
+    pub(crate) async fn redirect(
+        &self,
+        err: &RedisError,
+        from: &Ready,
+    ) -> Option<Result<Redirected, NodeError>> {
         let Route::Cluster(shards) = &self.route else {
             return None;
         };
         let (address, _) = err.redirect_node()?;
+        let address = with_host(address, from);
         let asking = err.kind() == redis::ErrorKind::Server(ServerErrorKind::Ask);
-        self.learn(err);
+        self.learn(err, from);
         Some(
             shards
-                .connection_to(address)
+                .connection_to(&address)
                 .await
                 .map(|ready| Redirected { ready, asking }),
         )
     }
 
-    /// For a Cluster voter whose master answered `err` with `MOVED`: the slot is routed to the
-    /// master named from now on. Nothing otherwise.
-    pub(crate) fn learn(&self, err: &RedisError) {
+    /// For a Cluster voter whose master (reached through `from`) answered `err` with `MOVED`:
+    /// the slot is routed to the master named from now on, and the one that answered is asked
+    /// its role again before its next vote. Nothing otherwise.
+    pub(crate) fn learn(&self, err: &RedisError, from: &Ready) {
         if let (Route::Cluster(shards), Some((address, slot))) = (&self.route, err.redirect_node())
             && err.kind() == redis::ErrorKind::Server(ServerErrorKind::Moved)
         {
-            shards.moved(slot, address);
+            let server = from.server();
+            shards.moved(slot, &with_host(address, from), server.as_deref());
         }
     }
 
@@ -248,6 +264,18 @@ impl Node {
             Route::One(link) => link.ready_now().and_then(|ready| ready.server()),
             Route::Cluster(shards) => shards.owner(slot_of(key)),
         }
+    }
+}
+
+/// A redirection's `host:port`, with the host of the server that answered when the cluster
+/// announces none (`cluster-preferred-endpoint-type unknown-endpoint`: `MOVED 3999 :6381`).
+fn with_host(address: &str, from: &Ready) -> String {
+    match (address.strip_prefix(':'), from.server()) {
+        (Some(port), Some(server)) => match crate::slot_map::host_and_port(&server) {
+            Some((host, _)) => format!("{host}:{port}"),
+            None => address.to_owned(),
+        },
+        _ => address.to_owned(),
     }
 }
 

@@ -60,6 +60,12 @@ pub enum NodeError {
         /// The server's `run_id`.
         run_id: String,
     },
+    /// A Cluster voter: the server that serves the resource's slot was a replica when the
+    /// client connected to it (a failover moved the slot to it, or back to it). It does not
+    /// vote on that connection; the client reconnects to read its role and term again, and its
+    /// restart grace starts with its promotion.
+    #[error("connected while the server was a replica; reading its role again")]
+    NotMaster,
     /// A Cluster voter: no master of the cluster serves the resource's hash slot (the slot map
     /// read from its nodes leaves it out, as while the cluster is being formed or after its
     /// only master for the slot was removed).

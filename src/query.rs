@@ -25,9 +25,10 @@ pub(crate) async fn query_everywhere<T: redis::FromRedisValue>(
     let start = Instant::now();
     join_all(nodes.iter().map(|node| async move {
         let read = async {
-            let mut conn = node.connection(key).await?.conn;
+            let ready = node.connection(key).await?;
+            let mut conn = ready.conn.clone();
             pipeline.query_async(&mut conn).await.map_err(|err| {
-                node.learn(&err);
+                node.learn(&err, &ready);
                 NodeError::Redis(err)
             })
         };

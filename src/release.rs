@@ -145,6 +145,7 @@ async fn delete_everywhere(
                 KeyLayout::Tagged => resource::queue_keys(key).into(),
                 KeyLayout::Shared => Vec::new(),
             })
+            .extra_keys_optional()
             .with_payload(hand_over_arguments(key, &release_id, per_node_timeout)),
         // Two empty arguments and no queue: publish nothing, hand nothing over.
         Delete::Silent => {

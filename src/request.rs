@@ -60,6 +60,10 @@ pub(crate) struct Request {
     /// that master (empty where unknown, which the script never counts). `None`: no such
     /// argument.
     pub(crate) epochs: Option<Vec<Option<u64>>>,
+    /// The script runs with `KEYS[1]` alone too (the release: the waiters' queue keys are
+    /// optional), so a Cluster voter can send it that way when its slot is half moved and the
+    /// cluster refuses the whole set with `TRYAGAIN`.
+    pub(crate) extra_keys_optional: bool,
     /// For metrics.
     pub(crate) operation: Operation,
 }
@@ -96,6 +100,7 @@ impl Request {
             counted: None,
             readd_on: None,
             epochs: None,
+            extra_keys_optional: false,
             operation,
         }
     }
@@ -121,6 +126,12 @@ impl Request {
     /// Sets the `extra_keys` field (see there).
     pub(crate) fn with_extra_keys(mut self, keys: Vec<Vec<u8>>) -> Self {
         self.extra_keys = keys;
+        self
+    }
+
+    /// Marks the extra keys optional (see [`Request::extra_keys_optional`]).
+    pub(crate) fn extra_keys_optional(mut self) -> Self {
+        self.extra_keys_optional = true;
         self
     }
 
@@ -206,6 +217,9 @@ enum Wire {
     Script {
         script: &'static Script,
         evalsha: redis::Cmd,
+        /// The same script with `KEYS[1]` alone, when its extra keys are optional (boxed:
+        /// rare, and a command is large).
+        lone: Option<Box<redis::Cmd>>,
         /// The same script with its last argument `1`, for the nodes marked (extend's re-add).
         marked: Option<(Vec<bool>, redis::Cmd)>,
         /// Append the server's `run_id` to the arguments (see `Lua::takes_run_id`).
@@ -245,6 +259,29 @@ impl Prepared {
                 for payload in &request.payload {
                     evalsha.arg(payload.as_slice());
                 }
+                let lone =
+                    (request.extra_keys_optional && !request.extra_keys.is_empty()).then(|| {
+                        let mut lone = redis::cmd(if lua.is_sent_whole() {
+                            "EVAL"
+                        } else {
+                            "EVALSHA"
+                        });
+                        if lua.is_sent_whole() {
+                            lone.arg(lua.code());
+                        } else {
+                            lone.arg(script.get_hash());
+                        }
+                        lone.arg(1)
+                            .arg(request.key.as_slice())
+                            .arg(request.token.as_str());
+                        if let Some(number) = request.number {
+                            lone.arg(number);
+                        }
+                        for payload in &request.payload {
+                            lone.arg(payload.as_slice());
+                        }
+                        Box::new(lone)
+                    });
                 let marked = request.readd_on.as_ref().map(|nodes| {
                     let mut marked = evalsha.clone();
                     marked.arg("1");
@@ -254,6 +291,7 @@ impl Prepared {
                 Wire::Script {
                     script,
                     evalsha,
+                    lone,
                     marked,
                     run_id: lua.takes_run_id(),
                     per_node: request.epochs.clone(),
@@ -287,15 +325,28 @@ impl Prepared {
     /// Sends the request on `conn`; a script the server does not know (a restarted node, a
     /// `SCRIPT FLUSH`) is loaded and sent once more. With `asking` (a cluster master answered
     /// `ASK`), the request follows `ASKING` in the same write, so nothing else sent on the
-    /// connection can come between them.
+    /// connection can come between them. With `lone`, the script is sent with `KEYS[1]` alone
+    /// when it can be ([`Prepared::has_lone_form`]).
     pub(crate) async fn send(
         &self,
         conn: &mut MultiplexedConnection,
         node: usize,
         server_run: Option<&str>,
         asking: bool,
+        lone: bool,
     ) -> redis::RedisResult<Value> {
         match &self.wire {
+            Wire::Script {
+                script,
+                lone: Some(lone_cmd),
+                ..
+            } if lone => match query(lone_cmd, conn, asking).await {
+                Err(err) if err.kind() == redis::ErrorKind::Server(ServerErrorKind::NoScript) => {
+                    script.load_async(conn).await?;
+                    query(lone_cmd, conn, asking).await
+                }
+                answer => answer,
+            },
             Wire::Script {
                 script,
                 evalsha,
@@ -303,6 +354,7 @@ impl Prepared {
                 run_id,
                 per_node,
                 whole: _,
+                lone: _,
             } => {
                 let cmd = match marked {
                     Some((nodes, marked)) if nodes.get(node) == Some(&true) => marked,
@@ -339,6 +391,13 @@ impl Prepared {
             }
             Wire::SetIfAbsent(set) => query(set, conn, asking).await,
         }
+    }
+
+    /// Whether the script can run with `KEYS[1]` alone (a release without its waiters' queue
+    /// keys): what a Cluster voter sends when the cluster refuses the whole set of keys with
+    /// `TRYAGAIN` while their slot moves.
+    pub(crate) fn has_lone_form(&self) -> bool {
+        matches!(self.wire, Wire::Script { lone: Some(_), .. })
     }
 
     /// Whether the request may be sent a second time (a script after `NOSCRIPT`): then it is

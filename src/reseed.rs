@@ -5,7 +5,8 @@
 //! §5). A master that restarts without its counters (no `appendfsync always`, or an old snapshot)
 //! breaks that: if it is the only master the two majorities share, the next token can be
 //! lower. So a master's counter enters a token only while a marker next to it names the
-//! server's current run (`run_id`, new at every start): the fenced acquire answers
+//! server's current run (its term: `run_id`, new at every start, and `master_replid`, new at
+//! every promotion, so a failed-back master is a new run too): the fenced acquire answers
 //! "unseeded" otherwise (`scripts::ACQUIRE_FENCED`), and the client re-seeds it here.
 //!
 //! Re-seeding reads the counter and the marker from every master (`scripts::SEED_READ`),
@@ -159,7 +160,7 @@ enum ReadError {
 async fn read(node: &Node, keys: &FenceKeys) -> Result<Read, ReadError> {
     let ready = node.connection(&keys.counter).await?;
     let run_id = ready.run_id.clone().ok_or(ReadError::Unidentified)?;
-    let mut conn = ready.conn;
+    let mut conn = ready.conn.clone();
     let mut invocation = scripts::SEED_READ.script().prepare_invoke();
     invocation
         .key(keys.counter.as_slice())
@@ -171,7 +172,7 @@ async fn read(node: &Node, keys: &FenceKeys) -> Result<Read, ReadError> {
     let values: Vec<Option<String>> = invocation
         .invoke_async(&mut conn)
         .await
-        .inspect_err(|err| node.learn(err))?;
+        .inspect_err(|err| node.learn(err, &ready))?;
     let number = |value: Option<&Option<String>>| match value {
         Some(Some(text)) => text.parse::<u64>().map_err(|_| ReadError::NotANumber),
         _ => Ok(0),

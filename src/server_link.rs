@@ -52,16 +52,23 @@ pub(crate) struct Ready {
     /// When the server process started (from its `uptime_in_seconds`, rounded so that the
     /// start is never placed too early); known only when a restart grace is configured.
     up_since: Option<Instant>,
-    /// The server's `run_id` as `INFO server` gave it when this connection was made: it
-    /// changes with every start of the server process, so the fenced acquire can tell whether
-    /// the node's fence counters were re-seeded since it last started (`crate::reseed`).
-    /// `None` when the server would not say (an ACL without `+info`).
+    /// The server's term when this connection was made: its `run_id` (new at every start of
+    /// the server process) and its `master_replid` (new at every promotion), as
+    /// `run_id/replid`. The fenced acquire names it in the fence marker, so a counter counts
+    /// only while it was re-seeded in this very term (`crate::reseed`): a restarted server, a
+    /// promoted one, and one promoted again after a failback (same `run_id`, another
+    /// replication id, and maybe fewer keys) are each re-seeded. `None` when the server would
+    /// not say (an ACL without `+info`).
     pub(crate) run_id: Option<Arc<str>>,
     /// The server's address, for a voter whose server can change (Sentinel, a cluster's
     /// shard), for reports.
     server: Option<Arc<str>>,
     /// The supervisor's signal, for [`Ready::report_broken`].
     signal: Arc<BrokenSignal>,
+    /// A cluster's master that said it was a replica when this connection was made: its
+    /// restart grace was not computed for a term as master, so it must not vote on this
+    /// connection ([`Ready::check_settled`]).
+    replica: bool,
 }
 
 /// The caller's side of a running supervisor.
@@ -79,6 +86,18 @@ struct BrokenSignal {
     wanted: Notify,
 }
 
+/// What a link's server is to its voter.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Serves {
+    /// A standalone master: the voter's only server.
+    Fixed,
+    /// Whatever master the sentinels name: the server can change, so reports name it.
+    Sentinel,
+    /// One master of a Redis Cluster: reports name it, and a link whose server went away
+    /// (the cluster dropped it from its slot map) retries only when a request wants it.
+    Shard,
+}
+
 /// One server's supervised connection.
 pub(crate) struct ServerLink {
     id: NodeId,
@@ -87,10 +106,11 @@ pub(crate) struct ServerLink {
     servers: Arc<ServerIdentities>,
     connect_timeout: Duration,
     restart_grace: Option<Duration>,
-    /// Whether its connections name their server for reports (a voter whose server can
-    /// change: a Sentinel-resolved master, a cluster's shard).
-    names_server: bool,
+    serves: Serves,
     handle: Mutex<Option<LinkHandle>>,
+    /// Connections older than this generation must not be used: the server's role may have
+    /// changed under them ([`ServerLink::recheck`]).
+    min_generation: AtomicU64,
 }
 
 impl ServerLink {
@@ -102,7 +122,7 @@ impl ServerLink {
         connect_timeout: Duration,
         restart_grace: Option<Duration>,
         servers: Arc<ServerIdentities>,
-        names_server: bool,
+        serves: Serves,
     ) -> Self {
         Self {
             id,
@@ -110,8 +130,22 @@ impl ServerLink {
             servers,
             connect_timeout,
             restart_grace,
-            names_server,
+            serves,
             handle: Mutex::new(None),
+            min_generation: AtomicU64::new(0),
+        }
+    }
+
+    /// The server may have changed role under the current connection (a cluster master that
+    /// answered `MOVED`, or left or joined the masters in the slot map: a failover, or a
+    /// failback to it): the next request waits for a new connection, which reads the
+    /// server's `INFO` again, so a promotion starts the restart grace and a new replication
+    /// term is a new fence term.
+    pub(crate) fn recheck(&self) {
+        if let Some(ready) = self.ready_now() {
+            self.min_generation
+                .fetch_max(ready.generation + 1, Ordering::AcqRel);
+            ready.report_broken();
         }
     }
 
@@ -130,7 +164,9 @@ impl ServerLink {
         let (mut link, _) = self.link();
         loop {
             match &*link.borrow_and_update() {
-                Link::Ready(ready) => return Ok(ready.clone()),
+                Link::Ready(ready) if self.current(ready) => return Ok(ready.clone()),
+                // Superseded, and the reconnect is under way.
+                Link::Ready(_) => {}
                 Link::Down(err) => {
                     // Fail fast, but let the supervisor know the server is wanted, so it comes
                     // back into service soon after it returns rather than after a long backoff.
@@ -162,9 +198,14 @@ impl ServerLink {
             return None;
         }
         match &*handle.link.borrow() {
-            Link::Ready(ready) => Some(ready.clone()),
-            Link::Connecting | Link::Down(_) => None,
+            Link::Ready(ready) if self.current(ready) => Some(ready.clone()),
+            Link::Ready(_) | Link::Connecting | Link::Down(_) => None,
         }
+    }
+
+    /// Whether `ready` may carry requests: not superseded by [`ServerLink::recheck`].
+    fn current(&self, ready: &Ready) -> bool {
+        ready.generation >= self.min_generation.load(Ordering::Acquire)
     }
 
     fn link(&self) -> (watch::Receiver<Link>, Arc<BrokenSignal>) {
@@ -193,7 +234,7 @@ impl ServerLink {
                 config,
                 connect_timeout: self.connect_timeout,
                 ask_uptime: self.restart_grace.is_some(),
-                names_server: self.names_server,
+                serves: self.serves,
                 servers: self.servers.clone(),
                 id: self.id.clone(),
             },
@@ -215,8 +256,14 @@ impl Ready {
     }
 
     /// With a restart grace configured: fails when the server has been up for less than the
-    /// grace, so it may have restarted empty while someone else's lock was still valid.
+    /// grace, so it may have restarted empty while someone else's lock was still valid. A
+    /// cluster's master met as a replica fails too, and reconnects: once promoted (a failback
+    /// to it), the new connection reads its new term and starts its grace.
     pub(crate) fn check_settled(&self, restart_grace: Option<Duration>) -> Result<(), NodeError> {
+        if self.replica {
+            self.report_broken();
+            return Err(NodeError::NotMaster);
+        }
         let (Some(grace), Some(up_since)) = (restart_grace, self.up_since) else {
             return Ok(());
         };
@@ -239,7 +286,7 @@ struct Supervised {
     config: AsyncConnectionConfig,
     connect_timeout: Duration,
     ask_uptime: bool,
-    names_server: bool,
+    serves: Serves,
     servers: Arc<ServerIdentities>,
     id: NodeId,
 }
@@ -251,7 +298,7 @@ async fn supervise(fixed: Supervised, tx: watch::Sender<Link>, broken: Arc<Broke
         config,
         connect_timeout,
         ask_uptime,
-        names_server,
+        serves,
         servers,
         id,
     } = fixed;
@@ -283,11 +330,11 @@ async fn supervise(fixed: Supervised, tx: watch::Sender<Link>, broken: Arc<Broke
                 .get_multiplexed_async_connection_with_config(&config)
                 .await
                 .map_err(NodeError::Unreachable)?;
-            // Always asked: the fenced acquire needs the run_id, and one server must not vote
-            // under two names. Only with a restart grace is an answer required; without one, a
-            // server that refuses INFO still serves plain locks (its fenced acquires report
-            // `NodeError::Unidentified`), and only the builder's address check guards it.
-            let age = match server_age(&mut conn, ask_uptime).await {
+            // Always asked: the fenced acquire needs the server's term, and one server must not
+            // vote under two names. Only with a restart grace is an answer required; without
+            // one, a server that refuses INFO still serves plain locks (its fenced acquires
+            // report `NodeError::Unidentified`), and only the builder's address check guards it.
+            let age = match server_age(&mut conn).await {
                 Ok(age) => Some(age),
                 Err(err) if ask_uptime || breaks_connection(&err) => {
                     return Err(NodeError::Unreachable(err));
@@ -317,9 +364,8 @@ async fn supervise(fixed: Supervised, tx: watch::Sender<Link>, broken: Arc<Broke
         };
         match result {
             Ok((conn, age, address)) => {
-                let this_run = age
-                    .as_ref()
-                    .and_then(|age| age.run_id.as_deref().map(Arc::from));
+                let this_term = age.as_ref().and_then(ServerAge::term);
+                let this_role_replica = age.as_ref().is_some_and(|age| age.replica);
                 let up_since = age.filter(|_| ask_uptime).map(|age| {
                     let since =
                         grace_start(started.as_ref(), Instant::now(), run_id.as_deref(), &age);
@@ -341,10 +387,10 @@ async fn supervise(fixed: Supervised, tx: watch::Sender<Link>, broken: Arc<Broke
                     conn,
                     generation,
                     up_since,
-                    run_id: this_run,
-                    server: (names_server || source.follows_failovers())
-                        .then(|| Arc::from(address.as_str())),
+                    run_id: this_term,
+                    server: (serves != Serves::Fixed).then(|| Arc::from(address.as_str())),
                     signal: broken.clone(),
+                    replica: serves == Serves::Shard && this_role_replica,
                 }));
                 // A Sentinel-resolved voter also reconnects when the sentinels switch its
                 // master, rather than voting on the demoted server until it refuses writes.
@@ -381,9 +427,17 @@ async fn supervise(fixed: Supervised, tx: watch::Sender<Link>, broken: Arc<Broke
                 }
                 tx.send_replace(Link::Down(err));
                 let earliest = tokio::time::Instant::now() + RECONNECT_MIN_DELAY;
+                // A cluster's master that is down may have left the cluster for good: its link
+                // tries again only when a request wants it, not on a timer forever.
+                let timer = async {
+                    if serves == Serves::Shard {
+                        std::future::pending::<()>().await;
+                    }
+                    tokio::time::sleep(delay).await;
+                };
                 tokio::select! {
                     _ = tx.closed() => return,
-                    _ = tokio::time::sleep(delay) => {}
+                    () = timer => {}
                     // Wanted by a caller: retry early, but never more often than the minimum.
                     _ = async {
                         broken.wanted.notified().await;
@@ -426,8 +480,10 @@ struct ServerAge {
     /// `uptime_in_seconds`, when it is a number of seconds at all (Redis computes it from the
     /// wall clock: a stepped clock can make it negative or absurd).
     uptime: Option<u64>,
-    /// A master promoted from replica since it started (asked only with a restart grace).
+    /// A master promoted from replica since it started.
     promoted: bool,
+    /// The server says it is a replica (`role:slave`).
+    replica: bool,
     /// `master_replid`: changes when the server is promoted or resyncs as a replica, so the
     /// same `run_id` with another replication id is another term as this voter's master.
     replid: Option<String>,
@@ -461,6 +517,16 @@ fn grace_start(
 }
 
 impl ServerAge {
+    /// The server's term, `run_id/master_replid` (the `run_id` alone when the replication id
+    /// is unknown), for the fence marker (see [`Ready::run_id`]).
+    fn term(&self) -> Option<Arc<str>> {
+        let run_id = self.run_id.as_deref()?;
+        Some(match &self.replid {
+            Some(replid) => Arc::from(format!("{run_id}/{replid}")),
+            None => Arc::from(run_id),
+        })
+    }
+
     fn parse(info: &str) -> Self {
         let field = |name: &str| {
             info.lines()
@@ -472,6 +538,7 @@ impl ServerAge {
             uptime: field("uptime_in_seconds:").and_then(|v| v.parse::<u64>().ok()),
             // A master whose replication history has a second id was a replica once and was
             // promoted since it started (`second_repl_offset` is -1 otherwise).
+            replica: field("role:").as_deref() == Some("slave"),
             promoted: field("role:").as_deref() == Some("master")
                 && field("second_repl_offset:")
                     .and_then(|v| v.parse::<i64>().ok())
@@ -505,20 +572,15 @@ fn grace_starts(now: Instant, previous_run_id: Option<&str>, age: &ServerAge) ->
     }
 }
 
-/// `INFO server`, and with `replication` also `INFO replication` (asked apart: a server
-/// before Redis 7 takes one section per `INFO`).
-async fn server_age(
-    conn: &mut MultiplexedConnection,
-    replication: bool,
-) -> Result<ServerAge, RedisError> {
+/// `INFO server` and `INFO replication` (asked apart: a server before Redis 7 takes one
+/// section per `INFO`).
+async fn server_age(conn: &mut MultiplexedConnection) -> Result<ServerAge, RedisError> {
     let mut info: String = redis::cmd("INFO").arg("server").query_async(conn).await?;
-    if replication {
-        let more: String = redis::cmd("INFO")
-            .arg("replication")
-            .query_async(conn)
-            .await?;
-        info.push_str(&more);
-    }
+    let more: String = redis::cmd("INFO")
+        .arg("replication")
+        .query_async(conn)
+        .await?;
+    info.push_str(&more);
     Ok(ServerAge::parse(&info))
 }
 
@@ -537,6 +599,7 @@ mod restart_grace_tests {
             run_id: Some(run_id.to_owned()),
             uptime,
             promoted: false,
+            replica: false,
             replid: None,
         }
     }
@@ -554,6 +617,7 @@ mod restart_grace_tests {
                 run_id: None,
                 uptime: None,
                 promoted: false,
+                replica: false,
                 replid: None,
             }
         );

@@ -15,7 +15,7 @@
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use futures::future::join_all;
 use redis::{AsyncConnectionConfig, Client, RedisError, Value};
@@ -24,7 +24,7 @@ use crate::node_error::NodeError;
 use crate::node_id::NodeId;
 use crate::node_source::NodeSource;
 use crate::server_identity::ServerIdentities;
-use crate::server_link::{Ready, ServerLink};
+use crate::server_link::{Ready, ServerLink, Serves};
 use crate::slot_map::{ShardAddress, SlotMap, host_and_port};
 
 /// The least time between two background refreshes of the slot map, so a shard that stays
@@ -46,6 +46,8 @@ pub(crate) struct Shards {
     refreshing: tokio::sync::Mutex<()>,
     /// A background refresh is scheduled.
     refresh_scheduled: AtomicBool,
+    /// When the last refresh ended, either way.
+    last_refresh: Mutex<Option<Instant>>,
     /// Links are made on first use and kept: a master that leaves the map keeps its idle link
     /// (and its `run_id` claim) until the client is dropped.
     links: Mutex<HashMap<ShardAddress, Arc<ServerLink>>>,
@@ -71,6 +73,7 @@ impl Shards {
             version: AtomicU64::new(0),
             refreshing: tokio::sync::Mutex::new(()),
             refresh_scheduled: AtomicBool::new(false),
+            last_refresh: Mutex::new(None),
             links: Mutex::new(HashMap::new()),
         }
     }
@@ -83,7 +86,11 @@ impl Shards {
         let owner = match self.owner(slot) {
             Some(owner) => owner,
             None => {
-                self.refresh().await?;
+                // Read the map for a slot it leaves unserved, but not for every request while
+                // the cluster leaves it so.
+                if !self.refreshed_within(REFRESH_MIN_INTERVAL) {
+                    self.refresh().await?;
+                }
                 self.owner(slot).ok_or(NodeError::SlotUnserved { slot })?
             }
         };
@@ -104,15 +111,66 @@ impl Shards {
         result
     }
 
-    /// A `MOVED` answer: `slot` is served by `address` now. The slot is routed there at once,
-    /// and the whole map is read again in the background (a resharding moves many slots).
-    pub(crate) fn moved(self: &Arc<Self>, slot: u16, address: &str) {
-        {
-            let mut map = self.map.lock().unwrap_or_else(|e| e.into_inner());
-            Arc::make_mut(&mut map).moved(slot, address);
+    /// A `MOVED` answer from the master at `from`: `slot` is served by `address` now. The slot
+    /// is routed there at once, and the whole map is read again in the background (a
+    /// resharding moves many slots). The master that answered is asked its role again before
+    /// its next vote: it may have been demoted by a failover, and be promoted again later
+    /// with fewer keys (a failback).
+    pub(crate) fn moved(self: &Arc<Self>, slot: u16, address: &str, from: Option<&str>) {
+        let mut map = (*self.map.lock().unwrap_or_else(|e| e.into_inner()).as_ref()).clone();
+        map.moved(slot, address);
+        self.replace_map(map);
+        if let Some(link) = from.and_then(|from| self.existing_link(from)) {
+            link.recheck();
         }
-        self.version.fetch_add(1, Ordering::AcqRel);
         self.refresh_soon();
+    }
+
+    /// A request to this cluster timed out: a master may be hung, and the cluster may fail
+    /// it over to a replica; read the map again soon.
+    pub(crate) fn timed_out(self: &Arc<Self>) {
+        self.refresh_soon();
+    }
+
+    /// Installs `map`. A server that joins or leaves the masters (a failover, a failback, a
+    /// master added or removed) is asked its role again before its next vote, so a promotion
+    /// starts its restart grace and opens a new fence term.
+    fn replace_map(&self, map: SlotMap) {
+        let changed: Vec<ShardAddress> = {
+            let mut current = self.map.lock().unwrap_or_else(|e| e.into_inner());
+            let before = current.masters();
+            let after = map.masters();
+            *current = Arc::new(map);
+            before
+                .iter()
+                .filter(|m| !after.contains(m))
+                .chain(after.iter().filter(|m| !before.contains(m)))
+                .cloned()
+                .collect()
+        };
+        self.version.fetch_add(1, Ordering::AcqRel);
+        for address in changed {
+            if let Some(link) = self.existing_link(&address) {
+                tracing::debug!(voter = self.voter, master = %address, "a master joined or left the slot map: its role is read again");
+                link.recheck();
+            }
+        }
+    }
+
+    /// Whether a refresh ended less than `interval` ago.
+    fn refreshed_within(&self, interval: Duration) -> bool {
+        self.last_refresh
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .is_some_and(|at| at.elapsed() < interval)
+    }
+
+    fn existing_link(&self, address: &str) -> Option<Arc<ServerLink>> {
+        self.links
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .get(address)
+            .cloned()
     }
 
     /// The master the map names for `slot`, for reports.
@@ -156,7 +214,7 @@ impl Shards {
             self.connect_timeout,
             self.restart_grace,
             self.servers.clone(),
-            true,
+            Serves::Shard,
         ));
         links.insert(address, link.clone());
         Ok(link)
@@ -181,37 +239,42 @@ impl Shards {
             }
         }
         candidates.extend(seeds.iter().cloned());
-        let mut last_error = None;
-        for candidate in candidates {
-            match tokio::time::timeout(
-                self.connect_timeout * 2,
-                read_map(&candidate, self.connect_timeout),
-            )
-            .await
-            {
-                Ok(Ok(map)) if !map.is_empty() => {
-                    *self.map.lock().unwrap_or_else(|e| e.into_inner()) = Arc::new(map);
-                    self.version.fetch_add(1, Ordering::AcqRel);
-                    return Ok(());
-                }
-                Ok(Ok(_)) => {
-                    last_error = Some(RedisError::from((
+        candidates.dedup_by(|a, b| a.addr() == b.addr());
+        // Asked all at once: the first map wins, so a down or black-holed seed costs nothing
+        // while another node answers.
+        let timeout = self.connect_timeout.saturating_mul(2);
+        let reads = candidates.iter().map(|candidate| {
+            Box::pin(async move {
+                match tokio::time::timeout(timeout, read_map(candidate, self.connect_timeout)).await
+                {
+                    Ok(Ok(map)) if !map.is_empty() => Ok(map),
+                    Ok(Ok(_)) => Err(RedisError::from((
                         redis::ErrorKind::Server(redis::ServerErrorKind::ClusterDown),
                         "the cluster serves no slot",
-                    )));
-                }
-                Ok(Err(err)) => last_error = Some(err),
-                Err(_) => {
-                    last_error = Some(RedisError::from((
+                    ))),
+                    Ok(Err(err)) => Err(err),
+                    Err(_) => Err(RedisError::from((
                         redis::ErrorKind::Io,
                         "CLUSTER SLOTS timed out",
-                    )));
+                    ))),
                 }
-            }
+            })
+        });
+        if candidates.is_empty() {
+            return Err(NodeError::Unreachable(RedisError::from((
+                redis::ErrorKind::InvalidClientConfig,
+                "no seed",
+            ))));
         }
-        Err(NodeError::Unreachable(last_error.unwrap_or_else(|| {
-            RedisError::from((redis::ErrorKind::InvalidClientConfig, "no seed"))
-        })))
+        let outcome = futures::future::select_ok(reads).await;
+        *self.last_refresh.lock().unwrap_or_else(|e| e.into_inner()) = Some(Instant::now());
+        match outcome {
+            Ok((map, _)) => {
+                self.replace_map(map);
+                Ok(())
+            }
+            Err(err) => Err(NodeError::Unreachable(err)),
+        }
     }
 
     /// Schedules a refresh in the background, unless one is scheduled already; it starts
@@ -224,14 +287,25 @@ impl Shards {
             self.refresh_scheduled.store(false, Ordering::Release);
             return;
         };
-        let shards = self.clone();
+        // Clears the flag however the task ends: run, or dropped unrun with its runtime.
+        let scheduled = Scheduled(self.clone());
         runtime.spawn(async move {
             tokio::time::sleep(REFRESH_MIN_INTERVAL).await;
-            shards.refresh_scheduled.store(false, Ordering::Release);
+            let shards = scheduled.0.clone();
+            drop(scheduled);
             if let Err(err) = shards.refresh().await {
                 tracing::debug!(voter = shards.voter, error = %err, "slot map not refreshed");
             }
         });
+    }
+}
+
+/// A scheduled refresh: clears [`Shards::refresh_scheduled`] when dropped.
+struct Scheduled(Arc<Shards>);
+
+impl Drop for Scheduled {
+    fn drop(&mut self) {
+        self.0.refresh_scheduled.store(false, Ordering::Release);
     }
 }
 

@@ -68,9 +68,13 @@ impl SlotMap {
             if first > last {
                 return Err(BadSlots("a slot range that ends before it starts"));
             }
-            let (Some(host), Some(Value::Int(port))) =
-                (master.first().and_then(text), master.get(1))
-            else {
+            // A NULL host: the cluster announces no endpoint
+            // (`cluster-preferred-endpoint-type unknown-endpoint`), as an empty one.
+            let host = match master.first() {
+                Some(Value::Nil) => Some(""),
+                other => other.and_then(text),
+            };
+            let (Some(host), Some(Value::Int(port))) = (host, master.get(1)) else {
                 return Err(BadSlots("a master without host and port"));
             };
             let port = u16::try_from(*port).map_err(|_| BadSlots("a port out of range"))?;
@@ -213,6 +217,18 @@ mod tests {
         all.moved(1, "a:1");
         all.moved(1, "b:2");
         assert_eq!(all.masters(), vec![Arc::<str>::from("b:2")]);
+    }
+
+    /// Mutation: a NULL host rejected as a bad reply: every refresh of such a cluster fails.
+    #[test]
+    fn a_null_host_is_the_server_that_answered() {
+        let reply = Value::Array(vec![Value::Array(vec![
+            Value::Int(0),
+            Value::Int(16383),
+            Value::Array(vec![Value::Nil, Value::Int(7000)]),
+        ])]);
+        let map = SlotMap::parse(&reply, "10.0.0.5").expect("parses");
+        assert_eq!(map.owner(7).map(|m| &**m), Some("10.0.0.5:7000"));
     }
 
     #[test]

@@ -89,6 +89,7 @@ impl Voter for Node {
             // moving it again, and this vote is simply not had this time.
             let mut redirections_left = 2;
             let mut retries_left = TRY_AGAIN_RETRIES;
+            let mut lone = false;
             loop {
                 if request.settled_nodes_only {
                     self.check_settled(&ready)?;
@@ -103,6 +104,7 @@ impl Voter for Node {
                         self.id().index(),
                         ready.run_id.as_deref(),
                         asking,
+                        lone,
                     );
                     tokio::pin!(send);
                     // The first poll hands the command to the connection's queue (or to the line of
@@ -123,6 +125,14 @@ impl Voter for Node {
                     Err(err) => err,
                 };
                 let try_again = err.kind() == redis::ErrorKind::Server(ServerErrorKind::TryAgain);
+                if try_again && !lone && request.has_lone_form() {
+                    // The release's queue keys do not exist yet where the slot is going, and
+                    // would keep it refused until the whole slot has moved: release the lock
+                    // key alone (its waiters on this voter are woken by the message instead of
+                    // handed the lock).
+                    lone = true;
+                    continue;
+                }
                 if try_again && retries_left > 0 {
                     // A multi-key script on a slot whose keys are half moved: not run, and
                     // runnable once the keys have moved (a migration moves them in batches).
@@ -133,7 +143,7 @@ impl Voter for Node {
                 if redirections_left > 0 {
                     redirections_left -= 1;
                     // A redirected request was not run: sent again to the master named.
-                    if let Some(redirected) = self.redirect(&err).await {
+                    if let Some(redirected) = self.redirect(&err, &ready).await {
                         let redirected = redirected?;
                         tracing::debug!(node = %self.id(), error = %err, "following the cluster's redirection");
                         ready = redirected.ready;

@@ -5,6 +5,8 @@
 //!   pauses and restarts masters; a live timeline, then a summary (`bash .ci/demo`).
 //! - [`bench()`]: the performance table, every figure next to the [`baseline`] measured in the
 //!   same run on the same masters.
+//! - [`scale()`]: what Redis Cluster voters buy: throughput and CPU per pair with standalone
+//!   and Cluster voters, in one run.
 //! - [`contend()`]: one lock handed around between separate processes, optionally next to
 //!   another client's workers on the same masters.
 //! - [`baseline`]: the raw floor any Redlock client must do, on the `redis` crate alone; the
@@ -17,9 +19,11 @@ mod cpu;
 mod demo;
 mod error;
 mod report;
+mod scale;
 mod stop;
 
 pub use bench::bench;
 pub use contend::{Contention, Worker, contend, worker};
 pub use demo::demo;
 pub use error::LabError;
+pub use scale::scale;

@@ -37,6 +37,16 @@ enum Experiment {
         #[arg(long)]
         quick: bool,
     },
+    /// What Redis Cluster voters buy: distinct-resource throughput (64 tasks) and the CPU per
+    /// acquire+release pair of the client, the servers and the busiest server, with three
+    /// standalone voters, three 1-master Cluster voters (as many servers) and three 3-master
+    /// Cluster voters, next to the raw baseline; all started and stopped by the lab itself.
+    /// About 15 s (5 s with --quick).
+    Scale {
+        /// Shorter runs (about 5 s): for a smoke test, not for figures.
+        #[arg(long)]
+        quick: bool,
+    },
     /// One lock handed around between separate processes: each worker process takes it in a
     /// loop, holds it 0..=--hold-max-ms and releases it, for --seconds. Prints acquisitions,
     /// how busy the lock was, per-process counts, the longest wait and overlaps (must be 0).
@@ -85,6 +95,7 @@ fn main() -> ExitCode {
         match lab.experiment {
             Experiment::Demo { quick } => redquorum_lab::demo(quick, lab.json).await,
             Experiment::Bench { quick } => redquorum_lab::bench(quick, lab.json).await,
+            Experiment::Scale { quick } => redquorum_lab::scale(quick, lab.json).await,
             Experiment::Contend {
                 processes,
                 seconds,

@@ -207,6 +207,11 @@ impl Server {
         }
     }
 
+    /// The server's process id, while it runs (to measure its CPU time).
+    pub fn process_id(&self) -> Option<u32> {
+        self.child.as_ref().map(std::process::Child::id)
+    }
+
     fn pid(&self) -> Option<Pid> {
         self.child.as_ref().map(|c| Pid::from_raw(c.id() as i32))
     }

@@ -17,14 +17,32 @@ pub struct RedisCluster {
 }
 
 impl RedisCluster {
-    /// Starts `masters` (at least 3, as `redis-cli --cluster create` asks) cluster-enabled
-    /// servers, assigns every slot among them, and waits until each says `cluster_state:ok`.
+    /// Starts `masters` cluster-enabled servers, assigns every slot among them (joined by
+    /// `redis-cli --cluster create`, which asks for at least 3; one master takes every slot
+    /// itself), and waits until each says `cluster_state:ok`.
     ///
     /// # Panics
-    /// With fewer than 3 masters, when `redis-cli` is missing or refuses, or when the cluster
-    /// does not form in 20 s.
+    /// With 0 or 2 masters, when `redis-cli` is missing or refuses, or when the cluster does
+    /// not form in 20 s.
     pub fn start(masters: usize) -> Self {
-        assert!(masters >= 3, "a Redis Cluster needs at least 3 masters");
+        assert!(
+            masters == 1 || masters >= 3,
+            "a Redis Cluster of several masters needs at least 3 (redis-cli --cluster create)"
+        );
+        if masters == 1 {
+            let servers = Cluster::start_with_args(
+                1,
+                Persistence::None,
+                &["--cluster-enabled", "yes", "--cluster-node-timeout", "5000"],
+            );
+            let _: () = servers.run(
+                0,
+                redis::cmd("CLUSTER").arg("ADDSLOTSRANGE").arg(0).arg(16383),
+            );
+            let cluster = Self { servers };
+            cluster.wait_until_formed();
+            return cluster;
+        }
         let servers = Cluster::start_with_args(
             masters,
             Persistence::None,
@@ -48,6 +66,98 @@ impl RedisCluster {
         let cluster = Self { servers };
         cluster.wait_until_formed();
         cluster
+    }
+
+    /// Starts `masters` (at least 3) cluster-enabled masters and `replicas` replicas of each,
+    /// joined by `redis-cli --cluster create --cluster-replicas`, and waits until every server
+    /// says `cluster_state:ok`. Which server replicates which is `redis-cli`'s choice: ask
+    /// [`role_of`](Self::role_of).
+    ///
+    /// # Panics
+    /// As [`start`](Self::start).
+    pub fn start_with_replicas(masters: usize, replicas: usize) -> Self {
+        assert!(masters >= 3, "redis-cli --cluster create needs 3 masters");
+        let servers = Cluster::start_with_args(
+            masters * (1 + replicas),
+            Persistence::None,
+            &["--cluster-enabled", "yes", "--cluster-node-timeout", "5000"],
+        );
+        let addresses: Vec<String> = (0..servers.len())
+            .map(|i| format!("127.0.0.1:{}", servers.server(i).port()))
+            .collect();
+        let created = Command::new("redis-cli")
+            .arg("--cluster")
+            .arg("create")
+            .args(&addresses)
+            .args(["--cluster-replicas", &replicas.to_string(), "--cluster-yes"])
+            .output()
+            .expect("redis-cli on PATH");
+        assert!(
+            created.status.success(),
+            "redis-cli --cluster create failed: {}",
+            String::from_utf8_lossy(&created.stdout)
+        );
+        let cluster = Self { servers };
+        cluster.wait_until_formed();
+        // Replicas report the cluster ok before they have synced: wait for the links.
+        let deadline = Instant::now() + FORM_TIMEOUT;
+        for i in 0..cluster.servers.len() {
+            while cluster.role_of(i).1.is_some() && !cluster.replica_synced(i) {
+                assert!(Instant::now() < deadline, "replica {i} never synced");
+                std::thread::sleep(Duration::from_millis(50));
+            }
+        }
+        cluster
+    }
+
+    /// Whether server `i` is a master, and for a replica the index of its master.
+    pub fn role_of(&self, i: usize) -> (bool, Option<usize>) {
+        let info: String = self.servers.run(i, redis::cmd("INFO").arg("replication"));
+        let field = |name: &str| {
+            info.lines()
+                .find_map(|l| l.strip_prefix(name))
+                .map(|v| v.trim().to_owned())
+        };
+        if field("role:").as_deref() == Some("master") {
+            return (true, None);
+        }
+        let port: Option<u16> = field("master_port:").and_then(|p| p.parse().ok());
+        let master = port.and_then(|port| {
+            (0..self.servers.len()).find(|j| self.servers.server(*j).port() == port)
+        });
+        (false, master)
+    }
+
+    fn replica_synced(&self, i: usize) -> bool {
+        let info: String = self.servers.run(i, redis::cmd("INFO").arg("replication"));
+        info.contains("master_link_status:up")
+    }
+
+    /// A manual failover (`CLUSTER FAILOVER`, no data lost) to replica `replica`: it becomes
+    /// the master of its master's slots, and the old master its replica. Waits until both
+    /// say so and the replica link is up again.
+    ///
+    /// # Panics
+    /// When `replica` is no replica, or the failover does not finish in 20 s.
+    pub fn failover(&self, replica: usize) {
+        let (is_master, Some(master)) = self.role_of(replica) else {
+            panic!("server {replica} is no replica");
+        };
+        assert!(!is_master);
+        let _: () = self
+            .servers
+            .run(replica, redis::cmd("CLUSTER").arg("FAILOVER"));
+        let deadline = Instant::now() + FORM_TIMEOUT;
+        while !(self.role_of(replica).0
+            && self.role_of(master) == (false, Some(replica))
+            && self.replica_synced(master))
+        {
+            assert!(
+                Instant::now() < deadline,
+                "the failover to {replica} did not finish"
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        }
     }
 
     /// The servers (to kill, pause or inspect one).

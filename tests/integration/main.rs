@@ -117,19 +117,26 @@ fn only_key_ending(cluster: &Cluster, node: usize, suffix: &[u8]) -> Option<Vec<
     found.pop()
 }
 
-/// The `run` the re-seed marker of the (one) fenced slot names on server `node`, and the
-/// server's own `run_id`: equal once the server's counter was seeded for its current run.
+/// The term the re-seed marker of the (one) fenced slot names on server `node`, and the
+/// server's own term (`run_id/master_replid`): equal once the server's counter was seeded
+/// for its current run and replication term.
 pub(crate) fn seed_marker(cluster: &Cluster, node: usize) -> (Option<String>, String) {
     let run = only_key_ending(cluster, node, b"}:slot:seeded")
         .and_then(|key| cluster.run(node, redis::cmd("HGET").arg(key).arg("run")));
-    let info: String = cluster.run(node, redis::cmd("INFO").arg("server"));
-    let run_id = info
-        .lines()
-        .find_map(|l| l.strip_prefix("run_id:"))
-        .expect("INFO has run_id")
-        .trim()
-        .to_owned();
-    (run, run_id)
+    let field = |section: &str, name: &str| {
+        let info: String = cluster.run(node, redis::cmd("INFO").arg(section));
+        info.lines()
+            .find_map(|l| l.strip_prefix(name))
+            .expect("INFO has the field")
+            .trim()
+            .to_owned()
+    };
+    let term = format!(
+        "{}/{}",
+        field("server", "run_id:"),
+        field("replication", "master_replid:")
+    );
+    (run, term)
 }
 
 /// The value of the (one) slot fence counter on server `node`: fenced tests lock one resource,

@@ -17,7 +17,7 @@ use rand::rngs::StdRng;
 use rand::{RngExt, SeedableRng};
 use redquorum::{Error, NodeOutcome, Permit, RedLock, Report};
 
-use redquorum_testkit::{Cluster, SentinelGroup};
+use redquorum_testkit::{Cluster, RedisCluster, SentinelGroup};
 use redquorum_testkit::{Fault, Proxy};
 
 pub const RESOURCE: &str = "chaos:lock";
@@ -101,6 +101,18 @@ pub enum Action {
     /// A forced failover (`SENTINEL FAILOVER`) inside Sentinel group `g` (voter
     /// `5 − groups + g`): its replica becomes the master, whatever it has replicated so far.
     Failover(usize),
+    /// Redis Cluster voter `c` (the last voters): the master serving the lock's slot killed.
+    ShardKill(usize),
+    /// Redis Cluster voter `c`: the master last killed started again, empty (its cluster
+    /// config kept: same node id, same slots).
+    ShardRestart(usize),
+    /// Redis Cluster voter `c`: the master serving the lock's slot paused (`SIGSTOP`).
+    ShardPause(usize),
+    /// Redis Cluster voter `c`: the paused master resumed.
+    ShardResume(usize),
+    /// Redis Cluster voter `c`: the lock's slot moved, keys and all, to the next master
+    /// (a resharding: `ASK` while it migrates, `MOVED` after).
+    Reshard(usize),
 }
 
 /// Where the probe finds a voter's server: a fixed port, or the master a sentinel names now.
@@ -115,6 +127,15 @@ pub enum Probe {
         /// it was promoted, which is after the failover began), so the voter counts as
         /// holding the key until then even where the new master lacks it.
         failover: Arc<Mutex<Option<Instant>>>,
+        grace: Duration,
+    },
+    /// A Redis Cluster voter: the key is wherever one of its masters has it (asked with
+    /// `ASKING`, so a slot being imported answers too); a master that does not answer may
+    /// hold it. Like a group after a failover, the cluster counts as holding the key until
+    /// its last shard restart plus the grace (the restarted master votes for nobody before).
+    Shards {
+        ports: Vec<u16>,
+        restarted: Arc<Mutex<Option<Instant>>>,
         grace: Duration,
     },
 }
@@ -133,8 +154,12 @@ pub struct Scenario {
     /// the lock.
     pub permits: Option<u32>,
     /// How many of the five voters are Sentinel groups (a master, a replica, one sentinel;
-    /// the last voters, reached directly, not through proxies); the others are standalone.
+    /// after the standalone voters, reached directly, not through proxies); the others are
+    /// standalone.
     pub sentinel_groups: usize,
+    /// How many of the five voters are Redis Clusters (three masters each; the last voters,
+    /// reached directly).
+    pub redis_clusters: usize,
     /// The clients' `restart_grace`.
     pub restart_grace: Option<Duration>,
 }
@@ -304,7 +329,7 @@ pub fn duration(ci_default: Duration) -> Duration {
 /// Runs `scenario` on five fresh voters: standalone masters behind proxies, and the
 /// scenario's Sentinel groups.
 pub async fn run(scenario: Scenario, seed: u64) -> Figures {
-    let standalone = 5 - scenario.sentinel_groups;
+    let standalone = 5 - scenario.sentinel_groups - scenario.redis_clusters;
     let cluster = Arc::new(Mutex::new(if scenario.aof {
         Cluster::start_with(standalone, redquorum_testkit::Persistence::AofAlways)
     } else {
@@ -319,6 +344,21 @@ pub async fn run(scenario: Scenario, seed: u64) -> Figures {
     );
     let failovers: Vec<Arc<Mutex<Option<Instant>>>> = (0..scenario.sentinel_groups)
         .map(|_| Arc::new(Mutex::new(None)))
+        .collect();
+    let clusters = Clusters {
+        clusters: (0..scenario.redis_clusters)
+            .map(|_| Arc::new(Mutex::new(RedisCluster::start(3))))
+            .collect(),
+        down: Mutex::new(vec![None; scenario.redis_clusters]),
+        restarted: (0..scenario.redis_clusters)
+            .map(|_| Arc::new(Mutex::new(None)))
+            .collect(),
+        first_voter: standalone + scenario.sentinel_groups,
+    };
+    let cluster_urls: Vec<String> = clusters
+        .clusters
+        .iter()
+        .map(|c| c.lock().expect("cluster").url())
         .collect();
     let ports: Vec<u16> = {
         let c = cluster.lock().expect("cluster");
@@ -335,6 +375,20 @@ pub async fn run(scenario: Scenario, seed: u64) -> Figures {
                     sentinel: group.sentinels().server(0).port(),
                     name: group.name().to_owned(),
                     failover: failover.clone(),
+                    grace: scenario.restart_grace.unwrap_or_default(),
+                }),
+        )
+        .chain(
+            clusters
+                .clusters
+                .iter()
+                .zip(&clusters.restarted)
+                .map(|(cluster, restarted)| Probe::Shards {
+                    ports: {
+                        let c = cluster.lock().expect("cluster");
+                        (0..3).map(|i| c.servers().server(i).port()).collect()
+                    },
+                    restarted: restarted.clone(),
                     grace: scenario.restart_grace.unwrap_or_default(),
                 }),
         )
@@ -364,6 +418,7 @@ pub async fn run(scenario: Scenario, seed: u64) -> Figures {
             .iter()
             .map(Proxy::url)
             .chain(groups.iter().map(SentinelGroup::url))
+            .chain(cluster_urls.iter().cloned())
             .collect();
         let mut builder = RedLock::builder(&urls)
             .per_node_timeout(scenario.per_node_timeout)
@@ -395,7 +450,18 @@ pub async fn run(scenario: Scenario, seed: u64) -> Figures {
         {
             *at = Some(Instant::now());
         }
-        let outcome = apply(*action, &cluster, &groups, &proxies, &health).await;
+        let outcome = match action {
+            Action::ShardKill(_)
+            | Action::ShardRestart(_)
+            | Action::ShardPause(_)
+            | Action::ShardResume(_)
+            | Action::Reshard(_) => {
+                clusters
+                    .apply(*action, &health, scenario.restart_grace.unwrap_or_default())
+                    .await
+            }
+            _ => apply(*action, &cluster, &groups, &proxies, &health).await,
+        };
         if let Action::Failover(g) = action {
             // The voter does not vote until its grace has passed after the client moved to the
             // new master: not held against availability meanwhile (a second after the grace).
@@ -415,6 +481,7 @@ pub async fn run(scenario: Scenario, seed: u64) -> Figures {
     for group in groups.iter() {
         group.settle();
     }
+    clusters.heal();
     for i in 0..standalone {
         for set in proxies.iter() {
             set[i].set(Fault::None);
@@ -448,12 +515,23 @@ pub async fn run(scenario: Scenario, seed: u64) -> Figures {
                 .filter(|(i, key)| released(group.data(), *i, key))
                 .count()
         });
+        let on_shards = clusters.clusters.iter().map(|cluster| {
+            let cluster = cluster.lock().expect("cluster");
+            let servers = cluster.servers();
+            servers
+                .keys()
+                .into_iter()
+                .filter(|(_, key)| key.starts_with(PREFIX))
+                .filter(|(i, key)| released(servers, *i, key))
+                .count()
+        });
         c.keys()
             .into_iter()
             .filter(|(_, key)| key.starts_with(PREFIX))
             .filter(|(i, key)| released(&c, *i, key))
             .count()
             + on_masters.sum::<usize>()
+            + on_shards.sum::<usize>()
     };
     // Holders' keys from failed releases expire with the ttl.
     tokio::time::sleep(scenario.ttl + Duration::from_millis(200)).await;
@@ -466,6 +544,14 @@ pub async fn run(scenario: Scenario, seed: u64) -> Figures {
             groups
                 .iter()
                 .flat_map(|group| group.data().keys())
+                .collect::<Vec<_>>()
+                .iter(),
+        )
+        .chain(
+            clusters
+                .clusters
+                .iter()
+                .flat_map(|c| c.lock().expect("cluster").servers().keys())
                 .collect::<Vec<_>>()
                 .iter(),
         )
@@ -563,6 +649,12 @@ async fn apply(
                 Err(e) => format!("failover refused: {e}"),
             });
         }
+        // Applied by `Clusters::apply`.
+        Action::ShardKill(_)
+        | Action::ShardRestart(_)
+        | Action::ShardPause(_)
+        | Action::ShardResume(_)
+        | Action::Reshard(_) => {}
     }
     None
 }
@@ -790,6 +882,144 @@ pub async fn majority_holds_key_until(ports: &[u16], key: &str, token: &str) -> 
     majority_holds_key_until_at(&probes, key, token).await
 }
 
+/// Until when the server at `port` holds `key` with `token`: `Some(Some(t))`; `Some(None)`
+/// when it does not have it (or a cluster master redirects: the key is not there);
+/// `None` when it does not answer.
+async fn holds_until(port: u16, key: &str, token: &str) -> Option<Option<Instant>> {
+    let client = redis::Client::open(format!("redis://127.0.0.1:{port}")).ok()?;
+    let mut conn = client.get_multiplexed_async_connection().await.ok()?;
+    let mut read = redis::pipe();
+    // `ASKING` first, so a cluster master importing the slot answers for keys it has; a
+    // standalone master (or a cluster one outside a migration) just says OK.
+    read.ignore_errors()
+        .cmd("ASKING")
+        .ignore()
+        .cmd("EVAL")
+        .arg("return {redis.call('GET', KEYS[1]), redis.call('PTTL', KEYS[1])}")
+        .arg(1)
+        .arg(key);
+    let (answer,): (redis::Value,) = read.query_async(&mut conn).await.ok()?;
+    let (value, pttl): (Option<String>, i64) = match answer.extract_error() {
+        Ok(value) => redis::from_redis_value(value).ok()?,
+        Err(err) if err.redirect_node().is_some() => return Some(None),
+        Err(_) => return None,
+    };
+    // Measured after the reply: never earlier than the server's own expiry.
+    let now = Instant::now();
+    Some(match (value, u64::try_from(pttl)) {
+        (Some(v), Ok(ms)) if v == token => Some(now + Duration::from_millis(ms)),
+        _ => None,
+    })
+}
+
+/// The Redis Cluster voters of a run, and what the nemesis did to them.
+struct Clusters {
+    clusters: Vec<Arc<Mutex<RedisCluster>>>,
+    /// Per cluster, the master killed or paused and not back yet.
+    down: Mutex<Vec<Option<usize>>>,
+    /// Per cluster, when a master last restarted (for the probe's quarantine).
+    restarted: Vec<Arc<Mutex<Option<Instant>>>>,
+    /// The voter index of cluster 0.
+    first_voter: usize,
+}
+
+impl Clusters {
+    async fn apply(&self, action: Action, health: &Arc<Health>, grace: Duration) -> Option<String> {
+        let c = match action {
+            Action::ShardKill(c)
+            | Action::ShardRestart(c)
+            | Action::ShardPause(c)
+            | Action::ShardResume(c)
+            | Action::Reshard(c) => c,
+            _ => return None,
+        };
+        let voter = self.first_voter + c;
+        let cluster = self.clusters[c].clone();
+        let key = format!("redquorum:{{{RESOURCE}}}");
+        let down = self.down.lock().expect("down")[c];
+        let mark = |ok: bool| {
+            if let Ok(mut h) = health.healthy.lock() {
+                h[voter] = ok;
+            }
+            health.changed(voter)
+        };
+        let outcome = match action {
+            Action::ShardKill(_) | Action::ShardPause(_) if down.is_none() => {
+                let pause = matches!(action, Action::ShardPause(_));
+                let owner = tokio::task::spawn_blocking(move || {
+                    let mut cluster = cluster.lock().expect("cluster");
+                    let owner = cluster.owner_of(key.as_bytes());
+                    if pause {
+                        cluster.servers_mut().pause(owner);
+                    } else {
+                        cluster.servers_mut().kill(owner);
+                    }
+                    owner
+                })
+                .await
+                .expect("nemesis");
+                self.down.lock().expect("down")[c] = Some(owner);
+                mark(false);
+                format!("master {owner} of the lock's slot")
+            }
+            Action::ShardRestart(_) | Action::ShardResume(_) if down.is_some() => {
+                let owner = down.unwrap_or_default();
+                let restart = matches!(action, Action::ShardRestart(_));
+                tokio::task::spawn_blocking(move || {
+                    let mut cluster = cluster.lock().expect("cluster");
+                    if restart {
+                        cluster.servers_mut().restart(owner);
+                    } else {
+                        cluster.servers_mut().resume(owner);
+                    }
+                })
+                .await
+                .expect("nemesis");
+                self.down.lock().expect("down")[c] = None;
+                if restart {
+                    *self.restarted[c].lock().expect("restarted") = Some(Instant::now());
+                    mark(false);
+                    // The restarted master votes after the clients' grace.
+                    health.healthy_after(voter, grace + Duration::from_secs(1));
+                } else {
+                    mark(true);
+                }
+                format!("master {owner} back")
+            }
+            Action::Reshard(_) if down.is_none() => {
+                health.changed(voter);
+                tokio::task::spawn_blocking(move || {
+                    let cluster = cluster.lock().expect("cluster");
+                    let from = cluster.owner_of(key.as_bytes());
+                    let to = (from + 1) % 3;
+                    cluster.move_slot(cluster.slot_of(key.as_bytes()), from, to);
+                    format!("slot moved from master {from} to {to}")
+                })
+                .await
+                .expect("nemesis")
+            }
+            _ => "skipped (a master is down)".to_owned(),
+        };
+        Some(outcome)
+    }
+
+    /// Brings every killed or paused master back.
+    fn heal(&self) {
+        let mut down = self.down.lock().expect("down");
+        for (c, owner) in down.iter_mut().enumerate() {
+            if let Some(owner) = owner.take() {
+                let mut cluster = self.clusters[c].lock().expect("cluster");
+                let servers = cluster.servers_mut();
+                if servers.port_open(owner) {
+                    servers.resume(owner);
+                } else {
+                    servers.restart(owner);
+                }
+            }
+        }
+    }
+}
+
 /// The port of the master a sentinel names now.
 async fn named_master(sentinel: u16, name: &str) -> Option<u16> {
     let client = redis::Client::open(format!("redis://127.0.0.1:{sentinel}")).ok()?;
@@ -811,37 +1041,42 @@ pub async fn majority_holds_key_until_at(probes: &[Probe], key: &str, token: &st
     let probes = probes.iter().map(|probe| {
         let key = key.clone();
         async move {
-            // A group within its grace after a failover grants to nobody else until then.
+            // A group within its grace after a failover, or a cluster after a shard restart,
+            // grants to nobody else until then.
             let quarantined_until = match probe {
                 Probe::Group {
-                    failover, grace, ..
-                } => failover
-                    .lock()
-                    .ok()
-                    .and_then(|at| *at)
-                    .map(|at| at + *grace),
+                    failover: at,
+                    grace,
+                    ..
+                }
+                | Probe::Shards {
+                    restarted: at,
+                    grace,
+                    ..
+                } => at.lock().ok().and_then(|at| *at).map(|at| at + *grace),
                 Probe::Fixed(_) => None,
             };
             let probe = async {
-                let port = match probe {
-                    Probe::Fixed(port) => *port,
-                    Probe::Group { sentinel, name, .. } => named_master(*sentinel, name).await?,
+                let ports = match probe {
+                    Probe::Fixed(port) => vec![*port],
+                    Probe::Group { sentinel, name, .. } => {
+                        vec![named_master(*sentinel, name).await?]
+                    }
+                    Probe::Shards { ports, .. } => ports.clone(),
                 };
-                let client = redis::Client::open(format!("redis://127.0.0.1:{port}")).ok()?;
-                let mut conn = client.get_multiplexed_async_connection().await.ok()?;
-                let (value, pttl): (Option<String>, i64) = redis::Script::new(
-                    "return {redis.call('GET', KEYS[1]), redis.call('PTTL', KEYS[1])}",
+                // `None`: a server did not answer (it may have the key); `Some(None)`: not
+                // there.
+                let answers = futures::future::join_all(
+                    ports.iter().map(|port| holds_until(*port, &key, token)),
                 )
-                .key(&key)
-                .invoke_async(&mut conn)
-                .await
-                .ok()?;
-                // Measured after the reply: never earlier than the server's own expiry.
-                let now = Instant::now();
-                Some(match (value, u64::try_from(pttl)) {
-                    (Some(v), Ok(ms)) if v == token => now + Duration::from_millis(ms),
-                    _ => now,
-                })
+                .await;
+                let mut until = None;
+                for answer in answers {
+                    if let Some(at) = answer? {
+                        until = Some(until.map_or(at, |u: Instant| u.max(at)));
+                    }
+                }
+                Some(until.unwrap_or_else(Instant::now))
             };
             let holds = tokio::time::timeout(Duration::from_millis(50), probe)
                 .await
