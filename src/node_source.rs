@@ -454,22 +454,7 @@ impl SentinelVoter {
                 "a Sentinel voter's master name cannot be percent-encoded or carry a query",
             ));
         }
-        let sentinels: Vec<String> = hosts
-            .split(',')
-            .filter(|host| !host.is_empty())
-            .map(|host| {
-                let has_port = match host.strip_prefix('[') {
-                    Some(v6) => v6.contains("]:"),
-                    None => host.contains(':'),
-                };
-                if has_port {
-                    format!("redis://{host}")
-                } else {
-                    format!("redis://{host}:{SENTINEL_PORT}")
-                }
-            })
-            .collect();
-        let mut voter = Self::new(master, sentinels)?;
+        let mut voter = Self::new(master, redis_urls(hosts, "", SENTINEL_PORT))?;
         // The master's credentials and database, decoded by the redis crate's own URL parser
         // (percent-encoding included) from a URL that carries only them.
         let userinfo = userinfo.map(|u| format!("{u}@")).unwrap_or_default();
@@ -528,6 +513,26 @@ impl fmt::Debug for SentinelVoter {
             .field(&self.to_string())
             .finish()
     }
+}
+
+/// `redis://` URLs for a comma-separated list of `host[:port]` (`[v6][:port]`), each with
+/// `userinfo` (`user:password@`, or empty) and `default_port` where it names none.
+fn redis_urls(hosts: &str, userinfo: &str, default_port: u16) -> Vec<String> {
+    hosts
+        .split(',')
+        .filter(|host| !host.is_empty())
+        .map(|host| {
+            let has_port = match host.strip_prefix('[') {
+                Some(v6) => v6.contains("]:"),
+                None => host.contains(':'),
+            };
+            if has_port {
+                format!("redis://{userinfo}{host}")
+            } else {
+                format!("redis://{userinfo}{host}:{default_port}")
+            }
+        })
+        .collect()
 }
 
 fn invalid(what: &'static str) -> RedisError {
@@ -638,22 +643,7 @@ impl ClusterVoter {
             ),
             None => ("", authority),
         };
-        let seeds: Vec<String> = hosts
-            .split(',')
-            .filter(|host| !host.is_empty())
-            .map(|host| {
-                let has_port = match host.strip_prefix('[') {
-                    Some(v6) => v6.contains("]:"),
-                    None => host.contains(':'),
-                };
-                if has_port {
-                    format!("redis://{userinfo}{host}")
-                } else {
-                    format!("redis://{userinfo}{host}:{REDIS_PORT}")
-                }
-            })
-            .collect();
-        Self::new(seeds)
+        Self::new(redis_urls(hosts, userinfo, REDIS_PORT))
     }
 }
 

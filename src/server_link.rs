@@ -665,6 +665,28 @@ mod restart_grace_tests {
         assert_eq!(grace_start(Some(&kept), now, Some("x"), &term("r2")), now);
     }
 
+    /// Mutation: the term as the `run_id` alone (the marker before review): a failed-back
+    /// master (same `run_id`, new replication id) would count as seeded, though its counter
+    /// may lack the other master's confirmations.
+    #[test]
+    fn a_failback_is_a_new_fence_term() {
+        let term = |replid: &str| {
+            ServerAge::parse(&format!(
+                "run_id:x\r\nrole:master\r\nmaster_replid:{replid}\r\n"
+            ))
+            .term()
+        };
+        assert_eq!(term("r1").as_deref(), Some("x/r1"));
+        assert_ne!(term("r1"), term("r2"));
+        assert_eq!(
+            ServerAge::parse("run_id:x\r\n").term().as_deref(),
+            Some("x"),
+            "no replication id known: the run alone"
+        );
+        assert_eq!(ServerAge::parse("").term(), None);
+        assert!(ServerAge::parse("role:slave\r\n").replica);
+    }
+
     #[test]
     fn a_new_run_id_starts_the_grace_now_whatever_the_uptime() {
         let now = Instant::now();

@@ -14,7 +14,7 @@ use serde_json::{Value, json};
 use crate::baseline::{Baseline, TTL};
 use crate::cpu::Meter;
 use crate::error::LabError;
-use crate::report::{Spread, ms, show, us, verdict};
+use crate::report::{Spread, ms, sayer, show, us, verdict};
 use crate::stop::{StopSignals, exit_code};
 use redquorum_testkit::DevCluster;
 
@@ -82,13 +82,7 @@ pub async fn bench(quick: bool, as_json: bool) -> Result<u8, LabError> {
 }
 
 async fn measure(cluster: &DevCluster, sizes: Sizes, as_json: bool) -> Result<Value, LabError> {
-    let say = |line: String| {
-        if as_json {
-            eprintln!("{line}");
-        } else {
-            println!("{line}");
-        }
-    };
+    let say = sayer(as_json);
     let urls = cluster.urls();
     let pids: Vec<u32> = cluster.nodes.iter().filter_map(|n| n.pid()).collect();
     let baseline = Baseline::connect(&urls).await.map_err(failed)?;
@@ -300,13 +294,13 @@ async fn throughput(
     Ok(rows)
 }
 
-/// `tasks` tasks run `pair` back to back for `duration`.
-async fn rate<F, Fut>(tasks: usize, duration: Duration, pids: &[u32], pair: F) -> Rate
+/// `tasks` tasks run `pair` (given the task's number) back to back for `duration`: how many
+/// pairs succeeded, and how long that took.
+pub(crate) async fn pairs_for<F, Fut>(tasks: usize, duration: Duration, pair: F) -> (u64, Duration)
 where
     F: Fn(usize) -> Fut + Clone + Send + 'static,
     Fut: std::future::Future<Output = bool> + Send,
 {
-    let meter = Meter::start(pids);
     let started = Instant::now();
     let until = started + duration;
     let handles: Vec<_> = (0..tasks)
@@ -327,7 +321,17 @@ where
     for h in handles {
         done += h.await.unwrap_or(0);
     }
-    let elapsed = started.elapsed();
+    (done, started.elapsed())
+}
+
+/// `tasks` tasks run `pair` back to back for `duration`.
+async fn rate<F, Fut>(tasks: usize, duration: Duration, pids: &[u32], pair: F) -> Rate
+where
+    F: Fn(usize) -> Fut + Clone + Send + 'static,
+    Fut: std::future::Future<Output = bool> + Send,
+{
+    let meter = Meter::start(pids);
+    let (done, elapsed) = pairs_for(tasks, duration, pair).await;
     let (client, servers) = meter.stop();
     #[allow(clippy::cast_precision_loss)]
     let pairs = (done as f64).max(1.0);

@@ -32,14 +32,14 @@ pub(crate) fn used(pid: &str) -> Duration {
 pub(crate) struct Meter {
     servers: Vec<String>,
     client_start: Duration,
-    servers_start: Duration,
+    servers_start: Vec<Duration>,
 }
 
 impl Meter {
     /// Starts measuring this process and the processes `servers`.
     pub(crate) fn start(servers: &[u32]) -> Self {
         let servers: Vec<String> = servers.iter().map(u32::to_string).collect();
-        let servers_start = servers.iter().map(|p| used(p)).sum();
+        let servers_start = servers.iter().map(|p| used(p)).collect();
         Self {
             client_start: used("self"),
             servers,
@@ -49,11 +49,19 @@ impl Meter {
 
     /// CPU time used since [`start`](Self::start): (this process, the servers together).
     pub(crate) fn stop(&self) -> (Duration, Duration) {
-        let servers: Duration = self.servers.iter().map(|p| used(p)).sum();
-        (
-            used("self").saturating_sub(self.client_start),
-            servers.saturating_sub(self.servers_start),
-        )
+        let (client, each) = self.stop_each();
+        (client, each.iter().sum())
+    }
+
+    /// CPU time used since [`start`](Self::start): (this process, each server).
+    pub(crate) fn stop_each(&self) -> (Duration, Vec<Duration>) {
+        let each = self
+            .servers
+            .iter()
+            .zip(&self.servers_start)
+            .map(|(p, start)| used(p).saturating_sub(*start))
+            .collect();
+        (used("self").saturating_sub(self.client_start), each)
     }
 }
 

@@ -135,13 +135,7 @@ pub async fn demo(quick: bool, as_json: bool) -> Result<u8, LabError> {
     let scale = if quick { QUICK } else { 1.0 };
     let (cluster, created) = DevCluster::up(&DevCluster::default_dir()?, NODES)?;
     let t0 = Instant::now();
-    let say = |line: String| {
-        if as_json {
-            eprintln!("{line}");
-        } else {
-            println!("{line}");
-        }
-    };
+    let say = crate::report::sayer(as_json);
     say(format!(
         "five independent masters (redquorum dev status): {}",
         cluster.urls().join(" ")

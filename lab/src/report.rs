@@ -45,6 +45,17 @@ impl Spread {
     }
 }
 
+/// Where the running text goes: stdout, or stderr when stdout carries the JSON figures.
+pub(crate) fn sayer(as_json: bool) -> impl Fn(String) {
+    move |line: String| {
+        if as_json {
+            eprintln!("{line}");
+        } else {
+            println!("{line}");
+        }
+    }
+}
+
 pub(crate) fn us(d: Duration) -> f64 {
     d.as_secs_f64() * 1e6
 }

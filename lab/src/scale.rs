@@ -10,15 +10,16 @@
 //! on throughput. The table prints that ceiling; the README does the arithmetic for larger
 //! deployments.
 
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use redquorum::RedLock;
 use serde_json::{Value, json};
 
 use crate::baseline::{Baseline, TTL};
-use crate::cpu::used;
+use crate::bench::pairs_for;
+use crate::cpu::Meter;
 use crate::error::LabError;
-use crate::report::us;
+use crate::report::{sayer, us};
 use crate::stop::{StopSignals, exit_code};
 use redquorum_testkit::{Cluster, RedisCluster};
 
@@ -87,13 +88,7 @@ pub async fn scale(quick: bool, as_json: bool) -> Result<u8, LabError> {
 }
 
 async fn measure(each: Duration, as_json: bool) -> Result<Value, LabError> {
-    let say = |line: String| {
-        if as_json {
-            eprintln!("{line}");
-        } else {
-            println!("{line}");
-        }
-    };
+    let say = sayer(as_json);
     say(format!(
         "redquorum-lab scale: {VOTERS} voters, {TASKS} tasks on distinct resources, {:.1} s each, \
          {} CPUs shared by the client and every server, per-node timeout {} ms.\n",
@@ -213,35 +208,9 @@ where
     F: Fn(usize) -> Fut + Clone + Send + 'static,
     Fut: std::future::Future<Output = bool> + Send,
 {
-    let servers_before: Vec<Duration> = pids.iter().map(|p| used(&p.to_string())).collect();
-    let client_before = used("self");
-    let started = Instant::now();
-    let until = started + each;
-    let handles: Vec<_> = (0..TASKS)
-        .map(|task| {
-            let pair = pair.clone();
-            tokio::spawn(async move {
-                let mut done = 0u64;
-                while Instant::now() < until {
-                    if pair(task).await {
-                        done += 1;
-                    }
-                }
-                done
-            })
-        })
-        .collect();
-    let mut done = 0u64;
-    for h in handles {
-        done += h.await.unwrap_or(0);
-    }
-    let elapsed = started.elapsed();
-    let client = used("self").saturating_sub(client_before);
-    let servers: Vec<Duration> = pids
-        .iter()
-        .zip(&servers_before)
-        .map(|(p, before)| used(&p.to_string()).saturating_sub(*before))
-        .collect();
+    let meter = Meter::start(pids);
+    let (done, elapsed) = pairs_for(TASKS, each, pair).await;
+    let (client, servers) = meter.stop_each();
     #[allow(clippy::cast_precision_loss)]
     let pairs = (done as f64).max(1.0);
     Row {

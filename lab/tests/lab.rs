@@ -236,3 +236,27 @@ fn an_interrupted_bench_stops_its_masters() {
         "the bench left its masters' state behind"
     );
 }
+
+/// `scale --quick --json` measures the four configurations (three voters each: standalone with
+/// the raw baseline, 1-master and 3-master clusters) on servers it starts itself. No figure is
+/// checked against a speed: only that each was measured, with every server's CPU found.
+#[test]
+fn the_scale_experiment_measures_every_configuration() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let (code, out, err) = output(lab(dir.path()).args(["--json", "scale", "--quick"]));
+    assert_eq!(code, 0, "{err}");
+    let figures: serde_json::Value = serde_json::from_str(&out).expect("JSON figures");
+    let rows = figures["rows"].as_array().expect("rows");
+    let processes: Vec<u64> = rows
+        .iter()
+        .map(|row| {
+            assert!(row["pairs_per_s"].as_f64() > Some(0.0), "{row}");
+            let busiest = row["busiest_server_us_per_pair"].as_f64().unwrap_or(0.0);
+            let all = row["servers_us_per_pair"].as_f64().unwrap_or(0.0);
+            assert!(0.0 < busiest && busiest <= all, "{row}");
+            row["server_processes"].as_u64().unwrap_or(0)
+        })
+        .collect();
+    assert_eq!(processes, [3, 3, 3, 9], "{figures}");
+    assert!(err.contains("busiest server"), "the table goes to stderr: {err}");
+}

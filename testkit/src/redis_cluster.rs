@@ -30,11 +30,7 @@ impl RedisCluster {
             "a Redis Cluster of several masters needs at least 3 (redis-cli --cluster create)"
         );
         if masters == 1 {
-            let servers = Cluster::start_with_args(
-                1,
-                Persistence::None,
-                &["--cluster-enabled", "yes", "--cluster-node-timeout", "5000"],
-            );
+            let servers = cluster_enabled(1);
             let _: () = servers.run(
                 0,
                 redis::cmd("CLUSTER").arg("ADDSLOTSRANGE").arg(0).arg(16383),
@@ -43,26 +39,8 @@ impl RedisCluster {
             cluster.wait_until_formed();
             return cluster;
         }
-        let servers = Cluster::start_with_args(
-            masters,
-            Persistence::None,
-            &["--cluster-enabled", "yes", "--cluster-node-timeout", "5000"],
-        );
-        let addresses: Vec<String> = (0..masters)
-            .map(|i| format!("127.0.0.1:{}", servers.server(i).port()))
-            .collect();
-        let created = Command::new("redis-cli")
-            .arg("--cluster")
-            .arg("create")
-            .args(&addresses)
-            .args(["--cluster-replicas", "0", "--cluster-yes"])
-            .output()
-            .expect("redis-cli on PATH (Debian's redis-tools, which redis-server depends on)");
-        assert!(
-            created.status.success(),
-            "redis-cli --cluster create failed: {}",
-            String::from_utf8_lossy(&created.stdout)
-        );
+        let servers = cluster_enabled(masters);
+        create(&servers, 0);
         let cluster = Self { servers };
         cluster.wait_until_formed();
         cluster
@@ -77,26 +55,8 @@ impl RedisCluster {
     /// As [`start`](Self::start).
     pub fn start_with_replicas(masters: usize, replicas: usize) -> Self {
         assert!(masters >= 3, "redis-cli --cluster create needs 3 masters");
-        let servers = Cluster::start_with_args(
-            masters * (1 + replicas),
-            Persistence::None,
-            &["--cluster-enabled", "yes", "--cluster-node-timeout", "5000"],
-        );
-        let addresses: Vec<String> = (0..servers.len())
-            .map(|i| format!("127.0.0.1:{}", servers.server(i).port()))
-            .collect();
-        let created = Command::new("redis-cli")
-            .arg("--cluster")
-            .arg("create")
-            .args(&addresses)
-            .args(["--cluster-replicas", &replicas.to_string(), "--cluster-yes"])
-            .output()
-            .expect("redis-cli on PATH");
-        assert!(
-            created.status.success(),
-            "redis-cli --cluster create failed: {}",
-            String::from_utf8_lossy(&created.stdout)
-        );
+        let servers = cluster_enabled(masters * (1 + replicas));
+        create(&servers, replicas);
         let cluster = Self { servers };
         cluster.wait_until_formed();
         // Replicas report the cluster ok before they have synced: wait for the links.
@@ -320,4 +280,33 @@ impl RedisCluster {
             }
         }
     }
+}
+
+/// Joins every server of `servers` into one cluster with `redis-cli --cluster create`,
+/// `replicas` replicas per master.
+fn create(servers: &Cluster, replicas: usize) {
+    let addresses: Vec<String> = (0..servers.len())
+        .map(|i| format!("127.0.0.1:{}", servers.server(i).port()))
+        .collect();
+    let created = Command::new("redis-cli")
+        .arg("--cluster")
+        .arg("create")
+        .args(&addresses)
+        .args(["--cluster-replicas", &replicas.to_string(), "--cluster-yes"])
+        .output()
+        .expect("redis-cli on PATH (Debian's redis-tools, which redis-server depends on)");
+    assert!(
+        created.status.success(),
+        "redis-cli --cluster create failed: {}",
+        String::from_utf8_lossy(&created.stdout)
+    );
+}
+
+/// `count` memory-only cluster-enabled servers, not joined yet.
+fn cluster_enabled(count: usize) -> Cluster {
+    Cluster::start_with_args(
+        count,
+        Persistence::None,
+        &["--cluster-enabled", "yes", "--cluster-node-timeout", "5000"],
+    )
 }

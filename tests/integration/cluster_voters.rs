@@ -29,6 +29,71 @@ fn line(report: &Report, node: usize) -> (&NodeOutcome, Option<String>) {
         .expect("a line per node")
 }
 
+/// A client over `cluster` (node 0) and the `standalone` masters with a restart `grace`, made
+/// once every server has been up for longer than the grace (so none is quarantined at first
+/// sight).
+async fn graced_client(cluster: &RedisCluster, standalone: &Cluster, grace: Duration) -> RedLock {
+    tokio::time::sleep(grace + Duration::from_millis(200)).await;
+    let mut urls = vec![cluster.url()];
+    urls.extend(standalone.urls());
+    RedLock::builder(urls)
+        .per_node_timeout(NODE_TIMEOUT)
+        .restart_grace(grace)
+        .build()
+        .expect("valid configuration")
+}
+
+/// Tries `resource` every 50 ms until half a second before `started + grace`: panics if it is
+/// granted (node 0, the cluster voter, must not vote before its grace has passed, and its vote
+/// is needed); counts the rounds where node 0 refused as quarantined.
+async fn refused_within(
+    rl: &RedLock,
+    resource: &str,
+    started: std::time::Instant,
+    grace: Duration,
+    event: &str,
+) -> usize {
+    let mut refused = 0;
+    while started.elapsed() < grace - Duration::from_millis(500) {
+        match rl.try_acquire(resource, TTL).await {
+            Ok(lock) => panic!(
+                "granted {:?} after {event}, within the grace: {}",
+                started.elapsed(),
+                lock.report()
+            ),
+            Err(err) => {
+                let report = err.report().expect("a round's report");
+                if matches!(
+                    line(report, 0).0,
+                    NodeOutcome::Failed(
+                        redquorum::NodeError::RecentlyRestarted { .. }
+                            | redquorum::NodeError::NotMaster
+                    )
+                ) {
+                    refused += 1;
+                }
+            }
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    refused
+}
+
+/// Tries `resource` every 100 ms until granted, or `give_up` has passed.
+async fn granted_by(
+    rl: &RedLock,
+    resource: &str,
+    give_up: std::time::Instant,
+) -> Option<redquorum::Lock> {
+    while std::time::Instant::now() < give_up {
+        match rl.try_acquire(resource, TTL).await {
+            Ok(lock) => return Some(lock),
+            Err(_) => tokio::time::sleep(Duration::from_millis(100)).await,
+        }
+    }
+    None
+}
+
 fn address(cluster: &RedisCluster, i: usize) -> String {
     format!("127.0.0.1:{}", cluster.servers().server(i).port())
 }
@@ -413,15 +478,7 @@ async fn a_restarted_shard_master_does_not_vote_within_the_grace() {
     const GRACE: Duration = Duration::from_secs(2);
     let mut standalone = Cluster::start(2);
     let mut cluster = RedisCluster::start(3);
-    // Every server up for longer than the grace before the client first meets it.
-    tokio::time::sleep(GRACE + Duration::from_millis(200)).await;
-    let mut urls = vec![cluster.url()];
-    urls.extend(standalone.urls());
-    let rl = RedLock::builder(urls)
-        .per_node_timeout(NODE_TIMEOUT)
-        .restart_grace(GRACE)
-        .build()
-        .expect("valid configuration");
+    let rl = graced_client(&cluster, &standalone, GRACE).await;
     rl.connect().await.expect("connected");
     let restarted = "on-the-restarted-master";
     let owner = cluster.owner_of(&lock_key(restarted.as_bytes()));
@@ -435,25 +492,11 @@ async fn a_restarted_shard_master_does_not_vote_within_the_grace() {
     let started = std::time::Instant::now();
     // Until the grace has passed, the restarted master refuses to vote for its slot's
     // resource (once the client has seen the restart; before, its connection is broken).
-    let mut quarantined = false;
-    while started.elapsed() < GRACE - Duration::from_millis(500) {
-        match rl.try_acquire(restarted, TTL).await {
-            Ok(lock) => panic!(
-                "granted {:?} after the restart, within the grace: {}",
-                started.elapsed(),
-                lock.report()
-            ),
-            Err(err) => {
-                let report = err.report().expect("a round's report");
-                quarantined |= matches!(
-                    line(report, 0).0,
-                    NodeOutcome::Failed(redquorum::NodeError::RecentlyRestarted { .. })
-                );
-            }
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-    assert!(quarantined, "the restarted master was never seen as such");
+    let quarantined = refused_within(&rl, restarted, started, GRACE, "the restart").await;
+    assert!(
+        quarantined > 0,
+        "the restarted master was never seen as such"
+    );
     // The cluster's other masters vote meanwhile.
     let other = rl
         .try_acquire(&elsewhere, TTL)
@@ -462,15 +505,9 @@ async fn a_restarted_shard_master_does_not_vote_within_the_grace() {
     other.release().await.expect("released");
     // And the restarted one once the grace has passed (and it has rejoined its cluster: a
     // restarted cluster node answers CLUSTERDOWN for up to its node timeout).
-    let mut granted = None;
-    let give_up = started + Duration::from_secs(15);
-    while granted.is_none() && std::time::Instant::now() < give_up {
-        match rl.try_acquire(restarted, TTL).await {
-            Ok(lock) => granted = Some(lock),
-            Err(_) => tokio::time::sleep(Duration::from_millis(100)).await,
-        }
-    }
-    let lock = granted.expect("granted after the grace, once the master rejoined");
+    let lock = granted_by(&rl, restarted, started + Duration::from_secs(15))
+        .await
+        .expect("granted after the grace, once the master rejoined");
     assert!(started.elapsed() > GRACE, "granted within the grace");
     lock.release().await.expect("released");
     settled(&rl).await;
@@ -493,14 +530,7 @@ async fn a_failover_and_a_failback_inside_a_cluster_start_the_grace() {
     const GRACE: Duration = Duration::from_secs(2);
     let mut standalone = Cluster::start(2);
     let cluster = Arc::new(RedisCluster::start_with_replicas(3, 1));
-    tokio::time::sleep(GRACE + Duration::from_millis(200)).await;
-    let mut urls = vec![cluster.url()];
-    urls.extend(standalone.urls());
-    let rl = RedLock::builder(urls)
-        .per_node_timeout(NODE_TIMEOUT)
-        .restart_grace(GRACE)
-        .build()
-        .expect("valid configuration");
+    let rl = graced_client(&cluster, &standalone, GRACE).await;
     let resource = "failing-over";
     let key = lock_key(resource.as_bytes());
     let old = cluster.owner_of(&key);
@@ -523,39 +553,12 @@ async fn a_failover_and_a_failback_inside_a_cluster_start_the_grace() {
             .expect("failed over");
         assert_eq!(cluster.owner_of(&key), to, "the slot follows the failover");
         let started = std::time::Instant::now();
-        let mut refused = 0;
-        while started.elapsed() < GRACE - Duration::from_millis(500) {
-            match rl.try_acquire(resource, TTL).await {
-                Ok(lock) => panic!(
-                    "granted {:?} after the failover to {to} (from {from}), within the grace: {}",
-                    started.elapsed(),
-                    lock.report()
-                ),
-                Err(err) => {
-                    let report = err.report().expect("a round's report");
-                    if matches!(
-                        line(report, 0).0,
-                        NodeOutcome::Failed(
-                            redquorum::NodeError::RecentlyRestarted { .. }
-                                | redquorum::NodeError::NotMaster
-                        )
-                    ) {
-                        refused += 1;
-                    }
-                }
-            }
-            tokio::time::sleep(Duration::from_millis(50)).await;
-        }
+        let event = format!("the failover to {to} (from {from})");
+        let refused = refused_within(&rl, resource, started, GRACE, &event).await;
         assert!(refused > 0, "master {to} was never quarantined");
-        let mut granted = None;
-        let give_up = started + Duration::from_secs(10);
-        while granted.is_none() && std::time::Instant::now() < give_up {
-            match rl.try_acquire(resource, TTL).await {
-                Ok(lock) => granted = Some(lock),
-                Err(_) => tokio::time::sleep(Duration::from_millis(100)).await,
-            }
-        }
-        let lock = granted.expect("granted once the grace has passed");
+        let lock = granted_by(&rl, resource, started + Duration::from_secs(10))
+            .await
+            .expect("granted once the grace has passed");
         lock.release().await.expect("released");
     }
     settled(&rl).await;
