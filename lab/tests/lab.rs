@@ -258,5 +258,8 @@ fn the_scale_experiment_measures_every_configuration() {
         })
         .collect();
     assert_eq!(processes, [3, 3, 3, 9], "{figures}");
-    assert!(err.contains("busiest server"), "the table goes to stderr: {err}");
+    assert!(
+        err.contains("busiest server"),
+        "the table goes to stderr: {err}"
+    );
 }

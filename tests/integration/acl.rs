@@ -258,3 +258,79 @@ async fn the_rule_from_before_the_hand_off_still_waits_and_releases() {
     crate::settled(&waiter).await;
     cluster.assert_no_keys_under(PREFIX);
 }
+
+/// What a Redis Cluster voter needs besides the rule, as the README and the deploy guide say.
+const CLUSTER_ADDITIONS: &str = "+cluster|slots +asking";
+
+/// The rule plus `+cluster|slots +asking` serves a Cluster voter, a slot migration included
+/// (the lock taken on the importing master through `ASKING`, and released there with the lock
+/// key alone); without them the cluster voter cannot even read its slot map.
+///
+/// Mutation: the additions left out of the rule (run, as the last part of this test): the
+/// cluster voter's connection fails with a permission error.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cluster_voter_works_under_the_rule_with_cluster_slots_and_asking() {
+    let readme = include_str!("../../README.md");
+    assert!(
+        readme.contains(CLUSTER_ADDITIONS),
+        "README must name {CLUSTER_ADDITIONS}"
+    );
+    let standalone = Cluster::start(2);
+    let cluster = redquorum_testkit::RedisCluster::start(3);
+    let rule = format!("{README_RULE} {CLUSTER_ADDITIONS}");
+    set_user(&standalone, &rule);
+    set_user(cluster.servers(), &rule);
+    let client = || {
+        let mut urls = vec![
+            cluster
+                .url()
+                .replace("redis+cluster://", "redis+cluster://redquorum:CHANGE-ME@"),
+        ];
+        urls.extend(standalone.urls_with("redquorum:CHANGE-ME"));
+        RedLock::builder(urls)
+            .per_node_timeout(Duration::from_millis(250))
+            .build()
+            .expect("config")
+    };
+    let rl = client();
+    let connected = rl.connect().await.expect("connected as the ACL user");
+    assert_eq!(connected.successes(), 3, "{connected}");
+
+    let key = crate::lock_key(b"orders:7");
+    let from = cluster.owner_of(&key);
+    let to = (from + 1) % 3;
+    let slot = cluster.slot_of(&key);
+    cluster.begin_migration(slot, from, to);
+    let on_cluster = || {
+        cluster
+            .servers()
+            .keys()
+            .into_iter()
+            .filter(|(_, k)| *k == key)
+            .map(|(i, _)| i)
+            .collect::<Vec<_>>()
+    };
+    let lock = rl.try_acquire("orders:7", TTL).await.expect("acquired");
+    assert!(
+        eventually(Duration::from_secs(3), || on_cluster() == [to]).await,
+        "taken on the importing master: {:?}",
+        on_cluster()
+    );
+    lock.release().await.expect("released");
+    crate::settled(&rl).await;
+    assert_eq!(on_cluster(), Vec::<usize>::new(), "released there");
+    cluster.finish_migration(slot, to);
+
+    set_user(cluster.servers(), README_RULE);
+    let without = client()
+        .connect()
+        .await
+        .expect("the standalone masters connect");
+    assert_eq!(without.successes(), 2, "{without}");
+    let line = without
+        .iter()
+        .find(|line| line.node().index() == 0)
+        .map(|line| line.outcome().to_string())
+        .unwrap_or_default();
+    assert!(line.contains("unreachable"), "{line}");
+}
