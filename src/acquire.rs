@@ -496,10 +496,20 @@ async fn round(
     cleanup.after(round.stragglers.clone());
     // Masters that started since their counter was seeded gave no vote: re-seed them, in the
     // background when the round is won anyway, before the next try when it is not.
-    let unseeded = round
+    let unseeded_nodes: Vec<usize> = round
         .report
         .iter()
-        .any(|r| matches!(r.outcome(), NodeOutcome::Failed(NodeError::Unseeded)));
+        .filter(|r| matches!(r.outcome(), NodeOutcome::Failed(NodeError::Unseeded)))
+        .map(|r| r.node().index())
+        .collect();
+    let unseeded = !unseeded_nodes.is_empty();
+    // Each re-reads its term first (on a new connection), so the re-seed marks the term the
+    // server is in now.
+    for index in &unseeded_nodes {
+        if let Some(node) = shared.nodes.get(*index) {
+            node.recheck(key);
+        }
+    }
     let verdict = round.judge(
         RoundKind::Acquire,
         timing.validity_after(round.elapsed()).is_some(),

@@ -152,7 +152,7 @@ impl Node {
     /// failing a hung master over.
     pub(crate) fn set_suspect(&self, suspect: bool) {
         if let (true, Route::Cluster(shards)) = (suspect, &self.route) {
-            shards.timed_out();
+            shards.reread_soon();
         }
         if self.suspect.swap(suspect, Ordering::Relaxed) != suspect {
             tracing::debug!(node = %self.id, suspect, "node suspicion changed");
@@ -226,8 +226,19 @@ impl Node {
         if let (Route::Cluster(shards), Some((address, slot))) = (&self.route, err.redirect_node())
             && err.kind() == redis::ErrorKind::Server(ServerErrorKind::Moved)
         {
-            let server = from.server();
-            shards.moved(slot, &with_host(address, from), server.as_deref());
+            shards.moved(slot, &with_host(address, from), Some(from));
+        }
+    }
+
+    /// The server that serves `key` said its fence counter is not seeded for its term: its
+    /// next request goes on a new connection, which reads the term again. A term that changed
+    /// without a restart (a promoted master whose replication id changed when its backlog was
+    /// recreated) is then seen by this client too, instead of clients that connected before
+    /// and after re-seeding the marker for their own terms in turn.
+    pub(crate) fn recheck(&self, key: &[u8]) {
+        match &self.route {
+            Route::One(link) => link.recheck(),
+            Route::Cluster(shards) => shards.recheck(slot_of(key)),
         }
     }
 
@@ -235,7 +246,12 @@ impl Node {
     /// less than the grace, so it may have restarted empty while someone else's lock was still
     /// valid.
     pub(crate) fn check_settled(&self, ready: &Ready) -> Result<(), NodeError> {
-        ready.check_settled(self.restart_grace)
+        let settled = ready.check_settled(self.restart_grace);
+        if let (Err(NodeError::NotMaster), Route::Cluster(shards)) = (&settled, &self.route) {
+            // The map named a replica: it is stale.
+            shards.reread_soon();
+        }
+        settled
     }
 
     /// Waits until the first connection attempt has finished, either way, and says how it

@@ -69,6 +69,8 @@ pub(crate) struct Ready {
     /// restart grace was not computed for a term as master, so it must not vote on this
     /// connection ([`Ready::check_settled`]).
     replica: bool,
+    /// The server's `master_replid` when this connection was made.
+    replid: Option<Arc<str>>,
 }
 
 /// The caller's side of a running supervisor.
@@ -143,9 +145,39 @@ impl ServerLink {
     /// term is a new fence term.
     pub(crate) fn recheck(&self) {
         if let Some(ready) = self.ready_now() {
-            self.min_generation
-                .fetch_max(ready.generation + 1, Ordering::AcqRel);
-            ready.report_broken();
+            self.retire(&ready);
+        }
+    }
+
+    /// Retires the connection `ready` (not a newer one): requests wait for the next.
+    fn retire(&self, ready: &Ready) {
+        self.min_generation
+            .fetch_max(ready.generation + 1, Ordering::AcqRel);
+        ready.report_broken();
+    }
+
+    /// The server answered on `ready` that it no longer serves a slot (`MOVED`): a resharding,
+    /// or a failover that demoted it. Its role and replication id are read again on that
+    /// connection, and only if either changed is the connection retired ([`recheck`]): a
+    /// resharding, which moves slots between masters that stay masters, costs no reconnect.
+    ///
+    /// [`recheck`]: ServerLink::recheck
+    ///
+    /// # Cancel safety
+    /// Cancel safe: a dropped check changes nothing.
+    pub(crate) async fn verify_role(&self, ready: &Ready) {
+        let mut conn = ready.conn.clone();
+        let info: Result<String, RedisError> = redis::cmd("INFO")
+            .arg("replication")
+            .query_async(&mut conn)
+            .await;
+        let now = info.map(|info| ServerAge::parse(&info));
+        let same = now
+            .as_ref()
+            .is_ok_and(|age| !age.replica && age.replid.as_deref() == ready.replid.as_deref());
+        if !same {
+            tracing::debug!(node = %self.id, "the server's role or replication id changed: reconnecting");
+            self.retire(ready);
         }
     }
 
@@ -161,30 +193,25 @@ impl ServerLink {
         if let Some(ready) = self.ready_now() {
             return Ok(ready);
         }
-        let (mut link, _) = self.link();
+        let (mut link, mut broken) = self.link();
         loop {
-            match &*link.borrow_and_update() {
-                Link::Ready(ready) if self.current(ready) => return Ok(ready.clone()),
+            // Cloned, so no lock is held while the watch is borrowed.
+            let state = link.borrow_and_update().clone();
+            match state {
+                Link::Ready(ready) if self.current(&ready) => return Ok(ready),
                 // Superseded, and the reconnect is under way.
                 Link::Ready(_) => {}
                 Link::Down(err) => {
                     // Fail fast, but let the supervisor know the server is wanted, so it comes
                     // back into service soon after it returns rather than after a long backoff.
-                    if let Some(h) = self
-                        .handle
-                        .lock()
-                        .unwrap_or_else(|e| e.into_inner())
-                        .as_ref()
-                    {
-                        h.broken.wanted.notify_one();
-                    }
-                    return Err(err.clone());
+                    broken.wanted.notify_one();
+                    return Err(err);
                 }
                 Link::Connecting => {}
             }
             if link.changed().await.is_err() {
                 // The supervisor is gone with the runtime it ran on; `link()` starts a new one.
-                link = self.link().0;
+                (link, broken) = self.link();
             }
         }
     }
@@ -192,15 +219,20 @@ impl ServerLink {
     /// The hot path of [`ServerLink::connection`]: the current connection, when the
     /// supervisor is alive and connected, without cloning the watch receiver.
     pub(crate) fn ready_now(&self) -> Option<Ready> {
-        let guard = self.handle.lock().unwrap_or_else(|e| e.into_inner());
-        let handle = guard.as_ref()?;
-        if handle.link.has_changed().is_err() {
-            return None;
-        }
-        match &*handle.link.borrow() {
-            Link::Ready(ready) if self.current(ready) => Some(ready.clone()),
-            Link::Ready(_) | Link::Connecting | Link::Down(_) => None,
-        }
+        let state = {
+            let guard = self.handle.lock().unwrap_or_else(|e| e.into_inner());
+            let handle = guard.as_ref()?;
+            if handle.link.has_changed().is_err() {
+                return None;
+            }
+            // Cloned, and the lock given up, before anything else is locked (edition 2024: the
+            // borrow, a temporary of the block's tail, ends before the guard).
+            match &*handle.link.borrow() {
+                Link::Ready(ready) => Some(ready.clone()),
+                Link::Connecting | Link::Down(_) => None,
+            }
+        };
+        state.filter(|ready| self.current(ready))
     }
 
     /// Whether `ready` may carry requests: not superseded by [`ServerLink::recheck`].
@@ -213,6 +245,8 @@ impl ServerLink {
         match &*guard {
             Some(h) if h.link.has_changed().is_ok() => (h.link.clone(), h.broken.clone()),
             _ => {
+                // A new supervisor counts its connections from the start again.
+                self.min_generation.store(0, Ordering::Release);
                 let h = self.spawn_supervisor();
                 let out = (h.link.clone(), h.broken.clone());
                 *guard = Some(h);
@@ -366,6 +400,9 @@ async fn supervise(fixed: Supervised, tx: watch::Sender<Link>, broken: Arc<Broke
             Ok((conn, age, address)) => {
                 let this_term = age.as_ref().and_then(ServerAge::term);
                 let this_role_replica = age.as_ref().is_some_and(|age| age.replica);
+                let this_replid = age
+                    .as_ref()
+                    .and_then(|age| age.replid.as_deref().map(Arc::from));
                 let up_since = age.filter(|_| ask_uptime).map(|age| {
                     let since =
                         grace_start(started.as_ref(), Instant::now(), run_id.as_deref(), &age);
@@ -391,6 +428,7 @@ async fn supervise(fixed: Supervised, tx: watch::Sender<Link>, broken: Arc<Broke
                     server: (serves != Serves::Fixed).then(|| Arc::from(address.as_str())),
                     signal: broken.clone(),
                     replica: serves == Serves::Shard && this_role_replica,
+                    replid: this_replid,
                 }));
                 // A Sentinel-resolved voter also reconnects when the sentinels switch its
                 // master, rather than voting on the demoted server until it refuses writes.
@@ -517,13 +555,16 @@ fn grace_start(
 }
 
 impl ServerAge {
-    /// The server's term, `run_id/master_replid` (the `run_id` alone when the replication id
-    /// is unknown), for the fence marker (see [`Ready::run_id`]).
+    /// The server's term, for the fence marker (see [`Ready::run_id`]): its `run_id`, and for
+    /// a master promoted since it started also its `master_replid` (`run_id/replid`). A master
+    /// never promoted since it started keeps the `run_id` alone, because its replication id
+    /// also changes without any failover (when a first replica attaches, or after its backlog
+    /// expired): a failed-back master is always a promoted one.
     fn term(&self) -> Option<Arc<str>> {
         let run_id = self.run_id.as_deref()?;
         Some(match &self.replid {
-            Some(replid) => Arc::from(format!("{run_id}/{replid}")),
-            None => Arc::from(run_id),
+            Some(replid) if self.promoted => Arc::from(format!("{run_id}/{replid}")),
+            _ => Arc::from(run_id),
         })
     }
 
@@ -665,24 +706,29 @@ mod restart_grace_tests {
         assert_eq!(grace_start(Some(&kept), now, Some("x"), &term("r2")), now);
     }
 
-    /// Mutation: the term as the `run_id` alone (the marker before review): a failed-back
-    /// master (same `run_id`, new replication id) would count as seeded, though its counter
-    /// may lack the other master's confirmations.
+    /// Mutations: the term as the `run_id` alone (the marker before review): a failed-back
+    /// master (same `run_id`, promoted again, new replication id) would count as seeded,
+    /// though its counter may lack the other master's confirmations. The replication id in
+    /// every term (the first fix): a master's term would change when a first replica attaches,
+    /// and clients connected before and after would re-seed each other's markers in turn.
     #[test]
-    fn a_failback_is_a_new_fence_term() {
-        let term = |replid: &str| {
+    fn a_failback_is_a_new_fence_term_and_a_replica_attaching_is_not() {
+        let promoted = |replid: &str| {
             ServerAge::parse(&format!(
-                "run_id:x\r\nrole:master\r\nmaster_replid:{replid}\r\n"
+                "run_id:x\r\nrole:master\r\nsecond_repl_offset:7\r\nmaster_replid:{replid}\r\n"
             ))
             .term()
         };
-        assert_eq!(term("r1").as_deref(), Some("x/r1"));
-        assert_ne!(term("r1"), term("r2"));
-        assert_eq!(
-            ServerAge::parse("run_id:x\r\n").term().as_deref(),
-            Some("x"),
-            "no replication id known: the run alone"
-        );
+        assert_eq!(promoted("r1").as_deref(), Some("x/r1"));
+        assert_ne!(promoted("r1"), promoted("r2"));
+        let never_promoted = |replid: &str| {
+            ServerAge::parse(&format!(
+                "run_id:x\r\nrole:master\r\nsecond_repl_offset:-1\r\nmaster_replid:{replid}\r\n"
+            ))
+            .term()
+        };
+        assert_eq!(never_promoted("r1").as_deref(), Some("x"));
+        assert_eq!(never_promoted("r1"), never_promoted("r2"));
         assert_eq!(ServerAge::parse("").term(), None);
         assert!(ServerAge::parse("role:slave\r\n").replica);
     }

@@ -18,6 +18,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use futures::future::join_all;
+use redis::aio::MultiplexedConnection;
 use redis::{AsyncConnectionConfig, Client, RedisError, Value};
 
 use crate::node_error::NodeError;
@@ -30,6 +31,14 @@ use crate::slot_map::{ShardAddress, SlotMap, host_and_port};
 /// The least time between two background refreshes of the slot map, so a shard that stays
 /// down does not have every request re-read the map.
 const REFRESH_MIN_INTERVAL: Duration = Duration::from_millis(100);
+/// How often the slot map is read while the voter is in use, whatever happens: a failover
+/// and a failback of one master, both unseen by this client (it sent nothing there), are
+/// seen as that master leaving and joining the masters unless both fall within one period.
+const REFRESH_EVERY: Duration = Duration::from_secs(1);
+/// How long the map waits for one candidate before it asks the next as well.
+const CANDIDATE_STAGGER: Duration = Duration::from_millis(100);
+/// How long a master that answered `MOVED` has to say its role again.
+const ROLE_CHECK_TIMEOUT: Duration = Duration::from_secs(1);
 
 /// One Cluster voter's masters.
 pub(crate) struct Shards {
@@ -46,6 +55,8 @@ pub(crate) struct Shards {
     refreshing: tokio::sync::Mutex<()>,
     /// A background refresh is scheduled.
     refresh_scheduled: AtomicBool,
+    /// The periodic reading of the map ([`REFRESH_EVERY`]) has started.
+    reading: AtomicBool,
     /// When the last refresh ended, either way.
     last_refresh: Mutex<Option<Instant>>,
     /// Links are made on first use and kept: a master that leaves the map keeps its idle link
@@ -73,6 +84,7 @@ impl Shards {
             version: AtomicU64::new(0),
             refreshing: tokio::sync::Mutex::new(()),
             refresh_scheduled: AtomicBool::new(false),
+            reading: AtomicBool::new(false),
             last_refresh: Mutex::new(None),
             links: Mutex::new(HashMap::new()),
         }
@@ -83,6 +95,7 @@ impl Shards {
     /// # Cancel safety
     /// Cancel safe: a dropped refresh leaves the old map.
     pub(crate) async fn connection(self: &Arc<Self>, slot: u16) -> Result<Ready, NodeError> {
+        self.keep_reading();
         let owner = match self.owner(slot) {
             Some(owner) => owner,
             None => {
@@ -90,6 +103,16 @@ impl Shards {
                 // the cluster leaves it so.
                 if !self.refreshed_within(REFRESH_MIN_INTERVAL) {
                     self.refresh().await?;
+                } else if self
+                    .map
+                    .lock()
+                    .unwrap_or_else(|e| e.into_inner())
+                    .is_empty()
+                {
+                    return Err(NodeError::Unreachable(RedisError::from((
+                        redis::ErrorKind::Io,
+                        "no node of the cluster said its slot map yet",
+                    ))));
                 }
                 self.owner(slot).ok_or(NodeError::SlotUnserved { slot })?
             }
@@ -116,31 +139,54 @@ impl Shards {
     /// resharding moves many slots). The master that answered is asked its role again before
     /// its next vote: it may have been demoted by a failover, and be promoted again later
     /// with fewer keys (a failback).
-    pub(crate) fn moved(self: &Arc<Self>, slot: u16, address: &str, from: Option<&str>) {
-        let mut map = (*self.map.lock().unwrap_or_else(|e| e.into_inner()).as_ref()).clone();
-        map.moved(slot, address);
-        self.replace_map(map);
-        if let Some(link) = from.and_then(|from| self.existing_link(from)) {
-            link.recheck();
+    pub(crate) fn moved(self: &Arc<Self>, slot: u16, address: &str, from: Option<&Ready>) {
+        self.update_map(|map| map.moved(slot, address));
+        let link = from.and_then(|ready| Some((self.existing_link(&ready.server()?)?, ready)));
+        if let (Some((link, ready)), Ok(runtime)) = (link, tokio::runtime::Handle::try_current()) {
+            let ready = ready.clone();
+            runtime.spawn(async move {
+                // Bounded: a master that does not answer is soon reported broken anyway.
+                let check = tokio::time::timeout(ROLE_CHECK_TIMEOUT, link.verify_role(&ready));
+                if check.await.is_err() {
+                    link.recheck();
+                }
+            });
         }
         self.refresh_soon();
     }
 
-    /// A request to this cluster timed out: a master may be hung, and the cluster may fail
-    /// it over to a replica; read the map again soon.
-    pub(crate) fn timed_out(self: &Arc<Self>) {
+    /// The link of the master of `slot`, if there is one, reads its server's `INFO` again on a
+    /// new connection before its next request ([`ServerLink::recheck`]).
+    pub(crate) fn recheck(&self, slot: u16) {
+        if let Some(link) = self
+            .owner(slot)
+            .and_then(|owner| self.existing_link(&owner))
+        {
+            link.recheck();
+        }
+    }
+
+    /// The map may be stale (a request timed out, a master may be hung and the cluster fail
+    /// it over; or the map named a replica): read it again soon.
+    pub(crate) fn reread_soon(self: &Arc<Self>) {
         self.refresh_soon();
     }
 
-    /// Installs `map`. A server that joins or leaves the masters (a failover, a failback, a
-    /// master added or removed) is asked its role again before its next vote, so a promotion
-    /// starts its restart grace and opens a new fence term.
+    /// Installs `map`.
     fn replace_map(&self, map: SlotMap) {
+        self.update_map(|current| *current = map);
+    }
+
+    /// Changes the map with `change`, under one lock. A server that joins or leaves the
+    /// masters (a failover, a failback, a master added or removed) is asked its role again
+    /// before its next vote, so a promotion starts its restart grace and opens a new fence
+    /// term.
+    fn update_map(&self, change: impl FnOnce(&mut SlotMap)) {
         let changed: Vec<ShardAddress> = {
             let mut current = self.map.lock().unwrap_or_else(|e| e.into_inner());
             let before = current.masters();
-            let after = map.masters();
-            *current = Arc::new(map);
+            change(Arc::make_mut(&mut current));
+            let after = current.masters();
             before
                 .iter()
                 .filter(|m| !after.contains(m))
@@ -155,6 +201,11 @@ impl Shards {
                 link.recheck();
             }
         }
+    }
+
+    /// Records that a refresh ended now.
+    fn note_refreshed(&self) {
+        *self.last_refresh.lock().unwrap_or_else(|e| e.into_inner()) = Some(Instant::now());
     }
 
     /// Whether a refresh ended less than `interval` ago.
@@ -220,7 +271,8 @@ impl Shards {
         Ok(link)
     }
 
-    /// Reads the map again, from the masters known first, then the seeds; one refresh at a
+    /// Reads the map again: from the masters known, then the seeds, each asked
+    /// [`CANDIDATE_STAGGER`] after the one before unless a map came first; one refresh at a
     /// time (a caller that waited for another's refresh takes its result).
     async fn refresh(&self) -> Result<(), NodeError> {
         let seen = self.version.load(Ordering::Acquire);
@@ -229,6 +281,23 @@ impl Shards {
             return Ok(());
         }
         let known = self.map.lock().unwrap_or_else(|e| e.into_inner()).masters();
+        // A master we are connected to is asked on that connection: the periodic reading
+        // opens no connection while the cluster is healthy.
+        let live = known.iter().find_map(|master| {
+            let ready = self.existing_link(master)?.ready_now()?;
+            let (host, _) = host_and_port(master)?;
+            Some((ready.conn, host.to_owned()))
+        });
+        if let Some((mut conn, host)) = live {
+            let read = tokio::time::timeout(self.connect_timeout, read_map_on(&mut conn, &host));
+            if let Ok(Ok(map)) = read.await
+                && !map.is_empty()
+            {
+                self.note_refreshed();
+                self.replace_map(map);
+                return Ok(());
+            }
+        }
         let seeds = self.source.cluster_seeds().unwrap_or_default();
         let mut candidates: Vec<redis::ConnectionInfo> = Vec::new();
         for master in &known {
@@ -239,12 +308,20 @@ impl Shards {
             }
         }
         candidates.extend(seeds.iter().cloned());
-        candidates.dedup_by(|a, b| a.addr() == b.addr());
-        // Asked all at once: the first map wins, so a down or black-holed seed costs nothing
-        // while another node answers.
+        let mut seen = Vec::new();
+        candidates.retain(|c| {
+            let new = !seen.contains(c.addr());
+            seen.push(c.addr().clone());
+            new
+        });
+        // One after the other, each `CANDIDATE_STAGGER` after the one before unless a map came
+        // back first: a down or black-holed node costs that much, not its whole timeout, and a
+        // healthy cluster is asked once.
         let timeout = self.connect_timeout.saturating_mul(2);
-        let reads = candidates.iter().map(|candidate| {
+        let reads = candidates.iter().enumerate().map(|(i, candidate)| {
             Box::pin(async move {
+                let turn = u32::try_from(i).unwrap_or(u32::MAX);
+                tokio::time::sleep(CANDIDATE_STAGGER.saturating_mul(turn)).await;
                 match tokio::time::timeout(timeout, read_map(candidate, self.connect_timeout)).await
                 {
                     Ok(Ok(map)) if !map.is_empty() => Ok(map),
@@ -267,7 +344,7 @@ impl Shards {
             ))));
         }
         let outcome = futures::future::select_ok(reads).await;
-        *self.last_refresh.lock().unwrap_or_else(|e| e.into_inner()) = Some(Instant::now());
+        self.note_refreshed();
         match outcome {
             Ok((map, _)) => {
                 self.replace_map(map);
@@ -275,6 +352,32 @@ impl Shards {
             }
             Err(err) => Err(NodeError::Unreachable(err)),
         }
+    }
+
+    /// Starts reading the map every [`REFRESH_EVERY`], once: the task holds the shards weakly
+    /// and ends with them (or with its runtime; the next use starts another).
+    fn keep_reading(self: &Arc<Self>) {
+        if self.reading.swap(true, Ordering::AcqRel) {
+            return;
+        }
+        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+            self.reading.store(false, Ordering::Release);
+            return;
+        };
+        let guard = Reading(Arc::downgrade(self));
+        runtime.spawn(async move {
+            loop {
+                tokio::time::sleep(REFRESH_EVERY).await;
+                let Some(shards) = guard.0.upgrade() else {
+                    return;
+                };
+                if !shards.refreshed_within(REFRESH_EVERY / 2)
+                    && let Err(err) = shards.refresh().await
+                {
+                    tracing::debug!(voter = shards.voter, error = %err, "slot map not read");
+                }
+            }
+        });
     }
 
     /// Schedules a refresh in the background, unless one is scheduled already; it starts
@@ -300,6 +403,17 @@ impl Shards {
     }
 }
 
+/// The periodic reading: clears [`Shards::reading`] when it ends, however it ends.
+struct Reading(std::sync::Weak<Shards>);
+
+impl Drop for Reading {
+    fn drop(&mut self) {
+        if let Some(shards) = self.0.upgrade() {
+            shards.reading.store(false, Ordering::Release);
+        }
+    }
+}
+
 /// A scheduled refresh: clears [`Shards::refresh_scheduled`] when dropped.
 struct Scheduled(Arc<Shards>);
 
@@ -322,11 +436,13 @@ async fn read_map(info: &redis::ConnectionInfo, timeout: Duration) -> Result<Slo
     let mut conn = client
         .get_multiplexed_async_connection_with_config(&config)
         .await?;
-    let reply: Value = redis::cmd("CLUSTER")
-        .arg("SLOTS")
-        .query_async(&mut conn)
-        .await?;
-    SlotMap::parse(&reply, &host).map_err(|err| {
+    read_map_on(&mut conn, &host).await
+}
+
+/// `CLUSTER SLOTS` on `conn`, to the node at `host`.
+async fn read_map_on(conn: &mut MultiplexedConnection, host: &str) -> Result<SlotMap, RedisError> {
+    let reply: Value = redis::cmd("CLUSTER").arg("SLOTS").query_async(conn).await?;
+    SlotMap::parse(&reply, host).map_err(|err| {
         RedisError::from((
             redis::ErrorKind::Parse,
             "unexpected CLUSTER SLOTS reply",

@@ -104,10 +104,10 @@ impl RedisCluster {
             panic!("server {replica} is no replica");
         };
         assert!(!is_master);
-        let _: () = self
-            .servers
-            .run(replica, redis::cmd("CLUSTER").arg("FAILOVER"));
-        let deadline = Instant::now() + FORM_TIMEOUT;
+        // A manual failover gives up after 5 s (Redis's own bound) if the master does not
+        // pause its clients in time, as on a loaded machine: asked again then.
+        let deadline = Instant::now() + FORM_TIMEOUT * 2;
+        let mut asked: Option<Instant> = None;
         while !(self.role_of(replica).0
             && self.role_of(master) == (false, Some(replica))
             && self.replica_synced(master))
@@ -116,6 +116,14 @@ impl RedisCluster {
                 Instant::now() < deadline,
                 "the failover to {replica} did not finish"
             );
+            if asked.is_none_or(|at| at.elapsed() > Duration::from_secs(6))
+                && !self.role_of(replica).0
+            {
+                let _: () = self
+                    .servers
+                    .run(replica, redis::cmd("CLUSTER").arg("FAILOVER"));
+                asked = Some(Instant::now());
+            }
             std::thread::sleep(Duration::from_millis(50));
         }
     }
@@ -166,14 +174,25 @@ impl RedisCluster {
                 .arg("IMPORTING")
                 .arg(self.node_id(from)),
         );
-        let _: () = self.servers.run(
-            from,
-            redis::cmd("CLUSTER")
-                .arg("SETSLOT")
-                .arg(slot)
-                .arg("MIGRATING")
-                .arg(self.node_id(to)),
-        );
+        let migrating: redis::RedisResult<()> = redis::cmd("CLUSTER")
+            .arg("SETSLOT")
+            .arg(slot)
+            .arg("MIGRATING")
+            .arg(self.node_id(to))
+            .query(&mut self.servers.server(from).inspect());
+        if let Err(err) = migrating {
+            panic!(
+                "CLUSTER SETSLOT {slot} MIGRATING on {from}: {err}; owners seen: {:?}; {:?}",
+                (0..self.servers.len())
+                    .map(|i| self.owner_seen_by(i, slot))
+                    .collect::<Vec<_>>(),
+                (0..self.servers.len())
+                    .map(|i| self
+                        .servers
+                        .run::<String>(i, redis::cmd("CLUSTER").arg("NODES")))
+                    .collect::<Vec<_>>()
+            );
+        }
     }
 
     /// Moves every key of `slot` from server `from` to server `to` (`MIGRATE`, ttls kept);
@@ -204,7 +223,8 @@ impl RedisCluster {
     }
 
     /// Ends a migration: every master learns that server `to` serves `slot` (the importing
-    /// server first, as `redis-cli --cluster reshard` does).
+    /// server first, as `redis-cli --cluster reshard` does), and the call returns once every
+    /// server's own slot map says so.
     pub fn finish_migration(&self, slot: u16, to: usize) {
         let id = self.node_id(to);
         let mut order: Vec<usize> = (0..self.servers.len()).collect();
@@ -219,6 +239,86 @@ impl RedisCluster {
                     .arg(&id),
             );
         }
+        // The importing server takes a new config epoch for the slot only when its own is not
+        // the highest already; a ping the old owner sent before it gave the slot up, arriving
+        // late at a server whose epoch is lower, then hands the slot back to the old owner, and
+        // with two moves in a row the slot ended up claimed by nobody (seen under load). A
+        // fresh highest epoch for the new owner wins over every such ping.
+        let _: String = self.servers.run(to, redis::cmd("CLUSTER").arg("BUMPEPOCH"));
+        let deadline = Instant::now() + FORM_TIMEOUT;
+        while (0..self.servers.len()).any(|i| self.owner_seen_by(i, slot) != Some(to))
+            || !self.epochs_agree()
+        {
+            assert!(
+                Instant::now() < deadline,
+                "the cluster never agreed that {to} serves slot {slot}: {:?}; {:?}",
+                (0..self.servers.len())
+                    .map(|i| self.owner_seen_by(i, slot))
+                    .collect::<Vec<_>>(),
+                (0..self.servers.len())
+                    .map(|i| self
+                        .servers
+                        .run::<String>(i, redis::cmd("CLUSTER").arg("NODES")))
+                    .collect::<Vec<_>>()
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    /// Whether every server sees every other's config epoch as that server says it: the
+    /// epoch the importing server took for the slot has spread, so a next move of the slot
+    /// starts from one agreed configuration (moving a slot again before that can leave it
+    /// claimed by nobody, which the cluster does not repair by itself).
+    fn epochs_agree(&self) -> bool {
+        let views: Vec<Vec<(String, String, bool)>> = (0..self.servers.len())
+            .map(|i| {
+                let nodes: String = self.servers.run(i, redis::cmd("CLUSTER").arg("NODES"));
+                nodes
+                    .lines()
+                    .filter_map(|line| {
+                        let fields: Vec<&str> = line.split_whitespace().collect();
+                        let (id, flags, epoch) = (fields.first()?, fields.get(2)?, fields.get(6)?);
+                        Some((
+                            (*id).to_owned(),
+                            (*epoch).to_owned(),
+                            flags.contains("myself"),
+                        ))
+                    })
+                    .collect()
+            })
+            .collect();
+        let own: Vec<(String, String)> = views
+            .iter()
+            .flat_map(|view| view.iter().filter(|(_, _, me)| *me))
+            .map(|(id, epoch, _)| (id.clone(), epoch.clone()))
+            .collect();
+        views.iter().all(|view| {
+            view.iter()
+                .all(|(id, epoch, _)| own.iter().any(|(i, e)| i == id && e == epoch))
+        })
+    }
+
+    /// The server that serves `slot` in server `i`'s own slot map.
+    fn owner_seen_by(&self, i: usize, slot: u16) -> Option<usize> {
+        let ranges: Vec<redis::Value> = self.servers.run(i, redis::cmd("CLUSTER").arg("SLOTS"));
+        let number = |v: Option<&redis::Value>| match v {
+            Some(redis::Value::Int(n)) => *n,
+            _ => -1,
+        };
+        ranges.iter().find_map(|range| {
+            let redis::Value::Array(parts) = range else {
+                return None;
+            };
+            let (from, to) = (number(parts.first()), number(parts.get(1)));
+            if !(from..=to).contains(&i64::from(slot)) {
+                return None;
+            }
+            let Some(redis::Value::Array(master)) = parts.get(2) else {
+                return None;
+            };
+            let port = number(master.get(1));
+            (0..self.servers.len()).find(|j| i64::from(self.servers.server(*j).port()) == port)
+        })
     }
 
     /// Moves `slot` with its keys from server `from` to server `to`: a resharding of one slot.
@@ -233,33 +333,9 @@ impl RedisCluster {
     /// # Panics
     /// When no server claims the slot.
     pub fn owner_of(&self, key: &[u8]) -> usize {
-        let slot: u16 = self
-            .servers
-            .run(0, redis::cmd("CLUSTER").arg("KEYSLOT").arg(key));
-        let ranges: Vec<redis::Value> = self.servers.run(0, redis::cmd("CLUSTER").arg("SLOTS"));
-        for range in ranges {
-            let redis::Value::Array(parts) = range else {
-                continue;
-            };
-            let number = |v: Option<&redis::Value>| match v {
-                Some(redis::Value::Int(n)) => *n,
-                _ => -1,
-            };
-            let (from, to) = (number(parts.first()), number(parts.get(1)));
-            if !(from..=to).contains(&i64::from(slot)) {
-                continue;
-            }
-            let Some(redis::Value::Array(master)) = parts.get(2) else {
-                continue;
-            };
-            let port = number(master.get(1));
-            if let Some(i) =
-                (0..self.servers.len()).find(|i| i64::from(self.servers.server(*i).port()) == port)
-            {
-                return i;
-            }
-        }
-        panic!("no server claims slot {slot}");
+        let slot = self.slot_of(key);
+        self.owner_seen_by(0, slot)
+            .unwrap_or_else(|| panic!("no server claims slot {slot}"))
     }
 
     fn wait_until_formed(&self) {

@@ -118,8 +118,8 @@ fn only_key_ending(cluster: &Cluster, node: usize, suffix: &[u8]) -> Option<Vec<
 }
 
 /// The term the re-seed marker of the (one) fenced slot names on server `node`, and the
-/// server's own term (`run_id/master_replid`): equal once the server's counter was seeded
-/// for its current run and replication term.
+/// server's own term (its `run_id`, and `/master_replid` if it was promoted since it started):
+/// equal once the server's counter was seeded for its current term.
 pub(crate) fn seed_marker(cluster: &Cluster, node: usize) -> (Option<String>, String) {
     let run = only_key_ending(cluster, node, b"}:slot:seeded")
         .and_then(|key| cluster.run(node, redis::cmd("HGET").arg(key).arg("run")));
@@ -131,11 +131,14 @@ pub(crate) fn seed_marker(cluster: &Cluster, node: usize) -> (Option<String>, St
             .trim()
             .to_owned()
     };
-    let term = format!(
-        "{}/{}",
-        field("server", "run_id:"),
-        field("replication", "master_replid:")
-    );
+    // The replication id is part of the term only for a master promoted since it started.
+    let promoted = field("replication", "second_repl_offset:") != "-1";
+    let run_id = field("server", "run_id:");
+    let term = if promoted {
+        format!("{run_id}/{}", field("replication", "master_replid:"))
+    } else {
+        run_id
+    };
     (run, term)
 }
 
