@@ -42,7 +42,9 @@ pub(crate) trait Voter: Send + Sync + 'static {
 
     /// Sends `request` and classifies the answer. Unbounded: the caller bounds it. `queued`
     /// runs once the request is handed to the voter's connection (first in line behind what
-    /// was handed before), whether or not it was answered yet. Whatever comes back once the
+    /// was handed before), whether or not it was answered yet; a voter that may send the
+    /// request again on another connection (a Redis Cluster's redirections) never runs it, and
+    /// the round orders the request once it is answered. Whatever comes back once the
     /// request was sent (a reply, an error, a broken connection) clears the voter's suspicion;
     /// a failure before sending (no connection yet, restart grace) does not.
     ///
