@@ -572,7 +572,8 @@ impl IntoNode for SentinelVoter {
 ///
 /// The URL form is `redis+cluster://[user:password@]host:port[,host:port…]`; the credentials
 /// are every shard's. With TLS compiled in, give `rediss://` seeds to [`ClusterVoter::new`]:
-/// every shard is then reached with the first seed's TLS settings. A client whose voters
+/// every shard is then reached with the first seed's TLS settings (not tested yet: the
+/// tests run no TLS cluster). A client whose voters
 /// include a cluster refuses a multi-resource lock whose resources do not share one hash slot
 /// ([`ConfigError::CrossSlot`](crate::ConfigError::CrossSlot)).
 ///
