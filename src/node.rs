@@ -152,7 +152,7 @@ impl Node {
     /// failing a hung master over.
     pub(crate) fn set_suspect(&self, suspect: bool) {
         if let (true, Route::Cluster(shards)) = (suspect, &self.route) {
-            shards.reread_soon();
+            shards.refresh_soon();
         }
         if self.suspect.swap(suspect, Ordering::Relaxed) != suspect {
             tracing::debug!(node = %self.id, suspect, "node suspicion changed");
@@ -249,7 +249,7 @@ impl Node {
         let settled = ready.check_settled(self.restart_grace);
         if let (Err(NodeError::NotMaster), Route::Cluster(shards)) = (&settled, &self.route) {
             // The map named a replica: it is stale.
-            shards.reread_soon();
+            shards.refresh_soon();
         }
         settled
     }

@@ -713,20 +713,16 @@ mod restart_grace_tests {
     /// and clients connected before and after would re-seed each other's markers in turn.
     #[test]
     fn a_failback_is_a_new_fence_term_and_a_replica_attaching_is_not() {
-        let promoted = |replid: &str| {
+        let term = |second_repl_offset: i64, replid: &str| {
             ServerAge::parse(&format!(
-                "run_id:x\r\nrole:master\r\nsecond_repl_offset:7\r\nmaster_replid:{replid}\r\n"
+                "run_id:x\r\nrole:master\r\nsecond_repl_offset:{second_repl_offset}\r\nmaster_replid:{replid}\r\n"
             ))
             .term()
         };
+        let promoted = |replid: &str| term(7, replid);
         assert_eq!(promoted("r1").as_deref(), Some("x/r1"));
         assert_ne!(promoted("r1"), promoted("r2"));
-        let never_promoted = |replid: &str| {
-            ServerAge::parse(&format!(
-                "run_id:x\r\nrole:master\r\nsecond_repl_offset:-1\r\nmaster_replid:{replid}\r\n"
-            ))
-            .term()
-        };
+        let never_promoted = |replid: &str| term(-1, replid);
         assert_eq!(never_promoted("r1").as_deref(), Some("x"));
         assert_eq!(never_promoted("r1"), never_promoted("r2"));
         assert_eq!(ServerAge::parse("").term(), None);

@@ -166,12 +166,6 @@ impl Shards {
         }
     }
 
-    /// The map may be stale (a request timed out, a master may be hung and the cluster fail
-    /// it over; or the map named a replica): read it again soon.
-    pub(crate) fn reread_soon(self: &Arc<Self>) {
-        self.refresh_soon();
-    }
-
     /// Installs `map`.
     fn replace_map(&self, map: SlotMap) {
         self.update_map(|current| *current = map);
@@ -381,8 +375,10 @@ impl Shards {
     }
 
     /// Schedules a refresh in the background, unless one is scheduled already; it starts
-    /// [`REFRESH_MIN_INTERVAL`] from now.
-    fn refresh_soon(self: &Arc<Self>) {
+    /// [`REFRESH_MIN_INTERVAL`] from now. Also for callers that find the map may be stale (a
+    /// request timed out: a master may be hung and the cluster fail it over; or the map named
+    /// a replica).
+    pub(crate) fn refresh_soon(self: &Arc<Self>) {
         if self.refresh_scheduled.swap(true, Ordering::AcqRel) {
             return;
         }

@@ -182,15 +182,8 @@ impl RedisCluster {
             .query(&mut self.servers.server(from).inspect());
         if let Err(err) = migrating {
             panic!(
-                "CLUSTER SETSLOT {slot} MIGRATING on {from}: {err}; owners seen: {:?}; {:?}",
-                (0..self.servers.len())
-                    .map(|i| self.owner_seen_by(i, slot))
-                    .collect::<Vec<_>>(),
-                (0..self.servers.len())
-                    .map(|i| self
-                        .servers
-                        .run::<String>(i, redis::cmd("CLUSTER").arg("NODES")))
-                    .collect::<Vec<_>>()
+                "CLUSTER SETSLOT {slot} MIGRATING on {from}: {err}; {}",
+                self.views_of(slot)
             );
         }
     }
@@ -251,15 +244,8 @@ impl RedisCluster {
         {
             assert!(
                 Instant::now() < deadline,
-                "the cluster never agreed that {to} serves slot {slot}: {:?}; {:?}",
-                (0..self.servers.len())
-                    .map(|i| self.owner_seen_by(i, slot))
-                    .collect::<Vec<_>>(),
-                (0..self.servers.len())
-                    .map(|i| self
-                        .servers
-                        .run::<String>(i, redis::cmd("CLUSTER").arg("NODES")))
-                    .collect::<Vec<_>>()
+                "the cluster never agreed that {to} serves slot {slot}: {}",
+                self.views_of(slot)
             );
             std::thread::sleep(Duration::from_millis(20));
         }
@@ -296,6 +282,17 @@ impl RedisCluster {
             view.iter()
                 .all(|(id, epoch, _)| own.iter().any(|(i, e)| i == id && e == epoch))
         })
+    }
+
+    /// What each server thinks of `slot` and of the cluster, for a failure's message.
+    fn views_of(&self, slot: u16) -> String {
+        let owners: Vec<Option<usize>> = (0..self.servers.len())
+            .map(|i| self.owner_seen_by(i, slot))
+            .collect();
+        let nodes: Vec<String> = (0..self.servers.len())
+            .map(|i| self.servers.run(i, redis::cmd("CLUSTER").arg("NODES")))
+            .collect();
+        format!("owners seen: {owners:?}; {nodes:?}")
     }
 
     /// The server that serves `slot` in server `i`'s own slot map.
