@@ -75,6 +75,10 @@ pub(crate) async fn acquire(
     fencing: bool,
 ) -> Result<Acquired, Error> {
     let started = Instant::now();
+    if fencing {
+        // Every slot seeded on every master, ahead of need (`crate::fence_sweep`).
+        shared.start_fence_sweep();
+    }
     let deadline = policy.wait_limit().and_then(|w| started.checked_add(w));
     let mut attempts = 0u32;
     let mut subscription: Option<Subscription> = None;
@@ -496,19 +500,15 @@ async fn round(
     cleanup.after(round.stragglers.clone());
     // Masters that started since their counter was seeded gave no vote: re-seed them, in the
     // background when the round is won anyway, before the next try when it is not.
-    let unseeded_nodes: Vec<usize> = round
+    // (The scripts read each server's term themselves: no reconnect is needed first.) The
+    // sweeper looks at the masters' records too: a master that restarted or failed over is
+    // re-seeded on every slot, not only this one.
+    let unseeded = round
         .report
         .iter()
-        .filter(|r| matches!(r.outcome(), NodeOutcome::Failed(NodeError::Unseeded)))
-        .map(|r| r.node().index())
-        .collect();
-    let unseeded = !unseeded_nodes.is_empty();
-    // Each re-reads its term first (on a new connection), so the re-seed marks the term the
-    // server is in now.
-    for index in &unseeded_nodes {
-        if let Some(node) = shared.nodes.get(*index) {
-            node.recheck(key);
-        }
+        .any(|r| matches!(r.outcome(), NodeOutcome::Failed(NodeError::Unseeded)));
+    if unseeded {
+        shared.fence_sweep.wake();
     }
     let verdict = round.judge(
         RoundKind::Acquire,
@@ -580,7 +580,8 @@ async fn round(
     let retry_now = match seed_keys.filter(|_| unseeded) {
         Some(keys) => {
             let reseeded = reseed::reseed(&shared.nodes, &keys, timing.per_node_timeout).await;
-            reseeded.value.is_some() && reseeded.marked >= shared.quorum()
+            // Enough masters seeded now (by this re-seed or another client's): try again.
+            reseeded.marked >= shared.quorum()
         }
         None => fenced_off,
     };

@@ -230,15 +230,13 @@ impl Node {
         }
     }
 
-    /// The server that serves `key` said its fence counter is not seeded for its term: its
-    /// next request goes on a new connection, which reads the term again. A term that changed
-    /// without a restart (a promoted master whose replication id changed when its backlog was
-    /// recreated) is then seen by this client too, instead of clients that connected before
-    /// and after re-seeding the marker for their own terms in turn.
-    pub(crate) fn recheck(&self, key: &[u8]) {
-        match &self.route {
-            Route::One(link) => link.recheck(),
-            Route::Cluster(shards) => shards.recheck(slot_of(key)),
+    /// What a request sent outside a round (a re-seed, a fence sweep) learns from its error:
+    /// a redirection ([`learn`](Self::learn)), or a broken connection, which the supervisor is
+    /// told of so it reconnects (a round's requests do the same in `crate::voter`).
+    pub(crate) fn learn_from_error(&self, err: &RedisError, from: &Ready) {
+        self.learn(err, from);
+        if crate::server_link::breaks_connection(err) {
+            from.report_broken();
         }
     }
 

@@ -34,10 +34,17 @@ pub enum NodeError {
         /// The configured grace.
         grace: Duration,
     },
-    /// Fenced acquire: the server started since its fence counter was last re-seeded from the
-    /// other masters, so the counter may have gone back and must not enter a token. The client
-    /// re-seeds it and tries again at once (see the README's "Restarted masters").
-    #[error("fence counter not re-seeded since the server started")]
+    /// Fenced acquire: the server's fence counter for this slot is not seeded for the server's
+    /// current term: the server restarted, failed over or failed back since (the counter may
+    /// have gone back and must not enter a token), or no seeding with a majority of the other
+    /// masters, or every master, up has reached it yet. The client re-seeds it and tries again
+    /// at once; [`RedLock::fence_seeding`](crate::RedLock::fence_seeding) (`redquorum fence`)
+    /// shows which masters are seeded (see the README's "Restarted masters").
+    #[error(
+        "fence counter not seeded for the server's current term (restarted, failed over, or not \
+         seeded yet): seeding it needs the other masters up; `redquorum fence` shows which are \
+         seeded"
+    )]
     Unseeded,
     /// Fenced acquire, confirm round: a re-seed read this master's counter after it granted
     /// our lock, so its confirmation does not count (it proves nothing about the lock).

@@ -360,25 +360,23 @@ impl Prepared {
                     Some((nodes, marked)) if nodes.get(node) == Some(&true) => marked,
                     _ => evalsha,
                 };
-                let extended;
-                let cmd = match (server_run.filter(|_| *run_id), per_node) {
-                    (Some(server_run), _) => {
-                        let mut with_run_id = cmd.clone();
-                        with_run_id.arg(server_run);
-                        extended = with_run_id;
-                        &extended
-                    }
-                    (None, Some(values)) => {
-                        let mut with_value = cmd.clone();
-                        match values.get(node).copied().flatten() {
-                            Some(value) => with_value.arg(value),
-                            None => with_value.arg(""),
-                        };
-                        extended = with_value;
-                        &extended
-                    }
-                    (None, None) => cmd,
-                };
+                // This node's own value first, then the server's `run_id`, as the script's
+                // last arguments.
+                let mut extended: Option<redis::Cmd> = None;
+                if let Some(values) = per_node {
+                    let mut with_value = cmd.clone();
+                    match values.get(node).copied().flatten() {
+                        Some(value) => with_value.arg(value),
+                        None => with_value.arg(""),
+                    };
+                    extended = Some(with_value);
+                }
+                if let Some(server_run) = server_run.filter(|_| *run_id) {
+                    let mut with_run_id = extended.take().unwrap_or_else(|| cmd.clone());
+                    with_run_id.arg(server_run);
+                    extended = Some(with_run_id);
+                }
+                let cmd = extended.as_ref().unwrap_or(cmd);
                 match query(cmd, conn, asking).await {
                     Err(err)
                         if err.kind() == redis::ErrorKind::Server(ServerErrorKind::NoScript) =>

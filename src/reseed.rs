@@ -5,19 +5,23 @@
 //! §5). A master that restarts without its counters (no `appendfsync always`, or an old snapshot)
 //! breaks that: if it is the only master the two majorities share, the next token can be
 //! lower. So a master's counter enters a token only while a marker next to it names the
-//! server's current run (its term: `run_id`, new at every start, and `master_replid`, new at
-//! every promotion, so a failed-back master is a new run too): the fenced acquire answers
+//! server's current term (`run_id`, new at every start, and `master_replid`, read by the
+//! script itself and new at every promotion, so a failed-back master is in a new term too,
+//! and no term ever comes back, `scripts::fence_term!`): the fenced acquire answers
 //! "unseeded" otherwise (`scripts::ACQUIRE_FENCED`), and the client re-seeds it here.
 //!
 //! Re-seeding reads the counter and the marker from every master (`scripts::SEED_READ`),
-//! and when the answers can be trusted ([`seed_value`]), raises the unseeded masters'
-//! counters to the highest value read and marks them for their current run
-//! (`scripts::SEED_FENCE`). Each reading also moves that master's epoch on, so a fenced
-//! confirm whose grant came before the reading no longer counts there: a confirmation that
-//! counts is either in the reading or belongs to a grant made after it.
+//! twice when a master is unmarked: the second round, begun once the first has read every
+//! master to be written, gives the value, so every reading it uses is younger than the term of
+//! each master it seeds. When the answers can be trusted ([`seed_value`]), it raises the
+//! unseeded masters' counters to the highest value read and marks them for their current term
+//! (`scripts::SEED_FENCE`), only while that is still the term the first round saw. Each
+//! reading also moves that master's epoch on, marked or not, so a fenced confirm whose grant
+//! came before the reading no longer counts there: a confirmation that counts is either in the
+//! reading or belongs to a grant made after it.
 //!
 //! Why that is enough: a token T was confirmed on a majority W of masters (each counter ≥ T
-//! there). A master marked for its current run has kept every counter value it had since it
+//! there). A master marked for its current term has kept every counter value it had since it
 //! was seeded, and its seed was at least every token confirmed before it (by induction).
 //! A majority of marked masters therefore meets W in one whose counter is ≥ T; so does
 //! reading *every* master, unless every master of W lost its counter (a majority amnesiac at
@@ -26,7 +30,16 @@
 //! The epoch closes the one gap left: a holder that counted the restarted master's
 //! confirmation from before its restart, and another master's confirmation that lands after
 //! the reading (without the epoch the checker finds two holders with one token that way).
-//! `crate::model` checks all of this with one master restarting, empty or not, at any moment.
+//! Why two rounds: with one, a marked master read before a holder's grant there and a master
+//! that lost that holder's confirmation in a restart after the holder was confirmed but before
+//! it was read can both be in the readings, and neither shows the token (five masters, one
+//! restart, and one more master unseeded by a term change: within the contract). With the
+//! second round, every reading used is after the restarted master's restart, so after that
+//! holder's confirmation there, so after its grants; a confirmation elsewhere is in the
+//! reading or fenced off by its epoch.
+//! `crate::model` checks all of this with one master restarting, empty or not, at any moment,
+//! and another's term changing; its seeder reads once, at any moment, which includes every
+//! schedule of the two rounds.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -45,7 +58,7 @@ pub(crate) struct Reading {
     /// The fence counter (the larger of the slot's counter and an older version's
     /// per-resource counter); 0 when there is none.
     pub(crate) counter: u64,
-    /// Whether the marker names the server's current run.
+    /// Whether the marker names the server's current term.
     pub(crate) marked: bool,
 }
 
@@ -53,9 +66,15 @@ pub(crate) struct Reading {
 /// they must include a majority of marked masters, or every master (`readings` has one entry
 /// per master, `None` for one that did not answer).
 ///
-/// Reading every master is how a new deployment (no marker anywhere yet) starts; it is also
-/// right when up to a minority restarted empty, since the answers then include every
-/// confirmed majority.
+/// Reading every master is how a new deployment (no marker anywhere yet) starts, how every
+/// slot starts again after an upgrade that changed the markers, and how a slot recovers when
+/// a majority of masters changed term at once (a power cut restarting three of five masters
+/// with their data): a token confirmed on a majority is in some master's counter, unless a
+/// majority lost its counters, which nothing can repair. The readings must be younger than
+/// the term of every master they seed, which the second round of [`reseed_among`] ensures:
+/// with one round, a marked master read before a holder's grant, beside one that lost that
+/// holder's confirmation in a restart, said less than the token (the model checker found it
+/// when its seeder could begin before the restart).
 pub(crate) fn seed_value(readings: &[Option<Reading>]) -> Option<u64> {
     let answered: Vec<&Reading> = readings.iter().flatten().collect();
     let marked = answered.iter().filter(|r| r.marked).count();
@@ -64,20 +83,25 @@ pub(crate) fn seed_value(readings: &[Option<Reading>]) -> Option<u64> {
 }
 
 /// What a re-seed did.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct Reseeded {
     /// The value the unmarked masters were raised to; `None` when the readings could not be
     /// trusted (see [`seed_value`]) and nothing was written.
     pub(crate) value: Option<u64>,
-    /// How many masters are now marked for their current run, counting those marked before.
+    /// How many masters are now marked for their current term, counting those marked before.
     pub(crate) marked: usize,
+    /// Which masters are (per index of `nodes`).
+    pub(crate) marked_nodes: Vec<bool>,
 }
 
-/// One master's reading, and the connection and run it was made on.
+/// One master's reading, and the connection and term it was made on.
 struct Read {
     reading: Reading,
     conn: MultiplexedConnection,
     run_id: Arc<str>,
+    /// The server's fence term when it was read (`scripts::SEED_READ`): the write marks this
+    /// term, and only while the server is still in it.
+    term: String,
 }
 
 /// Reads every master's counter and marker, then raises and marks the unmarked ones (see the
@@ -88,9 +112,115 @@ struct Read {
 /// Cancel-safe: every write only raises a counter and sets a marker, so a re-seed stopped
 /// half-way leaves masters either seeded correctly or still unseeded.
 pub(crate) async fn reseed(nodes: &[Node], keys: &FenceKeys, timeout: Duration) -> Reseeded {
-    let reads: Vec<Option<Read>> = join_all(nodes.iter().map(|node| async move {
-        let read = tokio::time::timeout(timeout, read(node, keys)).await;
-        match read {
+    reseed_among(nodes, keys, timeout, &vec![true; nodes.len()]).await
+}
+
+/// [`reseed`], asking only the masters `asked` names (by index of `nodes`): the others count
+/// as masters that did not answer (a fence sweep leaves out those that did not answer it
+/// before, rather than waiting out their timeout on every slot).
+///
+/// # Cancel safety
+/// As [`reseed`].
+pub(crate) async fn reseed_among(
+    nodes: &[Node],
+    keys: &FenceKeys,
+    timeout: Duration,
+    asked: &[bool],
+) -> Reseeded {
+    let first = read_round(nodes, keys, timeout, asked).await;
+    let unmarked: Vec<bool> = first
+        .iter()
+        .map(|r| r.as_ref().is_some_and(|r| !r.reading.marked))
+        .collect();
+    if !unmarked.contains(&true) {
+        let marked_nodes: Vec<bool> = first.iter().map(Option::is_some).collect();
+        let marked = marked_nodes.iter().filter(|m| **m).count();
+        return Reseeded {
+            value: None,
+            marked,
+            marked_nodes,
+        };
+    }
+    // The value comes from a second reading, begun once the first has read every master to
+    // be written: so every reading it uses was taken after each of them entered the term it
+    // will be marked for. One reading round alone can pair a marked master read before a
+    // holder's grant there with a master that lost that holder's confirmation in a restart
+    // before it was read; neither then shows the token, and the restarted master would be
+    // seeded below it (`DESIGN.md` §5). A master is written only while its term is the one
+    // the first round saw.
+    let answered: Vec<bool> = first.iter().map(Option::is_some).collect();
+    let first_terms: Vec<Option<String>> = first.into_iter().map(|r| r.map(|r| r.term)).collect();
+    let reads = read_round(nodes, keys, timeout, &answered).await;
+    let readings: Vec<Option<Reading>> = reads
+        .iter()
+        .map(|r| r.as_ref().map(|r| r.reading))
+        .collect();
+    let Some(value) = seed_value(&readings) else {
+        let marked_nodes: Vec<bool> = readings
+            .iter()
+            .map(|r| r.is_some_and(|r| r.marked))
+            .collect();
+        let marked = marked_nodes.iter().filter(|m| **m).count();
+        tracing::debug!(
+            marked,
+            answered = readings.iter().flatten().count(),
+            "re-seed: too few trusted readings"
+        );
+        return Reseeded {
+            value: None,
+            marked,
+            marked_nodes,
+        };
+    };
+    let writes = reads.into_iter().zip(unmarked).zip(first_terms);
+    let marked_nodes = join_all(writes.map(|((read, unmarked), first_term)| async move {
+        let Some(read) = read else {
+            return false;
+        };
+        if read.reading.marked {
+            return true;
+        }
+        if !unmarked || first_term.as_deref() != Some(read.term.as_str()) {
+            return false;
+        }
+        let Read {
+            mut conn,
+            run_id,
+            term,
+            ..
+        } = read;
+        let mut invocation = scripts::SEED_FENCE.script().prepare_invoke();
+        invocation
+            .key(keys.counter.as_slice())
+            .key(keys.marker.as_slice())
+            .arg(value)
+            .arg(&*run_id)
+            .arg(term);
+        let write = invocation.invoke_async::<i64>(&mut conn);
+        matches!(tokio::time::timeout(timeout, write).await, Ok(Ok(-1)))
+    }))
+    .await;
+    let marked = marked_nodes.iter().filter(|ok| **ok).count();
+    tracing::debug!(value, marked, "fence counter re-seeded");
+    Reseeded {
+        value: Some(value),
+        marked,
+        marked_nodes,
+    }
+}
+
+/// One reading of each master `asked` names, all at once, each bounded by `timeout`.
+async fn read_round(
+    nodes: &[Node],
+    keys: &FenceKeys,
+    timeout: Duration,
+    asked: &[bool],
+) -> Vec<Option<Read>> {
+    join_all(nodes.iter().zip(asked).map(|(node, asked)| async move {
+        if !asked {
+            return None;
+        }
+        match tokio::time::timeout(timeout, read(node, keys)).await {
             Ok(Ok(read)) => Some(read),
             Ok(Err(err)) => {
                 tracing::debug!(node = %node.id(), error = %err, "re-seed: no reading");
@@ -102,46 +232,7 @@ pub(crate) async fn reseed(nodes: &[Node], keys: &FenceKeys, timeout: Duration) 
             }
         }
     }))
-    .await;
-    let readings: Vec<Option<Reading>> = reads
-        .iter()
-        .map(|r| r.as_ref().map(|r| r.reading))
-        .collect();
-    let Some(value) = seed_value(&readings) else {
-        let marked = readings.iter().flatten().filter(|r| r.marked).count();
-        tracing::debug!(
-            marked,
-            answered = readings.iter().flatten().count(),
-            "re-seed: too few trusted readings"
-        );
-        return Reseeded {
-            value: None,
-            marked,
-        };
-    };
-    let written = join_all(reads.into_iter().flatten().map(|read| async move {
-        if read.reading.marked {
-            return true;
-        }
-        let Read {
-            mut conn, run_id, ..
-        } = read;
-        let mut invocation = scripts::SEED_FENCE.script().prepare_invoke();
-        invocation
-            .key(keys.counter.as_slice())
-            .key(keys.marker.as_slice())
-            .arg(value)
-            .arg(&*run_id);
-        let write = invocation.invoke_async::<i64>(&mut conn);
-        matches!(tokio::time::timeout(timeout, write).await, Ok(Ok(-1)))
-    }))
-    .await;
-    let marked = written.into_iter().filter(|ok| *ok).count();
-    tracing::info!(value, marked, "fence counter re-seeded");
-    Reseeded {
-        value: Some(value),
-        marked,
-    }
+    .await
 }
 
 /// Errors of one reading, for the logs.
@@ -172,17 +263,23 @@ async fn read(node: &Node, keys: &FenceKeys) -> Result<Read, ReadError> {
     let values: Vec<Option<String>> = invocation
         .invoke_async(&mut conn)
         .await
-        .inspect_err(|err| node.learn(err, &ready))?;
+        .inspect_err(|err| node.learn_from_error(err, &ready))?;
     let number = |value: Option<&Option<String>>| match value {
         Some(Some(text)) => text.parse::<u64>().map_err(|_| ReadError::NotANumber),
         _ => Ok(0),
     };
     let counter = number(values.first())?.max(number(values.get(2))?);
-    let marked = values.get(1).and_then(Option::as_deref) == Some(&*run_id);
+    let term = values
+        .get(3)
+        .cloned()
+        .flatten()
+        .ok_or(ReadError::Unidentified)?;
+    let marked = values.get(1).and_then(Option::as_deref) == Some(term.as_str());
     Ok(Read {
         reading: Reading { counter, marked },
         conn,
         run_id,
+        term,
     })
 }
 
@@ -205,6 +302,9 @@ mod tests {
             seed_value(&[r(3, false), r(9, false), r(0, false)]),
             Some(9)
         );
+        // Every master answered, one marked and the others not (a majority restarted with
+        // their data at once): the highest.
+        assert_eq!(seed_value(&[r(3, false), r(9, true), r(0, false)]), Some(9));
         // Two unmarked of three, one silent: the silent one may be the only one that knows.
         assert_eq!(seed_value(&[r(0, false), r(4, false), None]), None);
         // Unmarked answers count toward the maximum, never against it.

@@ -78,7 +78,7 @@ pub(crate) fn lock_key(prefix: &[u8], resource: &[u8]) -> Vec<u8> {
 }
 
 /// The number of hash slots in Redis Cluster.
-const SLOTS: usize = 16_384;
+pub(crate) const SLOTS: usize = 16_384;
 
 /// The hash slot of `key`, as Redis Cluster computes it: CRC16 (XMODEM) of the key's hash tag
 /// (the bytes between the first `{` and the next `}`, when not empty) or of the whole key.
@@ -175,6 +175,38 @@ pub(crate) struct FenceKeys {
     /// the slot's counter by the fenced acquire so tokens never go back across the upgrade;
     /// `None` when it *is* the counter in use (see [`fence_key`]).
     pub(crate) legacy: Option<Vec<u8>>,
+}
+
+/// The [`FenceKeys`] of hash slot `slot` (`prefix{TAG}:slot:fence` and its marker), for
+/// seeding every slot (`crate::fence_sweep`); `None` where the slot keeps no such counter (a
+/// prefix whose braces put the keys in another slot: per-resource counters, seeded lazily).
+pub(crate) fn slot_fence_keys(prefix: &[u8], slot: usize) -> Option<FenceKeys> {
+    let tag = (*slot_tags().get(slot)?)?;
+    let mut counter = prefix.to_vec();
+    counter.push(b'{');
+    counter.extend_from_slice(tag.to_string().as_bytes());
+    counter.extend_from_slice(b"}:slot:fence");
+    if hash_slot(&counter) != slot {
+        return None;
+    }
+    let mut marker = counter.clone();
+    marker.truncate(marker.len() - b"fence".len());
+    marker.extend_from_slice(b"seeded");
+    Some(FenceKeys {
+        counter,
+        marker,
+        legacy: None,
+    })
+}
+
+/// A server's seeding record, `prefix` + `fence:seeded`: the term in which every slot's fence
+/// counter on that server was last seeded (`crate::fence_sweep`). Never a lock key (those
+/// have a brace right after the prefix), and kept on standalone and Sentinel-resolved
+/// voters only (on a Redis Cluster it would live on one master of many).
+pub(crate) fn fence_record_key(prefix: &[u8]) -> Vec<u8> {
+    let mut key = prefix.to_vec();
+    key.extend_from_slice(b"fence:seeded");
+    key
 }
 
 /// The [`FenceKeys`] of `resource`.

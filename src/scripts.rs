@@ -92,7 +92,7 @@ impl std::fmt::Debug for Lua {
 
 /// Every script sent by hash, for loading them all on a new connection (`QUEUED_ACQUIRE` is
 /// sent whole).
-pub(crate) fn all() -> [&'static Lua; 14] {
+pub(crate) fn all() -> [&'static Lua; 16] {
     [
         &ACQUIRE_MANY,
         &EXTEND_MANY,
@@ -108,6 +108,8 @@ pub(crate) fn all() -> [&'static Lua; 14] {
         &WRITE_LEADER_INFO,
         &SEED_READ,
         &SEED_FENCE,
+        &FENCE_STATE,
+        &MARK_SEEDED,
     ]
 }
 
@@ -410,23 +412,59 @@ return ttl
 ",
 );
 
+/// Lua that sets `term` to the fence term of the server it runs on: `$run` (a Lua expression:
+/// the server's `run_id`, as the client's connection learned it) and the server's
+/// `master_replid`, read here, in the script, as `run_id/replid`.
+///
+/// The `run_id` is new at every start of the server process, and a connection never outlives
+/// the process it was made to, so the connection's `run_id` is the server's. The replication
+/// id changes under a live connection: at every promotion (a failover, a failback), at every
+/// resync as a replica (which only a promotion ends before the server votes again), and also
+/// when a replica first attaches or the backlog is freed. Each change draws a new random id,
+/// or adopts a master's while a replica, so a master's term never takes a value it had before:
+/// a dataset replaced by an older copy of itself (a failback, whatever the backlog did since)
+/// is in a new term, and its counter counts only once re-seeded. Read in the script, not at
+/// connect time, so a client that missed a failover and a failback on an idle connection still
+/// sees the new term (`DESIGN.md` §5). The term before this rule (`run_id` alone unless
+/// `second_repl_offset` said "promoted") reverted once the backlog was freed; `crate::model`
+/// finds the token it handed out twice.
+///
+/// A server that does not say `role:master`, or gives no replication id, answers `-6`
+/// (unseeded) at once: a replica adopts its master's replication id, so its term could name
+/// a marker in its (lagging) copy, and only a master's term is a term (a client behind a proxy
+/// that moved it to a replica would otherwise trust the replica's copy).
+macro_rules! fence_term {
+    ($run:literal) => {
+        concat!(
+            "local replication = redis.call('INFO', 'replication')\n",
+            "local replid = string.match(replication, 'master_replid:(%x+)')\n",
+            "if not replid or not string.find(replication, 'role:master', 1, true) then ",
+            "return -6 end\n",
+            "local term = ",
+            $run,
+            " .. '/' .. replid\n",
+        )
+    };
+}
+
 /// `KEYS[1]` lock key, `KEYS[2]` fence counter (one per hash slot, see
 /// `resource::fence_key`), `KEYS[3]` its re-seed marker (`resource::FenceKeys::marker`),
 /// optional `KEYS[4]` the per-resource counter older versions kept; `ARGV[1]` token, `ARGV[2]`
 /// ttl in ms, `ARGV[3]` the `run_id` of the server as the client's connection learned it.
 ///
-/// First, a master whose marker does not name its current run answers `-6` and sets nothing:
-/// it started since its counter was last re-seeded, so the counter may have gone back (no
-/// `appendfsync always`, an old snapshot) and must not enter a token (`crate::reseed`).
+/// First, a master whose marker does not name its current term (`fence_term!`) answers `-6`
+/// and sets nothing: it started, or its dataset was replaced, since its counter was last
+/// re-seeded, so the counter may have gone back (no `appendfsync always`, an old snapshot, a
+/// failback) and must not enter a token (`crate::reseed`).
 /// Then `SET NX PX`, and when the key is set, also `INCR`s the fence counter and answers
 /// `{-1, counter}`; when it is taken, the holder's remaining ttl. A per-resource counter left
 /// by an older version is folded into the slot's counter first (the larger wins) and deleted,
 /// so tokens never go back across the upgrade. (The plain acquire is no script: it sends
 /// `SET NX PX` and `PTTL` as two native commands, see `request::Command`.)
-pub(crate) static ACQUIRE_FENCED: Lua = Lua::with_run_id(
-    r"
-local seed = redis.call('HMGET', KEYS[3], 'run', 'epoch')
-if seed[1] ~= ARGV[3] then return -6 end
+pub(crate) static ACQUIRE_FENCED: Lua = Lua::with_run_id(concat!(
+    fence_term!("ARGV[3]"),
+    r"local seed = redis.call('HMGET', KEYS[3], 'run', 'epoch')
+if seed[1] ~= term then return -6 end
 if redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then
   if KEYS[4] then
     local legacy = tonumber(redis.call('GET', KEYS[4]) or '')
@@ -443,75 +481,128 @@ local ttl = redis.call('PTTL', KEYS[1])
 if ttl == -1 then return -3 end
 return ttl
 ",
-);
+));
 
 /// `KEYS[1]` fence counter, `KEYS[2]` its re-seed marker, optional `KEYS[3]` an older
 /// version's per-resource counter; `ARGV[1]` the server's `run_id`. Answers
-/// `{counter, run, legacy}` (each nil where there is none) and, on a master marked for its
-/// current run, moves the marker's epoch on: a fenced confirm whose grant came before this
-/// reading no longer counts on this master (`CONFIRM_FENCE`), so every confirmation that
-/// counts here is in the reading or comes after a grant that did. (An unmarked master has
-/// granted no fenced lock in its current run, so it has nothing to fence off.)
-pub(crate) static SEED_READ: Lua = Lua::new(
-    r"
-if redis.call('HGET', KEYS[2], 'run') == ARGV[1] then
-  redis.call('HINCRBY', KEYS[2], 'epoch', 1)
-end
+/// `{counter, run, legacy, term}` (the first three nil where there is none; `term` the
+/// server's fence term now, `fence_term!`) and moves the marker's epoch on: a fenced confirm
+/// whose grant came before this reading no longer counts on this master (`CONFIRM_FENCE`), so
+/// every confirmation that counts here is in the reading or comes after a grant that did.
+/// On every master read, marked or not: a master whose term changed without a restart (a
+/// first replica attaching, its backlog freed) is unmarked but keeps the keys and epochs of
+/// grants from its last term, and a confirm of one landing after the reading must not count
+/// (found by review: with the epoch moved on only where marked, a holder confirmed on such a
+/// master after the reading, plus one whose confirmation an empty restart lost, could share
+/// a majority with a later holder's lower token).
+pub(crate) static SEED_READ: Lua = Lua::new(concat!(
+    fence_term!("ARGV[1]"),
+    r"local run = redis.call('HGET', KEYS[2], 'run')
+redis.call('HINCRBY', KEYS[2], 'epoch', 1)
 local legacy = false
 if KEYS[3] then legacy = redis.call('GET', KEYS[3]) end
-return {redis.call('GET', KEYS[1]), redis.call('HGET', KEYS[2], 'run'), legacy}
+return {redis.call('GET', KEYS[1]), run, legacy, term}
 ",
-);
+));
 
 /// `KEYS[1]` fence counter, `KEYS[2]` its re-seed marker, `ARGV[1]` the counter learned from
-/// the other masters, `ARGV[2]` the `run_id` the client read the marker against.
-/// Raises the counter to at least `ARGV[1]` (never lowers it) and marks it re-seeded for that
-/// run. Should the server have restarted since the client read its run_id, the marker names
-/// a run that is over and the master stays unseeded: nothing is trusted that was learned
-/// about an earlier run.
-pub(crate) static SEED_FENCE: Lua = Lua::new(
-    r"
+/// the other masters, `ARGV[2]` the server's `run_id`, `ARGV[3]` the term `SEED_READ` found
+/// it in. Only while the server is still in that term (else `-6`, and nothing changes): raises
+/// the counter to at least `ARGV[1]` (never lowers it) and marks it re-seeded for that term.
+/// Should the server have restarted, or its dataset been replaced, since the reading, nothing
+/// is trusted that was learned about an earlier term.
+pub(crate) static SEED_FENCE: Lua = Lua::new(concat!(
+    fence_term!("ARGV[2]"),
+    r"if term ~= ARGV[3] then return -6 end
 local fence = tonumber(redis.call('GET', KEYS[1]) or '0') or 0
 if fence < tonumber(ARGV[1]) then redis.call('SET', KEYS[1], ARGV[1]) end
-redis.call('HSET', KEYS[2], 'run', ARGV[2])
+redis.call('HSET', KEYS[2], 'run', term)
 return -1
 ",
-);
+));
+
+/// `KEYS` re-seed markers (slots', `resource::FenceKeys::marker`, or a server's seeding
+/// record, `resource::fence_record_key`; several only where they may share a script, on a
+/// server that is no Redis Cluster), optional `ARGV[1]` the server's `run_id` (when absent or
+/// empty, the script reads it from `INFO server`: for `redquorum status`, which sends one
+/// request to every server). Answers `{term, m1, m2, …}`: the server's current term
+/// (`fence_term!`), and for each key 1 when it names that term, else 0. Changes nothing.
+pub(crate) static FENCE_STATE: Lua = Lua::new(concat!(
+    r"local run = ARGV[1]
+if not run or run == '' then
+  run = string.match(redis.call('INFO', 'server'), 'run_id:(%x+)') or ''
+end
+",
+    fence_term!("run"),
+    r"local answer = {term}
+for i, key in ipairs(KEYS) do
+  if redis.call('HGET', key, 'run') == term then answer[i + 1] = 1 else answer[i + 1] = 0 end
+end
+return answer
+",
+));
+
+/// `KEYS[1]` a server's seeding record (`resource::fence_record_key`), `ARGV[1]` the server's
+/// `run_id`, `ARGV[2]` the term a sweep found it in (`FENCE_STATE`). Only while the server is
+/// still in that term (else `-6`): records that every slot's counter on this server is seeded
+/// for it (`crate::fence_sweep`), so clients need not look again until the term changes.
+pub(crate) static MARK_SEEDED: Lua = Lua::new(concat!(
+    fence_term!("ARGV[1]"),
+    r"if term ~= ARGV[2] then return -6 end
+redis.call('HSET', KEYS[1], 'run', term)
+return -1
+",
+));
 
 /// `KEYS[1]` lock key, `KEYS[2]` fence counter, `KEYS[3]` its re-seed marker, `ARGV[1]`
 /// token, `ARGV[2]` fencing token T, `ARGV[3]` the marker's epoch at this master's grant
 /// (empty for a master whose grant came after the decision: its confirmation never counts,
-/// `confirm::confirm_fence`, and raising its counter does no harm).
-/// Only while the lock key holds our token and no re-seed has read this master since the
-/// grant (else `-7`, and nothing changes): raises the counter to at least T. Never lowers it,
-/// never touches the lock key.
+/// `confirm::confirm_fence`, and raising its counter does no harm), `ARGV[4]` the server's
+/// `run_id`.
+/// Only while the lock key holds our token, the marker names the server's current term and no
+/// re-seed has read this master since the grant (else `-7`, and nothing changes; `-6` on a
+/// server that is no master): raises the counter to at least T. Never lowers it, never
+/// touches the lock key.
 ///
 /// The epoch check closes a race with re-seeding: a master that confirmed T and then
 /// restarted empty must not leave T known only to a confirmation that lands after the
 /// re-seed read the other masters (`crate::model` finds that schedule without the check).
+/// The term check closes it for a master whose term changed since the grant (a failback to an
+/// older copy of its data, which can bring back the key and the epoch of the grant; a first
+/// replica attaching): its counter does not count in its new term until re-seeded, so neither
+/// does a confirmation there (found by review).
 ///
 /// Which answers confirm the token is the client's rule, not the script's: only masters that
 /// granted the lock before the acquire was decided count (`confirm::confirm_fence`). A master
 /// whose grant landed after the decision holds our key too, but its counter never entered T;
 /// counting it let two holders share a token, or a later one get a lower token (`DESIGN.md`
 /// §5; `crate::model` finds it with the old rule).
-pub(crate) static CONFIRM_FENCE: Lua = Lua::new(compare_and!(
-    "if ARGV[3] ~= '' and \
+pub(crate) static CONFIRM_FENCE: Lua = Lua::with_run_id(compare_and!(concat!(
+    fence_term!("ARGV[4]"),
+    "if redis.call('HGET', KEYS[3], 'run') ~= term then return -7 end \
+         if ARGV[3] ~= '' and \
          (tonumber(redis.call('HGET', KEYS[3], 'epoch')) or 0) ~= tonumber(ARGV[3]) then \
          return -7 end \
          local fence = tonumber(redis.call('GET', KEYS[2]) or '0') or 0 \
          if fence < tonumber(ARGV[2]) then redis.call('SET', KEYS[2], ARGV[2]) end"
-));
+)));
 
 /// `KEYS[1]` lock key, `KEYS[2]` leader-info key, `ARGV[1]` token, `ARGV[2]` info.
 /// Only while the lock key holds our token: stores the leader's info, expiring with the lock
 /// key (the leader's renewals extend both, see `EXTEND`), so a crashed leader's info does not
 /// stay for ever: one per election name at most, and only while someone leads. It is trusted
 /// only while it names the token in the lock key.
+///
+/// A script sees its keys as of its start, but `PTTL` reads the clock: in the lock key's last
+/// millisecond the `GET` still finds it and `PTTL` says 0. Nothing is written then, and the
+/// answer is `-2`, the key's expiry (a `SET` without `PX` there left the info without any
+/// expiry: issue 29). Only a lock key without an expiry, which we never make, gives an info
+/// without one.
 pub(crate) static WRITE_LEADER_INFO: Lua = Lua::new(compare_and!(
     "local ttl = redis.call('PTTL', KEYS[1]) \
          if ttl > 0 then redis.call('SET', KEYS[2], ARGV[2], 'PX', ttl) \
-         else redis.call('SET', KEYS[2], ARGV[2]) end"
+         elseif ttl == -1 then redis.call('SET', KEYS[2], ARGV[2]) \
+         else return -2 end"
 ));
 
 /// What our scripts do to one node, in Rust, for the model checker (`crate::model`): each
@@ -557,11 +648,9 @@ pub(crate) mod effects {
     }
 
     /// [`SEED_READ`](super::SEED_READ): the counter and whether it is marked for the current
-    /// run, moving the epoch on.
+    /// term, moving the epoch on (marked or not).
     pub(crate) fn seed_read(fence: u64, seeded: bool, epoch: &mut u64) -> (u64, bool) {
-        if seeded {
-            *epoch += 1;
-        }
+        *epoch += 1;
         (fence, seeded)
     }
 
@@ -585,11 +674,11 @@ pub(crate) mod effects {
     }
 
     /// [`CONFIRM_FENCE`](super::CONFIRM_FENCE): raise the counter to at least T while our key
-    /// is there.
+    /// is there and the master is seeded for its current term.
     pub(crate) fn confirm_fence<O: PartialEq>(
         key: &Key<O>,
         fence: &mut u64,
-        epoch: u64,
+        (seeded, epoch): (bool, u64),
         me: O,
         token: u64,
         granted_in: Option<u64>,
@@ -597,7 +686,7 @@ pub(crate) mod effects {
         if key.as_ref() != Some(&me) {
             return not_ours(key);
         }
-        if granted_in.is_some_and(|granted_in| granted_in != epoch) {
+        if !seeded || granted_in.is_some_and(|granted_in| granted_in != epoch) {
             return -7;
         }
         if *fence < token {
@@ -828,6 +917,71 @@ mod tests {
             assert_eq!(get(&cluster).as_deref(), Some("tv"));
             let pttl: i64 = cluster.run(0, redis::cmd("PTTL").arg(KEY));
             assert!(pttl > 9_000, "the full ttl, not the reservation's: {pttl}");
+        }
+
+        /// The leader info is never left without an expiry: written in the lock key's last
+        /// millisecond (the script sees the key, `PTTL` says 0), it is not written at all.
+        /// 200 trials against a key set with `PX 2`, each followed in the same pipeline by a
+        /// script that spins the server for 1.0 to 3.0 ms (5 µs more each trial), so some
+        /// land in that millisecond.
+        ///
+        /// Mutation: `else SET` without an expiry for every `PTTL` but a positive one (the
+        /// script before issue 29): the info is left with `PTTL` -1 (run, caught).
+        #[test]
+        fn leader_info_is_never_left_without_an_expiry() {
+            let cluster = Cluster::start(1);
+            let mut conn = cluster.server(0).inspect();
+            let (lock, info) = ("e:{lead}", "e:{lead}:leader");
+            const SPIN: &str = "local t = redis.call('TIME') \
+                local start = tonumber(t[1]) * 1000000 + tonumber(t[2]) \
+                local now = start \
+                while now - start < tonumber(ARGV[1]) do \
+                  t = redis.call('TIME') \
+                  now = tonumber(t[1]) * 1000000 + tonumber(t[2]) \
+                end \
+                return 0";
+            let (mut written, mut refused) = (0, 0);
+            for trial in 0..200u64 {
+                let mut pipeline = redis::pipe();
+                pipeline
+                    .cmd("SET")
+                    .arg(lock)
+                    .arg("t")
+                    .arg("PX")
+                    .arg(2)
+                    .ignore();
+                pipeline
+                    .cmd("EVAL")
+                    .arg(SPIN)
+                    .arg(0)
+                    .arg(1_000 + trial * 10)
+                    .ignore();
+                pipeline
+                    .cmd("EVAL")
+                    .arg(super::super::WRITE_LEADER_INFO.code())
+                    .arg(2)
+                    .arg(lock)
+                    .arg(info)
+                    .arg("t")
+                    .arg("leader");
+                pipeline.cmd("PTTL").arg(info);
+                let (answer, pttl): (i64, i64) = pipeline.query(&mut conn).expect("pipeline");
+                match answer {
+                    -1 => written += 1,
+                    -2 => refused += 1,
+                    _ => {}
+                }
+                assert_ne!(
+                    pttl, -1,
+                    "leader info left without an expiry (trial {trial})"
+                );
+                let _: i64 = cluster.run(0, redis::cmd("DEL").arg(info));
+            }
+            // The trials span the key's life: some write the info, some find the key gone.
+            assert!(
+                written > 0 && refused > 0,
+                "{written} written, {refused} refused"
+            );
         }
 
         /// `ACQUIRE_PERMIT` with permits tried in the order 1, 2, 0.

@@ -52,13 +52,13 @@ pub(crate) struct Ready {
     /// When the server process started (from its `uptime_in_seconds`, rounded so that the
     /// start is never placed too early); known only when a restart grace is configured.
     up_since: Option<Instant>,
-    /// The server's term when this connection was made: its `run_id` (new at every start of
-    /// the server process) and its `master_replid` (new at every promotion), as
-    /// `run_id/replid`. The fenced acquire names it in the fence marker, so a counter counts
-    /// only while it was re-seeded in this very term (`crate::reseed`): a restarted server, a
-    /// promoted one, and one promoted again after a failback (same `run_id`, another
-    /// replication id, and maybe fewer keys) are each re-seeded. `None` when the server would
-    /// not say (an ACL without `+info`).
+    /// The server's `run_id` when this connection was made: new at every start of the server
+    /// process, and a connection never outlives the process it was made to, so it names the
+    /// server this connection talks to for the connection's whole life. The fenced scripts
+    /// take it and read the server's replication id themselves, which together make the fence
+    /// term (`scripts::fence_term!`): a restarted, promoted or failed-back server is each
+    /// re-seeded (`crate::reseed`). `None` when the server would not say (an ACL without
+    /// `+info`).
     pub(crate) run_id: Option<Arc<str>>,
     /// The server's address, for a voter whose server can change (Sentinel, a cluster's
     /// shard), for reports.
@@ -83,6 +83,9 @@ struct LinkHandle {
 #[derive(Default)]
 struct BrokenSignal {
     generation: AtomicU64,
+    /// The newest generation retired on purpose ([`ServerLink::recheck`]): its reconnect is
+    /// no lost connection, and is not logged as one.
+    retired: AtomicU64,
     notify: Notify,
     /// Traffic to a down node: retry the connection without waiting out the whole backoff.
     wanted: Notify,
@@ -141,8 +144,7 @@ impl ServerLink {
     /// The server may have changed role under the current connection (a cluster master that
     /// answered `MOVED`, or left or joined the masters in the slot map: a failover, or a
     /// failback to it): the next request waits for a new connection, which reads the
-    /// server's `INFO` again, so a promotion starts the restart grace and a new replication
-    /// term is a new fence term.
+    /// server's `INFO` again, so a promotion starts the restart grace.
     pub(crate) fn recheck(&self) {
         if let Some(ready) = self.ready_now() {
             self.retire(&ready);
@@ -153,6 +155,10 @@ impl ServerLink {
     fn retire(&self, ready: &Ready) {
         self.min_generation
             .fetch_max(ready.generation + 1, Ordering::AcqRel);
+        ready
+            .signal
+            .retired
+            .fetch_max(ready.generation, Ordering::AcqRel);
         ready.report_broken();
     }
 
@@ -364,7 +370,7 @@ async fn supervise(fixed: Supervised, tx: watch::Sender<Link>, broken: Arc<Broke
                 .get_multiplexed_async_connection_with_config(&config)
                 .await
                 .map_err(NodeError::Unreachable)?;
-            // Always asked: the fenced acquire needs the server's term, and one server must not
+            // Always asked: the fenced acquire needs the server's run_id, and one server must not
             // vote under two names. Only with a restart grace is an answer required; without
             // one, a server that refuses INFO still serves plain locks (its fenced acquires
             // report `NodeError::Unidentified`), and only the builder's address check guards it.
@@ -398,7 +404,9 @@ async fn supervise(fixed: Supervised, tx: watch::Sender<Link>, broken: Arc<Broke
         };
         match result {
             Ok((conn, age, address)) => {
-                let this_term = age.as_ref().and_then(ServerAge::term);
+                let this_run_id = age
+                    .as_ref()
+                    .and_then(|age| age.run_id.as_deref().map(Arc::from));
                 let this_role_replica = age.as_ref().is_some_and(|age| age.replica);
                 let this_replid = age
                     .as_ref()
@@ -424,7 +432,7 @@ async fn supervise(fixed: Supervised, tx: watch::Sender<Link>, broken: Arc<Broke
                     conn,
                     generation,
                     up_since,
-                    run_id: this_term,
+                    run_id: this_run_id,
                     server: (serves != Serves::Fixed).then(|| Arc::from(address.as_str())),
                     signal: broken.clone(),
                     replica: serves == Serves::Shard && this_role_replica,
@@ -449,7 +457,9 @@ async fn supervise(fixed: Supervised, tx: watch::Sender<Link>, broken: Arc<Broke
                         break;
                     }
                 }
-                if switched_away.is_none() {
+                if broken.retired.load(Ordering::Acquire) >= generation {
+                    tracing::debug!(node = %id, "reconnecting to read the server's role again");
+                } else if switched_away.is_none() {
                     tracing::warn!(node = %id, "connection lost, reconnecting");
                 }
                 tx.send_replace(Link::Connecting);
@@ -555,19 +565,6 @@ fn grace_start(
 }
 
 impl ServerAge {
-    /// The server's term, for the fence marker (see [`Ready::run_id`]): its `run_id`, and for
-    /// a master promoted since it started also its `master_replid` (`run_id/replid`). A master
-    /// never promoted since it started keeps the `run_id` alone, because its replication id
-    /// also changes without any failover (when a first replica attaches, or after its backlog
-    /// expired): a failed-back master is always a promoted one.
-    fn term(&self) -> Option<Arc<str>> {
-        let run_id = self.run_id.as_deref()?;
-        Some(match &self.replid {
-            Some(replid) if self.promoted => Arc::from(format!("{run_id}/{replid}")),
-            _ => Arc::from(run_id),
-        })
-    }
-
     fn parse(info: &str) -> Self {
         let field = |name: &str| {
             info.lines()
@@ -704,29 +701,6 @@ mod restart_grace_tests {
             earlier
         );
         assert_eq!(grace_start(Some(&kept), now, Some("x"), &term("r2")), now);
-    }
-
-    /// Mutations: the term as the `run_id` alone (the marker before review): a failed-back
-    /// master (same `run_id`, promoted again, new replication id) would count as seeded,
-    /// though its counter may lack the other master's confirmations. The replication id in
-    /// every term (the first fix): a master's term would change when a first replica attaches,
-    /// and clients connected before and after would re-seed each other's markers in turn.
-    #[test]
-    fn a_failback_is_a_new_fence_term_and_a_replica_attaching_is_not() {
-        let term = |second_repl_offset: i64, replid: &str| {
-            ServerAge::parse(&format!(
-                "run_id:x\r\nrole:master\r\nsecond_repl_offset:{second_repl_offset}\r\nmaster_replid:{replid}\r\n"
-            ))
-            .term()
-        };
-        let promoted = |replid: &str| term(7, replid);
-        assert_eq!(promoted("r1").as_deref(), Some("x/r1"));
-        assert_ne!(promoted("r1"), promoted("r2"));
-        let never_promoted = |replid: &str| term(-1, replid);
-        assert_eq!(never_promoted("r1").as_deref(), Some("x"));
-        assert_eq!(never_promoted("r1"), never_promoted("r2"));
-        assert_eq!(ServerAge::parse("").term(), None);
-        assert!(ServerAge::parse("role:slave\r\n").replica);
     }
 
     #[test]

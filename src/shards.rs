@@ -155,17 +155,6 @@ impl Shards {
         self.refresh_soon();
     }
 
-    /// The link of the master of `slot`, if there is one, reads its server's `INFO` again on a
-    /// new connection before its next request ([`ServerLink::recheck`]).
-    pub(crate) fn recheck(&self, slot: u16) {
-        if let Some(link) = self
-            .owner(slot)
-            .and_then(|owner| self.existing_link(&owner))
-        {
-            link.recheck();
-        }
-    }
-
     /// Installs `map`.
     fn replace_map(&self, map: SlotMap) {
         self.update_map(|current| *current = map);

@@ -9,6 +9,7 @@ use std::time::Duration;
 use tokio_util::task::TaskTracker;
 
 use crate::error::Error;
+use crate::fence_sweep::{self, FenceSweep};
 use crate::node::Node;
 use crate::retry::Jitter;
 use crate::settings::Config;
@@ -26,6 +27,9 @@ pub(crate) struct Shared {
     /// dropped lock's release, the engine's stragglers and the deletes it delivers in the
     /// background), for [`RedLock::settle`](crate::RedLock::settle).
     pub(crate) background: TaskTracker,
+    /// Seeds every slot's fence counter on every master in the background, from the first
+    /// fenced acquire on.
+    pub(crate) fence_sweep: FenceSweep,
 }
 
 impl Shared {
@@ -47,7 +51,31 @@ impl Shared {
                 tracker.close();
                 tracker
             },
+            fence_sweep: FenceSweep::default(),
         }
+    }
+
+    /// What a fence sweep of this client works on (`crate::fence_sweep`).
+    pub(crate) fn sweep_scope(&self) -> fence_sweep::Scope<'_> {
+        fence_sweep::Scope {
+            nodes: &self.nodes,
+            prefix: &self.config.key_prefix,
+            timeout: self.sweep_timeout(),
+        }
+    }
+
+    /// Starts this client's fence sweeper, once (`crate::fence_sweep`).
+    pub(crate) fn start_fence_sweep(&self) {
+        self.fence_sweep
+            .start(&self.nodes, &self.config.key_prefix, self.sweep_timeout());
+    }
+
+    /// Each request of a fence sweep is bounded by the per-node timeout, or the largest a
+    /// derived one can be.
+    fn sweep_timeout(&self) -> Duration {
+        self.config
+            .per_node_timeout
+            .unwrap_or(crate::MAX_DERIVED_NODE_TIMEOUT)
     }
 
     /// How many nodes must agree.

@@ -156,6 +156,18 @@ pub(crate) enum Command {
         /// The lock's name.
         resource: String,
     },
+    /// Seed every master's fence counters now and show, per master, whether fencing is
+    /// seeded for its current term.
+    ///
+    /// Fencing tokens survive any minority of masters down only while every master is seeded
+    /// (clients seed in the background; this does it now). Run it after deploying and after
+    /// a master restarted or failed over; in a rolling restart, restart the next master only
+    /// once it says every master is seeded. Exits 0 when every master is, 69 otherwise.
+    Fence {
+        /// Only look (one request per master): seed nothing.
+        #[arg(long)]
+        check: bool,
+    },
     /// Follow an election's leader, as a majority of masters sees it: one line (or JSON
     /// object) now and one at every change, until interrupted (like `etcdctl elect -l`).
     Observe(ObserveArgs),

@@ -9,6 +9,7 @@ mod elect;
 mod events;
 mod exit;
 mod exporter;
+mod fence;
 mod guard;
 mod logging;
 mod nodes;
@@ -99,6 +100,10 @@ async fn dispatch(cli: Cli) -> Result<u8, CliError> {
         Command::Status { resource } => {
             let (nodes, tuning) = nodes::resolve(&cli.global)?;
             status::status(nodes, &resource, cli.global.json, &tuning).await
+        }
+        Command::Fence { check } => {
+            let (nodes, tuning) = nodes::resolve(&cli.global)?;
+            fence::fence(nodes, check, cli.global.json, &tuning).await
         }
         Command::Observe(args) => {
             let (nodes, tuning) = nodes::resolve(&cli.global)?;

@@ -1,6 +1,6 @@
 //! `redquorum status RESOURCE`: what every master holds, and the majority's view.
 
-use redquorum::{Inspection, Leader};
+use redquorum::{FenceSeeding, Inspection, Leader};
 use serde_json::json;
 
 use crate::args::Tuning;
@@ -14,11 +14,14 @@ pub(crate) async fn status(
     tuning: &Tuning,
 ) -> Result<u8, CliError> {
     let rl = client::redlock(nodes, tuning, false)?;
-    let seen = rl.inspect(resource).await?;
+    // The masters' fence seeding, read beside the resource (none in the shared layout).
+    let (seen, seeding) = tokio::join!(rl.inspect(resource), rl.fence_seeding());
+    let seen = seen?;
+    let seeding = seeding.ok();
     if as_json {
-        println!("{}", to_json(resource, &seen));
+        println!("{}", to_json(resource, &seen, seeding.as_ref()));
     } else {
-        print_table(resource, &seen);
+        print_table(resource, &seen, seeding.as_ref());
     }
     Ok(if seen.reachable() >= seen.quorum() {
         exit::OK
@@ -27,7 +30,7 @@ pub(crate) async fn status(
     })
 }
 
-fn print_table(resource: &str, seen: &Inspection) {
+fn print_table(resource: &str, seen: &Inspection, seeding: Option<&FenceSeeding>) {
     println!(
         "{:<4} {:<24} {:<11} {:<10} {:>9} {:>7}  leader",
         "node", "address", "reachable", "holder", "ttl", "fence"
@@ -79,9 +82,12 @@ fn print_table(resource: &str, seen: &Inspection) {
         seen.quorum(),
         seen.nodes().len()
     );
+    if let Some(seeding) = seeding {
+        println!("{}", crate::fence::summary(seeding));
+    }
 }
 
-fn to_json(resource: &str, seen: &Inspection) -> serde_json::Value {
+fn to_json(resource: &str, seen: &Inspection, seeding: Option<&FenceSeeding>) -> serde_json::Value {
     let nodes: Vec<_> = seen
         .nodes()
         .iter()
@@ -111,6 +117,7 @@ fn to_json(resource: &str, seen: &Inspection) -> serde_json::Value {
         "majority_leader": seen.majority_leader().map(leader_json),
         "free": seen.free_on_majority(),
         "highest_fence": seen.highest_fence(),
+        "fencing_seeded": seeding.map(FenceSeeding::is_complete),
         "nodes": nodes,
     })
 }

@@ -2208,3 +2208,42 @@ fn the_shared_key_layout_names_the_lock_as_other_clients_do() {
     std::fs::write(&config, "key-layout = \"shared\"\nkey-prefix = \"\"\n").expect("write");
     ran_shared(&[std::ffi::OsStr::new("--config"), config.as_os_str()]);
 }
+
+/// `redquorum fence` seeds every master and says so; `--check` only looks; `status` ends with
+/// the same line. A restarted master is shown not seeded (exit 69) until `fence` seeds it,
+/// the operator's check in a rolling restart. A `run` with one master down then fences a job
+/// name nobody used before (issue 29: that failed for almost every new name).
+///
+/// Mutation: `fence --check` answering from a sweep instead of the records (`seed_fencing`
+/// for both): the first `--check` says seeded, exit 0 (not run: the check is the same code
+/// path as `RedLock::fence_seeding`, whose integration test catches a seeding read-only
+/// mutation).
+#[tokio::test]
+async fn fence_seeds_every_master_and_status_and_check_show_it() {
+    let mut cluster = Cluster::start(3);
+    let dir = tempfile::tempdir().expect("tempdir");
+    let (code, out, err) = output(redquorum(&cluster, dir.path()).args(["fence", "--check"]));
+    assert_eq!(code, 69, "a new deployment is not seeded yet: {out}{err}");
+    assert!(out.contains("not seeded on master 0 (not seeded)"), "{out}");
+    let (code, out, err) = output(redquorum(&cluster, dir.path()).args(["fence"]));
+    assert_eq!(code, 0, "{out}{err}");
+    assert!(out.contains("fencing: seeded on every master"), "{out}");
+    let (code, out, err) = output(redquorum(&cluster, dir.path()).args(["status", "job"]));
+    assert_eq!(code, 0, "{err}");
+    assert!(out.contains("fencing: seeded on every master"), "{out}");
+
+    cluster.restart(1);
+    let (code, out, _) =
+        output(redquorum(&cluster, dir.path()).args(["--json", "fence", "--check"]));
+    assert_eq!(code, 69, "{out}");
+    let json: serde_json::Value = serde_json::from_str(&out).expect("JSON");
+    assert_eq!(json["complete"], false, "{json}");
+    assert_eq!(json["nodes"][1]["fencing"], "not seeded", "{json}");
+    let (code, out, err) = output(redquorum(&cluster, dir.path()).args(["fence"]));
+    assert_eq!(code, 0, "{out}{err}");
+
+    cluster.kill(2);
+    let (code, out, err) =
+        output(redquorum(&cluster, dir.path()).args(["run", "never-used-before", "--", "true"]));
+    assert_eq!(code, 0, "{out}{err}");
+}

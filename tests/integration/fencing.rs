@@ -404,10 +404,16 @@ async fn distinct_resources_leave_at_most_one_counter_per_hash_slot() {
             .iter()
             .filter(|k| k.ends_with(b"}:slot:seeded"))
             .count();
+        // And at most the server's seeding record (`fence_sweep`), once the client's
+        // background seeding finished on it.
+        let records = on_node
+            .iter()
+            .filter(|k| k.as_slice() == b"redquorum:fence:seeded")
+            .count();
         assert_eq!(
-            counters + markers,
+            counters + markers + records,
             on_node.len(),
-            "only slot counters and their re-seed markers are left"
+            "only slot counters, their re-seed markers and the seeding record are left"
         );
         assert!(
             counters <= 16_384 && markers <= 16_384,
@@ -501,7 +507,7 @@ async fn a_master_restarting_empty_never_lowers_the_next_token() {
             assert!(err.is_no_quorum() && !err.is_expired(), "{err}");
             let text = format!("{err:#}");
             assert!(
-                text.contains("not re-seeded since the server started"),
+                text.contains("not seeded for the server's current term"),
                 "{text}"
             );
         }
@@ -536,5 +542,161 @@ async fn a_master_restarting_empty_never_lowers_the_next_token() {
         .expect("lock on the re-seeded Y and Z");
     assert!(token > last, "{token} after {last}");
     crate::settled(&rl).await;
+    crate::assert_no_lock_keys(&cluster);
+}
+
+/// Issue 29's schedule on real servers: a master's dataset replaced by an older copy of
+/// itself, `run_id` unchanged (a failover to its replica and a failback), and the backlog
+/// then freed, which put the term of the rule before it back where the old copy was marked.
+/// Three voters X, B, C, and Y, a replica of X that is no voter.
+///
+/// Mutation: the fence term as the `run_id` alone (`fence_term!` without the replication
+/// id, which is also the old rule once `second_repl_offset` is back to -1): the second
+/// holder gets token 2, and the fresh client's acquire on {X, C} with B paused token 2 again.
+#[tokio::test]
+async fn a_failed_back_master_never_hands_out_a_token_again() {
+    let mut cluster = Cluster::start(3);
+    let y = cluster.add(&[]);
+    let voters: Vec<String> = cluster.urls()[..3].to_vec();
+    let client = || {
+        RedLock::builder(voters.clone())
+            .per_node_timeout(NODE_TIMEOUT)
+            .fencing(true)
+            .build()
+            .expect("config")
+    };
+    let ttl = Duration::from_secs(30);
+    let take = |rl: RedLock, within: Duration| async move {
+        let lock = rl.acquire_within("ledger", ttl, within).await?;
+        let token = lock.fencing_token().expect("fenced");
+        lock.release().await?;
+        Ok::<u64, redquorum::Error>(token)
+    };
+    let replicate = |replica: usize, of: Option<usize>| {
+        let cmd = match of {
+            Some(master) => redis::cmd("REPLICAOF")
+                .arg("127.0.0.1")
+                .arg(cluster.server(master).port())
+                .clone(),
+            None => redis::cmd("REPLICAOF").arg("NO").arg("ONE").clone(),
+        };
+        let _: String = cluster.run(replica, &cmd);
+    };
+    let info = |node: usize, name: &str| -> String {
+        let info: String = cluster.run(node, redis::cmd("INFO").arg("replication"));
+        info.lines()
+            .find_map(|l| l.strip_prefix(name))
+            .unwrap_or_default()
+            .trim()
+            .to_owned()
+    };
+    let synced = |replica: usize| {
+        info(replica, "master_link_status:") == "up"
+            && info(replica, "master_sync_in_progress:") == "0"
+    };
+    let counter_key = b"redquorum:{".to_vec();
+    let counter_of = |node: usize| -> Option<u64> {
+        cluster
+            .keys()
+            .into_iter()
+            .find(|(i, k)| {
+                *i == node && k.starts_with(&counter_key) && k.ends_with(b"}:slot:fence")
+            })
+            .and_then(|(_, k)| cluster.get(node, &k))
+            .and_then(|v| String::from_utf8(v).ok()?.parse().ok())
+    };
+
+    // 1. Token 1 on a fresh deployment.
+    let first = client();
+    assert_eq!(
+        take(first.clone(), Duration::from_secs(3))
+            .await
+            .expect("first"),
+        1
+    );
+    crate::settled(&first).await;
+
+    // 2. Y copies X, then is promoted while X keeps serving (a failover, as seen from Y).
+    replicate(y, Some(0));
+    assert!(
+        crate::eventually(Duration::from_secs(10), || synced(y)
+            && counter_of(y) == Some(1))
+        .await,
+        "Y copied X"
+    );
+    replicate(y, None);
+
+    // 3. C holds another client's key, so the next majority is {X, B}: token 2 (or 3: X's
+    // replication id changed when Y attached, a new term, so X may be re-seeded from B and C
+    // first). X's counter has it, Y's copy still says 1.
+    let lock_key = b"redquorum:{ledger}";
+    cluster.set(2, lock_key, b"someone else", Duration::from_secs(60));
+    let second = take(client(), Duration::from_secs(3))
+        .await
+        .expect("second");
+    assert!(second >= 2, "token {second}");
+    assert_eq!(counter_of(0), Some(second));
+
+    // 4. X fails back: it resyncs from Y (counter 1, and the marker X wrote itself) and is
+    // promoted again. 5. It frees its backlog: the replication history of the old rule's
+    // "promoted" is gone.
+    let _: String = cluster.run(
+        0,
+        redis::cmd("CONFIG")
+            .arg("SET")
+            .arg("repl-backlog-ttl")
+            .arg("1"),
+    );
+    replicate(0, Some(y));
+    assert!(
+        crate::eventually(Duration::from_secs(10), || synced(0)
+            && counter_of(0) == Some(1))
+        .await,
+        "X resynced from Y"
+    );
+    replicate(0, None);
+    assert!(
+        crate::eventually(Duration::from_secs(10), || {
+            info(0, "second_repl_offset:") == "-1"
+        })
+        .await,
+        "X freed its backlog"
+    );
+    // 6. B paused, C free again: a fresh client and the first one (its connection to X made
+    // before all this) each meet X and C. X's counter says 1 again; unless a background
+    // seeding re-seeded X from B and C before B was paused (then X has the second token), X
+    // is unseeded and C alone cannot vouch for it. Either way no token at or below the
+    // highest handed out may be handed out again.
+    let _: i64 = cluster.run(2, redis::cmd("DEL").arg(&lock_key[..]));
+    cluster.pause(1);
+    let fresh = client();
+    let mut highest = second;
+    for (who, rl) in [
+        ("a fresh client", fresh.clone()),
+        ("the first client", first.clone()),
+    ] {
+        match take(rl.clone(), Duration::from_millis(600)).await {
+            Ok(token) if token > highest => highest = token,
+            Ok(token) => panic!("{who} got token {token} after {highest}, X's counter gone back"),
+            Err(err) => {
+                assert!(err.is_no_quorum() && !err.is_expired(), "{who}: {err}");
+                let text = format!("{err:#}");
+                assert!(
+                    text.contains("not seeded for the server's current term"),
+                    "{who}: {text}"
+                );
+            }
+        }
+    }
+
+    // B back: X is re-seeded from the marked majority {B, C} (B has the second token), and
+    // the next token is higher than every token handed out.
+    cluster.resume(1);
+    let token = take(client(), Duration::from_secs(3))
+        .await
+        .expect("with B back");
+    assert!(token > highest, "token {token} after {highest}");
+    crate::settled(&first).await;
+    crate::settled(&fresh).await;
     crate::assert_no_lock_keys(&cluster);
 }

@@ -8,6 +8,7 @@ mod deploy;
 mod double;
 mod election;
 mod failures;
+mod fence_seeding;
 mod fencing;
 mod handoff;
 mod identity;
@@ -37,7 +38,7 @@ pub(crate) use redquorum_testkit::eventually;
 
 pub(crate) const PREFIX: &[u8] = b"redquorum:";
 /// How many Lua scripts redquorum loads on every new connection (`scripts::all`).
-pub(crate) const SCRIPT_COUNT: u64 = 14;
+pub(crate) const SCRIPT_COUNT: u64 = 16;
 
 /// A client over every server of `cluster`, with a per-node timeout generous enough for a
 /// loaded 2-core CI machine.
@@ -102,7 +103,8 @@ pub(crate) fn assert_no_lock_keys(cluster: &Cluster) {
 }
 
 /// The one key on server `node` ending with `suffix`, if any: fenced tests lock one
-/// resource, so each server has at most one counter and one marker (one per hash slot).
+/// resource, so each server has at most one counter (one per hash slot; a client's background
+/// seeding marks every slot, but writes a counter only where one is above 0).
 fn only_key_ending(cluster: &Cluster, node: usize, suffix: &[u8]) -> Option<Vec<u8>> {
     let mut found: Vec<Vec<u8>> = cluster
         .keys()
@@ -117,11 +119,22 @@ fn only_key_ending(cluster: &Cluster, node: usize, suffix: &[u8]) -> Option<Vec<
     found.pop()
 }
 
+/// The re-seed marker of the (one) fenced slot: next to the one counter any server has.
+fn the_marker(cluster: &Cluster) -> Option<Vec<u8>> {
+    let counter = (0..cluster.len())
+        .filter(|i| cluster.server(*i).is_running())
+        .find_map(|i| only_key_ending(cluster, i, b"}:slot:fence"))?;
+    let mut marker = counter;
+    marker.truncate(marker.len() - b"fence".len());
+    marker.extend_from_slice(b"seeded");
+    Some(marker)
+}
+
 /// The term the re-seed marker of the (one) fenced slot names on server `node`, and the
-/// server's own term (its `run_id`, and `/master_replid` if it was promoted since it started):
+/// server's own term (its `run_id` and its `master_replid`, as `run_id/replid`):
 /// equal once the server's counter was seeded for its current term.
 pub(crate) fn seed_marker(cluster: &Cluster, node: usize) -> (Option<String>, String) {
-    let run = only_key_ending(cluster, node, b"}:slot:seeded")
+    let run = the_marker(cluster)
         .and_then(|key| cluster.run(node, redis::cmd("HGET").arg(key).arg("run")));
     let field = |section: &str, name: &str| {
         let info: String = cluster.run(node, redis::cmd("INFO").arg(section));
@@ -131,14 +144,12 @@ pub(crate) fn seed_marker(cluster: &Cluster, node: usize) -> (Option<String>, St
             .trim()
             .to_owned()
     };
-    // The replication id is part of the term only for a master promoted since it started.
-    let promoted = field("replication", "second_repl_offset:") != "-1";
-    let run_id = field("server", "run_id:");
-    let term = if promoted {
-        format!("{run_id}/{}", field("replication", "master_replid:"))
-    } else {
-        run_id
-    };
+    // The fence term: the run_id and the replication id, always (`scripts::fence_term!`).
+    let term = format!(
+        "{}/{}",
+        field("server", "run_id:"),
+        field("replication", "master_replid:")
+    );
     (run, term)
 }
 
