@@ -38,7 +38,7 @@ fn states(rl_seeding: &redquorum::FenceSeeding) -> Vec<Seeding> {
 /// fenced locks on 20 resources nobody ever locked all succeed (the issue measured 0 of 20).
 ///
 /// Mutation: no background seeding (`start_fence_sweep` not called by the acquire): the
-/// seeding never completes (run, caught at the 30 s wait); past it, the issue measured each
+/// seeding never completes (run, caught at the wait); past it, the issue measured each
 /// of the 20 acquires failing.
 #[tokio::test]
 async fn fenced_locks_on_new_resources_survive_a_master_down() {
@@ -46,9 +46,14 @@ async fn fenced_locks_on_new_resources_survive_a_master_down() {
     let rl = fenced(cluster.urls());
     assert_eq!(take(&rl, "first").await.expect("first lock"), 1);
     // The operator's check: every master seeded (the client's sweeper does it in the
-    // background; the first look may find it still at work).
+    // background; the first look may find it still at work). The sweep's work is fixed
+    // (16,384 slots, two reading rounds and a write each on a new deployment), so its time
+    // is the machine's: 18 s in a debug build under two CPU hogs with this test alone, over
+    // 30 s with the other tests beside it. The bound is for a sweep that never finishes, not
+    // a speed claim.
+    let started = std::time::Instant::now();
     let mut seeded = false;
-    for _ in 0..60 {
+    while started.elapsed() < Duration::from_secs(180) {
         let seeding = rl.fence_seeding().await.expect("seeding");
         if seeding.is_complete() {
             seeded = true;
@@ -56,7 +61,8 @@ async fn fenced_locks_on_new_resources_survive_a_master_down() {
         }
         tokio::time::sleep(Duration::from_millis(500)).await;
     }
-    assert!(seeded, "seeded in the background within 30 s");
+    assert!(seeded, "seeded in the background within 180 s");
+    println!("seeded in the background in {:.1?}", started.elapsed());
 
     cluster.kill(4);
     let seeding = rl.fence_seeding().await.expect("seeding");
