@@ -581,7 +581,7 @@ async fn round(
         Some(keys) => {
             let reseeded = reseed::reseed(&shared.nodes, &keys, timing.per_node_timeout).await;
             // Enough masters seeded now (by this re-seed or another client's): try again.
-            reseeded.marked >= shared.quorum()
+            reseeded.marked() >= shared.quorum()
         }
         None => fenced_off,
     };

@@ -347,44 +347,49 @@ async fn fence_state(
     keys: &[&[u8]],
     timeout: Duration,
 ) -> Option<(String, Vec<bool>)> {
-    let ask = async {
+    let answer: Vec<redis::Value> =
+        run_script(node, &scripts::FENCE_STATE, keys, &[], timeout).await?;
+    let mut answer = answer.into_iter();
+    let term: String = redis::from_redis_value(answer.next()?).ok()?;
+    let marked = answer.map(|m| matches!(m, redis::Value::Int(1))).collect();
+    Some((term, marked))
+}
+
+async fn mark_seeded(node: &Node, key: &[u8], term: &str, timeout: Duration) -> Record {
+    match run_script::<i64>(node, &scripts::MARK_SEEDED, &[key], &[term], timeout).await {
+        Some(-1) => Record::Seeded,
+        Some(_) => Record::Stale(term.to_owned()),
+        None => Record::Unknown,
+    }
+}
+
+/// Runs `lua` on the server that serves `keys` (all in one slot on a Cluster voter), with the
+/// server's `run_id` and then `args` as its arguments, bounded by `timeout`; `None` when it did
+/// not answer in time, refused, or would not say its `run_id`.
+async fn run_script<T: redis::FromRedisValue>(
+    node: &Node,
+    lua: &scripts::Lua,
+    keys: &[&[u8]],
+    args: &[&str],
+    timeout: Duration,
+) -> Option<T> {
+    let run = async {
         let ready = node.connection(keys.first()?).await.ok()?;
         let run_id = ready.run_id.clone()?;
         let mut conn = ready.conn.clone();
-        let mut invocation = scripts::FENCE_STATE.script().prepare_invoke();
+        let mut invocation = lua.script().prepare_invoke();
         for key in keys {
             invocation.key(*key);
         }
         invocation.arg(&*run_id);
-        let answer: Vec<redis::Value> = invocation
-            .invoke_async(&mut conn)
-            .await
-            .inspect_err(|err| node.learn_from_error(err, &ready))
-            .ok()?;
-        let mut answer = answer.into_iter();
-        let term: String = redis::from_redis_value(answer.next()?).ok()?;
-        let marked = answer.map(|m| matches!(m, redis::Value::Int(1))).collect();
-        Some((term, marked))
-    };
-    tokio::time::timeout(timeout, ask).await.ok().flatten()
-}
-
-async fn mark_seeded(node: &Node, key: &[u8], term: &str, timeout: Duration) -> Record {
-    let mark = async {
-        let ready = node.connection(key).await.ok()?;
-        let run_id = ready.run_id.clone()?;
-        let mut conn = ready.conn.clone();
-        let mut invocation = scripts::MARK_SEEDED.script().prepare_invoke();
-        invocation.key(key).arg(&*run_id).arg(term);
+        for arg in args {
+            invocation.arg(*arg);
+        }
         invocation
-            .invoke_async::<i64>(&mut conn)
+            .invoke_async(&mut conn)
             .await
             .inspect_err(|err| node.learn_from_error(err, &ready))
             .ok()
     };
-    match tokio::time::timeout(timeout, mark).await {
-        Ok(Some(-1)) => Record::Seeded,
-        Ok(Some(_)) => Record::Stale(term.to_owned()),
-        _ => Record::Unknown,
-    }
+    tokio::time::timeout(timeout, run).await.ok().flatten()
 }

@@ -451,12 +451,7 @@ impl LockModel {
     /// Checks every state reachable under these knobs; returns the checker for inspection.
     /// One check at a time (a lock): each takes both cores and up to a few GiB.
     pub(crate) fn check(self) -> impl stateright::Checker<Self> {
-        use stateright::Checker;
-        static ONE_AT_A_TIME: std::sync::Mutex<()> = std::sync::Mutex::new(());
-        let _turn = ONE_AT_A_TIME
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner);
-        self.checker().threads(2).spawn_bfs().join()
+        self.check_until(stateright::HasDiscoveries::All)
     }
 
     /// Checks until one of `properties` is broken (a mutation's check: the first
@@ -465,13 +460,20 @@ impl LockModel {
         self,
         properties: &[&'static str],
     ) -> impl stateright::Checker<Self> {
-        use stateright::{Checker, HasDiscoveries};
+        let any = properties.iter().copied().collect();
+        self.check_until(stateright::HasDiscoveries::AnyOf(any))
+    }
+
+    /// Checks until `done` (or every state is seen), one check at a time: each takes both
+    /// cores and up to a few GiB.
+    fn check_until(self, done: stateright::HasDiscoveries) -> impl stateright::Checker<Self> {
+        use stateright::Checker;
         static ONE_AT_A_TIME: std::sync::Mutex<()> = std::sync::Mutex::new(());
         let _turn = ONE_AT_A_TIME
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner);
         self.checker()
-            .finish_when(HasDiscoveries::AnyOf(properties.iter().copied().collect()))
+            .finish_when(done)
             .threads(2)
             .spawn_bfs()
             .join()

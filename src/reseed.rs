@@ -85,13 +85,16 @@ pub(crate) fn seed_value(readings: &[Option<Reading>]) -> Option<u64> {
 /// What a re-seed did.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct Reseeded {
-    /// The value the unmarked masters were raised to; `None` when the readings could not be
-    /// trusted (see [`seed_value`]) and nothing was written.
-    pub(crate) value: Option<u64>,
-    /// How many masters are now marked for their current term, counting those marked before.
-    pub(crate) marked: usize,
-    /// Which masters are (per index of `nodes`).
+    /// Which masters are now marked for their current term, counting those marked before
+    /// (per index of `nodes`).
     pub(crate) marked_nodes: Vec<bool>,
+}
+
+impl Reseeded {
+    /// How many masters are now marked for their current term.
+    pub(crate) fn marked(&self) -> usize {
+        self.marked_nodes.iter().filter(|m| **m).count()
+    }
 }
 
 /// One master's reading, and the connection and term it was made on.
@@ -133,12 +136,8 @@ pub(crate) async fn reseed_among(
         .map(|r| r.as_ref().is_some_and(|r| !r.reading.marked))
         .collect();
     if !unmarked.contains(&true) {
-        let marked_nodes: Vec<bool> = first.iter().map(Option::is_some).collect();
-        let marked = marked_nodes.iter().filter(|m| **m).count();
         return Reseeded {
-            value: None,
-            marked,
-            marked_nodes,
+            marked_nodes: first.iter().map(Option::is_some).collect(),
         };
     }
     // The value comes from a second reading, begun once the first has read every master to
@@ -156,21 +155,18 @@ pub(crate) async fn reseed_among(
         .map(|r| r.as_ref().map(|r| r.reading))
         .collect();
     let Some(value) = seed_value(&readings) else {
-        let marked_nodes: Vec<bool> = readings
-            .iter()
-            .map(|r| r.is_some_and(|r| r.marked))
-            .collect();
-        let marked = marked_nodes.iter().filter(|m| **m).count();
+        let untrusted = Reseeded {
+            marked_nodes: readings
+                .iter()
+                .map(|r| r.is_some_and(|r| r.marked))
+                .collect(),
+        };
         tracing::debug!(
-            marked,
+            marked = untrusted.marked(),
             answered = readings.iter().flatten().count(),
             "re-seed: too few trusted readings"
         );
-        return Reseeded {
-            value: None,
-            marked,
-            marked_nodes,
-        };
+        return untrusted;
     };
     let writes = reads.into_iter().zip(unmarked).zip(first_terms);
     let marked_nodes = join_all(writes.map(|((read, unmarked), first_term)| async move {
@@ -200,13 +196,9 @@ pub(crate) async fn reseed_among(
         matches!(tokio::time::timeout(timeout, write).await, Ok(Ok(-1)))
     }))
     .await;
-    let marked = marked_nodes.iter().filter(|ok| **ok).count();
-    tracing::debug!(value, marked, "fence counter re-seeded");
-    Reseeded {
-        value: Some(value),
-        marked,
-        marked_nodes,
-    }
+    let reseeded = Reseeded { marked_nodes };
+    tracing::debug!(value, marked = reseeded.marked(), "fence counter re-seeded");
+    reseeded
 }
 
 /// One reading of each master `asked` names, all at once, each bounded by `timeout`.

@@ -503,14 +503,7 @@ async fn a_master_restarting_empty_never_lowers_the_next_token() {
     proxies[0].set(Fault::Reset);
     match take(rl.clone()).await {
         Ok(token) => panic!("token {token} after {last}, with Y's counter lost"),
-        Err(err) => {
-            assert!(err.is_no_quorum() && !err.is_expired(), "{err}");
-            let text = format!("{err:#}");
-            assert!(
-                text.contains("not seeded for the server's current term"),
-                "{text}"
-            );
-        }
+        Err(err) => assert_not_seeded(&err, "the acquire without X"),
     }
     let (run, run_id) = crate::seed_marker(&cluster, 1);
     assert_ne!(run.as_deref(), Some(run_id.as_str()), "Y stays unseeded");
@@ -594,17 +587,7 @@ async fn a_failed_back_master_never_hands_out_a_token_again() {
         info(replica, "master_link_status:") == "up"
             && info(replica, "master_sync_in_progress:") == "0"
     };
-    let counter_key = b"redquorum:{".to_vec();
-    let counter_of = |node: usize| -> Option<u64> {
-        cluster
-            .keys()
-            .into_iter()
-            .find(|(i, k)| {
-                *i == node && k.starts_with(&counter_key) && k.ends_with(b"}:slot:fence")
-            })
-            .and_then(|(_, k)| cluster.get(node, &k))
-            .and_then(|v| String::from_utf8(v).ok()?.parse().ok())
-    };
+    let counter_of = |node: usize| crate::fence_counter(&cluster, node);
 
     // 1. Token 1 on a fresh deployment.
     let first = client();
@@ -678,14 +661,7 @@ async fn a_failed_back_master_never_hands_out_a_token_again() {
         match take(rl.clone(), Duration::from_millis(600)).await {
             Ok(token) if token > highest => highest = token,
             Ok(token) => panic!("{who} got token {token} after {highest}, X's counter gone back"),
-            Err(err) => {
-                assert!(err.is_no_quorum() && !err.is_expired(), "{who}: {err}");
-                let text = format!("{err:#}");
-                assert!(
-                    text.contains("not seeded for the server's current term"),
-                    "{who}: {text}"
-                );
-            }
+            Err(err) => assert_not_seeded(&err, who),
         }
     }
 
@@ -699,4 +675,15 @@ async fn a_failed_back_master_never_hands_out_a_token_again() {
     crate::settled(&first).await;
     crate::settled(&fresh).await;
     crate::assert_no_lock_keys(&cluster);
+}
+
+/// `err` is a missing quorum (never an expiry) because a master's fence counter was not
+/// seeded for its current term.
+fn assert_not_seeded(err: &redquorum::Error, who: &str) {
+    assert!(err.is_no_quorum() && !err.is_expired(), "{who}: {err}");
+    let text = format!("{err:#}");
+    assert!(
+        text.contains("not seeded for the server's current term"),
+        "{who}: {text}"
+    );
 }
