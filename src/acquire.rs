@@ -22,7 +22,7 @@ use crate::node_error::NodeError;
 use crate::quorum::Deadline;
 use crate::release::{Delete, hand_over_arguments, release_everywhere};
 use crate::report::{NodeOutcome, Report};
-use crate::request::{Command, Request};
+use crate::request::{Command, InParts, Request};
 use crate::reseed;
 use crate::resource::{self, KeyLayout};
 use crate::retry::RetryPolicy;
@@ -325,6 +325,7 @@ impl Queue {
             NodeOutcome::Released,
         )
         .with_extra_keys(keys)
+        .in_parts(InParts::LeaveQueue)
         .with_payload(hand_over_arguments(
             &self.key,
             &Token::generate().release_id(),

@@ -4,7 +4,7 @@ use std::time::Duration;
 
 use crate::error::Operation;
 use crate::report::{NodeOutcome, Report};
-use crate::request::{Command, Request};
+use crate::request::{Command, InParts, Request};
 use crate::resource::{self, KeyLayout};
 use crate::round::{self, Round, Stragglers, Wait};
 use crate::scripts;
@@ -145,7 +145,7 @@ async fn delete_everywhere(
                 KeyLayout::Tagged => resource::queue_keys(key).into(),
                 KeyLayout::Shared => Vec::new(),
             })
-            .extra_keys_optional()
+            .in_parts(InParts::LockKeyAlone)
             .with_payload(hand_over_arguments(key, &release_id, per_node_timeout)),
         // Two empty arguments and no queue: publish nothing, hand nothing over.
         Delete::Silent => {
@@ -153,9 +153,14 @@ async fn delete_everywhere(
         }
         Delete::SilentAndQueue { keys, arguments } => compare_and_delete(&scripts::UNDO_AND_QUEUE)
             .with_extra_keys(keys.clone())
+            .in_parts(InParts::LockKeyAlone)
             .with_payload(arguments.clone()),
+        // The release id, then one channel per key.
         Delete::ReleaseMany { others } => compare_and_delete(&scripts::RELEASE_MANY)
             .with_extra_keys(others.clone())
+            .in_parts(InParts::EachKey {
+                per_key_payload: Some(1),
+            })
             .with_payload(
                 std::iter::once(release_id.as_bytes().to_vec())
                     .chain(
@@ -167,6 +172,9 @@ async fn delete_everywhere(
             ),
         Delete::GiveBack { others } => compare_and_delete(&scripts::GIVE_BACK_PERMITS)
             .with_extra_keys(others.clone())
+            .in_parts(InParts::EachKey {
+                per_key_payload: None,
+            })
             .with_payload(vec![
                 resource::release_channel(key),
                 release_id.as_bytes().to_vec(),

@@ -60,12 +60,39 @@ pub(crate) struct Request {
     /// that master (empty where unknown, which the script never counts). `None`: no such
     /// argument.
     pub(crate) epochs: Option<Vec<Option<u64>>>,
-    /// The script runs with `KEYS[1]` alone too (the release: the waiters' queue keys are
-    /// optional), so a Cluster voter can send it that way when its slot is half moved and the
-    /// cluster refuses the whole set with `TRYAGAIN`.
-    pub(crate) extra_keys_optional: bool,
+    /// How a Cluster voter sends the script when the cluster refuses its keys with `TRYAGAIN`
+    /// (see [`InParts`]).
+    pub(crate) in_parts: InParts,
     /// For metrics.
     pub(crate) operation: Operation,
+}
+
+/// How a Cluster voter sends a multi-key script when the cluster refuses its keys with
+/// `TRYAGAIN`. That answer means the slot the keys share is half moved: some of them are on
+/// the master the slot leaves, some on the one it goes to (or nowhere), and the script stays
+/// refused until the whole slot has moved, which can outlast any wait. A command on one key is
+/// never refused that way, so the script is sent again in parts of one key each, each routed
+/// and redirected on its own (`Prepared::send_part`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum InParts {
+    /// Never: sent whole again a few times. For acquires and renewals, where a vote not had
+    /// this time does no harm.
+    Never,
+    /// The script with `KEYS[1]` alone; it runs without its other keys (`if KEYS[2]`).
+    /// `RELEASE` then releases the lock key alone: its waiters there are woken by the release
+    /// message instead of handed the lock. `UNDO_AND_QUEUE` undoes the grant without queueing
+    /// the waiter on this voter this round.
+    LockKeyAlone,
+    /// `DEQUEUE`: the script on the lock key alone, which passes a reservation for the leaving
+    /// waiter on to nobody (deleted, the release published). Then the waiter is taken off the
+    /// queue's keys (`KEYS[2]`, `KEYS[3]`) by `ZREM` and `HDEL`.
+    LeaveQueue,
+    /// The script once for each key (`RELEASE_MANY`, `GIVE_BACK_PERMITS`: every key is handled
+    /// alike), with the same arguments, except that the payload's entries from
+    /// `per_key_payload` on are one per key and each part takes its own (`RELEASE_MANY`'s
+    /// channels). The request's answer is the first part's that is not `-1`, as the whole
+    /// script answers for the first key that was not ours.
+    EachKey { per_key_payload: Option<usize> },
 }
 
 impl Request {
@@ -100,7 +127,7 @@ impl Request {
             counted: None,
             readd_on: None,
             epochs: None,
-            extra_keys_optional: false,
+            in_parts: InParts::Never,
             operation,
         }
     }
@@ -129,9 +156,9 @@ impl Request {
         self
     }
 
-    /// Marks the extra keys optional (see [`Request::extra_keys_optional`]).
-    pub(crate) fn extra_keys_optional(mut self) -> Self {
-        self.extra_keys_optional = true;
+    /// Sets the `in_parts` field (see there).
+    pub(crate) fn in_parts(mut self, in_parts: InParts) -> Self {
+        self.in_parts = in_parts;
         self
     }
 
@@ -193,10 +220,112 @@ async fn query(
     reply.extract_error()
 }
 
+/// `cmd` on `conn` as [`query`] sends it; when the server does not know `script` (a restarted
+/// node, a `SCRIPT FLUSH`), the script is loaded and `cmd` sent once more.
+async fn query_loading(
+    cmd: &redis::Cmd,
+    script: Option<&Script>,
+    conn: &mut MultiplexedConnection,
+    asking: bool,
+) -> redis::RedisResult<Value> {
+    match (query(cmd, conn, asking).await, script) {
+        (Err(err), Some(script))
+            if err.kind() == redis::ErrorKind::Server(ServerErrorKind::NoScript) =>
+        {
+            script.load_async(conn).await?;
+            query(cmd, conn, asking).await
+        }
+        (answer, _) => answer,
+    }
+}
+
+/// `lua` on `keys`, with the request's token, number and then `payload` as its arguments:
+/// `EVALSHA`, or `EVAL` for a script sent whole.
+fn script_command(lua: &Lua, keys: &[&[u8]], request: &Request, payload: &[Vec<u8>]) -> redis::Cmd {
+    let mut cmd = if lua.is_sent_whole() {
+        let mut eval = redis::cmd("EVAL");
+        eval.arg(lua.code());
+        eval
+    } else {
+        let mut evalsha = redis::cmd("EVALSHA");
+        evalsha.arg(lua.script().get_hash());
+        evalsha
+    };
+    cmd.arg(keys.len());
+    for key in keys {
+        cmd.arg(*key);
+    }
+    cmd.arg(request.token.as_str());
+    if let Some(number) = request.number {
+        cmd.arg(number);
+    }
+    for argument in payload {
+        cmd.arg(argument.as_slice());
+    }
+    cmd
+}
+
+/// The parts `request` (the script `lua`, with extra keys) is sent in when a cluster refuses
+/// it whole (see [`InParts`]).
+fn parts(lua: &'static Lua, request: &Request) -> Vec<Part> {
+    let script = (!lua.is_sent_whole()).then(|| lua.script());
+    let script_part = |key: &[u8], payload: &[Vec<u8>]| Part {
+        key: key.to_vec(),
+        cmd: script_command(lua, &[key], request, payload),
+        script,
+        answers: true,
+    };
+    match request.in_parts {
+        InParts::Never => Vec::new(),
+        InParts::LockKeyAlone => vec![script_part(&request.key, &request.payload)],
+        InParts::LeaveQueue => {
+            let mut parts = vec![script_part(&request.key, &request.payload)];
+            let queue_keys = [
+                ("ZREM", request.extra_keys.first()),
+                ("HDEL", request.extra_keys.get(1)),
+            ];
+            for (command, key) in queue_keys {
+                if let Some(key) = key {
+                    let mut cmd = redis::cmd(command);
+                    cmd.arg(key.as_slice()).arg(request.token.as_str());
+                    parts.push(Part {
+                        key: key.clone(),
+                        cmd,
+                        script: None,
+                        answers: false,
+                    });
+                }
+            }
+            parts
+        }
+        InParts::EachKey { per_key_payload } => {
+            let shared = per_key_payload.map_or(request.payload.len(), |from| {
+                from.min(request.payload.len())
+            });
+            std::iter::once(&request.key)
+                .chain(&request.extra_keys)
+                .enumerate()
+                .map(|(i, key)| {
+                    let mut payload = request.payload.get(..shared).unwrap_or_default().to_vec();
+                    if let Some(own) =
+                        per_key_payload.and_then(|from| request.payload.get(from + i))
+                    {
+                        payload.push(own.clone());
+                    }
+                    script_part(key, &payload)
+                })
+                .collect()
+        }
+    }
+}
+
 /// A request built once per round and sent to every node as is: the arguments are encoded
 /// once, not once per node.
 pub(crate) struct Prepared {
     wire: Wire,
+    /// The request in parts of one key each, for a cluster that refuses it whole with
+    /// `TRYAGAIN` (see [`InParts`]); empty when it is never sent so.
+    parts: Vec<Part>,
     /// The key the request is about (`KEYS[1]`): a Cluster voter routes by its slot.
     key: Vec<u8>,
     done: NodeOutcome,
@@ -213,13 +342,37 @@ pub(crate) struct Prepared {
     pub(crate) deliver_anyway: bool,
 }
 
+/// One key's part of a request sent in parts (see [`InParts`]).
+pub(crate) struct Part {
+    /// The one key it names, which routes it.
+    key: Vec<u8>,
+    cmd: redis::Cmd,
+    /// The script to load on `NOSCRIPT` (a script sent by hash); `None` for a plain command.
+    script: Option<&'static Script>,
+    /// Whether its answer is the request's (the queue's `ZREM` and `HDEL` are not).
+    answers: bool,
+}
+
+impl Part {
+    /// The key that routes it.
+    pub(crate) fn key(&self) -> &[u8] {
+        &self.key
+    }
+
+    /// Sends it on `conn`, as [`Prepared::send`] sends the whole request.
+    pub(crate) async fn send(
+        &self,
+        conn: &mut MultiplexedConnection,
+        asking: bool,
+    ) -> redis::RedisResult<Value> {
+        query_loading(&self.cmd, self.script, conn, asking).await
+    }
+}
+
 enum Wire {
     Script {
         script: &'static Script,
         evalsha: redis::Cmd,
-        /// The same script with `KEYS[1]` alone, when its extra keys are optional (boxed:
-        /// rare, and a command is large).
-        lone: Option<Box<redis::Cmd>>,
         /// The same script with its last argument `1`, for the nodes marked (extend's re-add).
         marked: Option<(Vec<bool>, redis::Cmd)>,
         /// Append the server's `run_id` to the arguments (see `Lua::takes_run_id`).
@@ -237,51 +390,10 @@ impl Prepared {
         let wire = match request.command {
             Command::Script(lua) => {
                 let script = lua.script();
-                let mut evalsha = if lua.is_sent_whole() {
-                    let mut eval = redis::cmd("EVAL");
-                    eval.arg(lua.code());
-                    eval
-                } else {
-                    let mut evalsha = redis::cmd("EVALSHA");
-                    evalsha.arg(script.get_hash());
-                    evalsha
-                };
-                evalsha
-                    .arg(1 + request.extra_keys.len())
-                    .arg(request.key.as_slice());
-                for extra in &request.extra_keys {
-                    evalsha.arg(extra.as_slice());
-                }
-                evalsha.arg(request.token.as_str());
-                if let Some(number) = request.number {
-                    evalsha.arg(number);
-                }
-                for payload in &request.payload {
-                    evalsha.arg(payload.as_slice());
-                }
-                let lone =
-                    (request.extra_keys_optional && !request.extra_keys.is_empty()).then(|| {
-                        let mut lone = redis::cmd(if lua.is_sent_whole() {
-                            "EVAL"
-                        } else {
-                            "EVALSHA"
-                        });
-                        if lua.is_sent_whole() {
-                            lone.arg(lua.code());
-                        } else {
-                            lone.arg(script.get_hash());
-                        }
-                        lone.arg(1)
-                            .arg(request.key.as_slice())
-                            .arg(request.token.as_str());
-                        if let Some(number) = request.number {
-                            lone.arg(number);
-                        }
-                        for payload in &request.payload {
-                            lone.arg(payload.as_slice());
-                        }
-                        Box::new(lone)
-                    });
+                let keys: Vec<&[u8]> = std::iter::once(request.key.as_slice())
+                    .chain(request.extra_keys.iter().map(Vec::as_slice))
+                    .collect();
+                let mut evalsha = script_command(lua, &keys, request, &request.payload);
                 let marked = request.readd_on.as_ref().map(|nodes| {
                     let mut marked = evalsha.clone();
                     marked.arg("1");
@@ -291,7 +403,6 @@ impl Prepared {
                 Wire::Script {
                     script,
                     evalsha,
-                    lone,
                     marked,
                     run_id: lua.takes_run_id(),
                     per_node: request.epochs.clone(),
@@ -308,8 +419,13 @@ impl Prepared {
                 Wire::SetIfAbsent(set)
             }
         };
+        let parts = match request.command {
+            Command::Script(lua) if !request.extra_keys.is_empty() => parts(lua, request),
+            _ => Vec::new(),
+        };
         Self {
             wire,
+            parts,
             key: request.key.clone(),
             done: request.done.clone(),
             settled_nodes_only: request.settled_nodes_only,
@@ -325,28 +441,15 @@ impl Prepared {
     /// Sends the request on `conn`; a script the server does not know (a restarted node, a
     /// `SCRIPT FLUSH`) is loaded and sent once more. With `asking` (a cluster master answered
     /// `ASK`), the request follows `ASKING` in the same write, so nothing else sent on the
-    /// connection can come between them. With `lone`, the script is sent with `KEYS[1]` alone
-    /// when it can be ([`Prepared::has_lone_form`]).
+    /// connection can come between them.
     pub(crate) async fn send(
         &self,
         conn: &mut MultiplexedConnection,
         node: usize,
         server_run: Option<&str>,
         asking: bool,
-        lone: bool,
     ) -> redis::RedisResult<Value> {
         match &self.wire {
-            Wire::Script {
-                script,
-                lone: Some(lone_cmd),
-                ..
-            } if lone => match query(lone_cmd, conn, asking).await {
-                Err(err) if err.kind() == redis::ErrorKind::Server(ServerErrorKind::NoScript) => {
-                    script.load_async(conn).await?;
-                    query(lone_cmd, conn, asking).await
-                }
-                answer => answer,
-            },
             Wire::Script {
                 script,
                 evalsha,
@@ -354,7 +457,6 @@ impl Prepared {
                 run_id,
                 per_node,
                 whole: _,
-                lone: _,
             } => {
                 let cmd = match marked {
                     Some((nodes, marked)) if nodes.get(node) == Some(&true) => marked,
@@ -377,25 +479,32 @@ impl Prepared {
                     extended = Some(with_run_id);
                 }
                 let cmd = extended.as_ref().unwrap_or(cmd);
-                match query(cmd, conn, asking).await {
-                    Err(err)
-                        if err.kind() == redis::ErrorKind::Server(ServerErrorKind::NoScript) =>
-                    {
-                        script.load_async(conn).await?;
-                        query(cmd, conn, asking).await
-                    }
-                    answer => answer,
-                }
+                query_loading(cmd, Some(script), conn, asking).await
             }
             Wire::SetIfAbsent(set) => query(set, conn, asking).await,
         }
     }
 
-    /// Whether the script can run with `KEYS[1]` alone (a release without its waiters' queue
-    /// keys): what a Cluster voter sends when the cluster refuses the whole set of keys with
-    /// `TRYAGAIN` while their slot moves.
-    pub(crate) fn has_lone_form(&self) -> bool {
-        matches!(self.wire, Wire::Script { lone: Some(_), .. })
+    /// The parts the request is sent in when a cluster refuses it whole with `TRYAGAIN` (see
+    /// [`InParts`]): none when it is never sent so.
+    pub(crate) fn parts(&self) -> &[Part] {
+        &self.parts
+    }
+
+    /// The request's answer from its parts' answers, in order: the first error if any part
+    /// failed; else the first answering part's that is not `-1`, else `-1` (a part's `-1` is
+    /// "done", as the whole script's).
+    pub(crate) fn combine<E>(&self, answers: Vec<Result<Value, E>>) -> Result<Value, E> {
+        let mut combined = Value::Int(-1);
+        let mut decided = false;
+        for (part, answer) in self.parts.iter().zip(answers) {
+            let answer = answer?;
+            if part.answers && !decided && answer != Value::Int(-1) {
+                combined = answer;
+                decided = true;
+            }
+        }
+        Ok(combined)
     }
 
     /// Whether the request may be sent a second time (a script after `NOSCRIPT`): then it is
@@ -656,6 +765,155 @@ mod tests {
             &NodeOutcome::Granted,
         );
         assert!(matches!(old, (NodeOutcome::Failed(_), None)));
+    }
+
+    /// The arguments of `cmd`, as text.
+    fn words(cmd: &redis::Cmd) -> Vec<String> {
+        cmd.args_iter()
+            .map(|arg| match arg {
+                redis::Arg::Simple(bytes) => String::from_utf8_lossy(bytes).into_owned(),
+                _ => "<not bytes>".to_owned(),
+            })
+            .collect()
+    }
+
+    fn release_of(lua: &'static Lua, keys: &[&str], token: &Token) -> Request {
+        Request::new(
+            Operation::Release,
+            Command::Script(lua),
+            keys[0].as_bytes(),
+            token,
+            NodeOutcome::Released,
+        )
+        .with_extra_keys(keys[1..].iter().map(|k| k.as_bytes().to_vec()).collect())
+    }
+
+    fn payload(words: &[&str]) -> Vec<Vec<u8>> {
+        words.iter().map(|w| w.as_bytes().to_vec()).collect()
+    }
+
+    /// Mutation: every part given the whole payload: the parts of `RELEASE_MANY` publish every
+    /// key's release on the first key's channel.
+    #[test]
+    fn a_set_is_sent_key_by_key_each_with_its_own_channel() {
+        let token = Token::generate();
+        let request = release_of(&crate::scripts::RELEASE_MANY, &["k1", "k2"], &token)
+            .in_parts(InParts::EachKey {
+                per_key_payload: Some(1),
+            })
+            .with_payload(payload(&["id", "c1", "c2"]));
+        let prepared = Prepared::new(&request);
+        assert_eq!(prepared.parts().len(), 2);
+        let hash = crate::scripts::RELEASE_MANY.script().get_hash();
+        let t = token.expose();
+        assert_eq!(
+            words(&prepared.parts[0].cmd),
+            ["EVALSHA", hash, "1", "k1", t, "id", "c1"]
+        );
+        assert_eq!(
+            words(&prepared.parts[1].cmd),
+            ["EVALSHA", hash, "1", "k2", t, "id", "c2"]
+        );
+        assert_eq!(prepared.parts()[1].key(), b"k2");
+
+        let give_back = release_of(&crate::scripts::GIVE_BACK_PERMITS, &["p0", "p1"], &token)
+            .in_parts(InParts::EachKey {
+                per_key_payload: None,
+            })
+            .with_payload(payload(&["channel", "id"]));
+        let prepared = Prepared::new(&give_back);
+        assert_eq!(
+            words(&prepared.parts[1].cmd)[3..],
+            ["p1", t, "channel", "id"]
+        );
+    }
+
+    #[test]
+    fn a_waiter_leaves_with_the_lock_key_alone_then_one_command_per_queue_key() {
+        let request = Request::for_waiter(
+            Operation::Release,
+            &crate::scripts::DEQUEUE,
+            b"k",
+            "c.w",
+            NodeOutcome::Released,
+        )
+        .with_extra_keys(payload(&["k:queue", "k:waiters"]))
+        .in_parts(InParts::LeaveQueue)
+        .with_payload(payload(&["ch", "id", "500"]));
+        let prepared = Prepared::new(&request);
+        let hash = crate::scripts::DEQUEUE.script().get_hash();
+        let parts: Vec<Vec<String>> = prepared.parts.iter().map(|p| words(&p.cmd)).collect();
+        assert_eq!(
+            parts,
+            [
+                vec!["EVALSHA", hash, "1", "k", "c.w", "ch", "id", "500"],
+                vec!["ZREM", "k:queue", "c.w"],
+                vec!["HDEL", "k:waiters", "c.w"],
+            ]
+        );
+        assert_eq!(
+            prepared.parts.iter().map(|p| p.answers).collect::<Vec<_>>(),
+            [true, false, false]
+        );
+    }
+
+    #[test]
+    fn only_requests_with_several_keys_that_may_be_split_have_parts() {
+        let token = Token::generate();
+        let never = release_of(&crate::scripts::RELEASE, &["k", "q", "w"], &token);
+        assert!(Prepared::new(&never).parts().is_empty());
+        let alone =
+            release_of(&crate::scripts::RELEASE, &["k"], &token).in_parts(InParts::LockKeyAlone);
+        assert!(
+            Prepared::new(&alone).parts().is_empty(),
+            "one key: never refused"
+        );
+        let split = release_of(&crate::scripts::RELEASE, &["k", "q", "w"], &token)
+            .in_parts(InParts::LockKeyAlone)
+            .with_payload(payload(&["ch", "id", "500"]));
+        let prepared = Prepared::new(&split);
+        assert_eq!(prepared.parts().len(), 1);
+        assert_eq!(
+            words(&prepared.parts[0].cmd)[2..],
+            ["1", "k", token.expose(), "ch", "id", "500"]
+        );
+    }
+
+    /// Mutation: the last answer kept instead of the first that is not `-1`: a set whose first
+    /// key was another owner's reads as released.
+    #[test]
+    fn parts_answer_as_the_whole_script_would() {
+        let token = Token::generate();
+        let set = Prepared::new(
+            &release_of(&crate::scripts::RELEASE_MANY, &["a", "b", "c"], &token).in_parts(
+                InParts::EachKey {
+                    per_key_payload: Some(1),
+                },
+            ),
+        );
+        let answers = |codes: [i64; 3]| -> Vec<Result<Value, ()>> {
+            codes.iter().map(|c| Ok(Value::Int(*c))).collect()
+        };
+        assert_eq!(set.combine(answers([-1, -1, -1])), Ok(Value::Int(-1)));
+        assert_eq!(set.combine(answers([-1, 700, -2])), Ok(Value::Int(700)));
+        assert_eq!(set.combine(answers([-2, -1, 700])), Ok(Value::Int(-2)));
+        assert_eq!(
+            set.combine(vec![Ok(Value::Int(-1)), Err("down"), Ok(Value::Int(5))]),
+            Err("down")
+        );
+        // The queue's commands answer 1 or 0, never the request's answer.
+        let leave = Prepared::new(
+            &Request::for_waiter(
+                Operation::Release,
+                &crate::scripts::DEQUEUE,
+                b"k",
+                "c.w",
+                NodeOutcome::Released,
+            )
+            .with_extra_keys(payload(&["k:queue", "k:waiters"]))
+            .in_parts(InParts::LeaveQueue),
+        );
+        assert_eq!(leave.combine(answers([-1, 1, 0])), Ok(Value::Int(-1)));
     }
 
     #[test]

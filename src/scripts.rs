@@ -351,7 +351,8 @@ pub(crate) static GIVE_BACK_PERMITS: Lua = Lua::new(concat!(
 /// The cleanup of a failed round whose acquire will wait: the silent compare-and-delete of
 /// `RELEASE` (no hand-off, no message), answering as it does, and, in the same round, joins
 /// the queue (or keeps its place), so a waiter is queued from its first refusal on without a
-/// round of its own.
+/// round of its own. With `KEYS[1]` alone (a half-moved cluster slot, see
+/// `request::InParts`), only undoes.
 pub(crate) static UNDO_AND_QUEUE: Lua = Lua::new(concat!(
     "local value = redis.call('GET', KEYS[1])\n",
     "local answer = -2\n",
@@ -362,7 +363,9 @@ pub(crate) static UNDO_AND_QUEUE: Lua = Lua::new(concat!(
     "  answer = redis.call('PTTL', KEYS[1])\n",
     "  if answer == -1 then answer = -3 end\n",
     "end\n",
+    "if KEYS[2] then\n",
     join_queue!("2", "3", "4"),
+    "end\n",
     "return answer\n",
 ));
 
@@ -371,10 +374,14 @@ pub(crate) static UNDO_AND_QUEUE: Lua = Lua::new(concat!(
 /// the reservation in ms. Leaves the queue (a waiter that got the lock elsewhere, gave up or
 /// was cancelled), and if a release had already reserved the lock for this waiter here, passes
 /// it on as that release would have (`hand_over!`): a reservation for a waiter that no longer
-/// waits would idle the lock until it lapses, and its lapse wakes nobody. `-1`.
+/// waits would idle the lock until it lapses, and its lapse wakes nobody. `-1`. With `KEYS[1]`
+/// alone (a half-moved cluster slot, see `request::InParts`), only passes a reservation on,
+/// to nobody: the client leaves the queue's keys with one command each.
 pub(crate) static DEQUEUE: Lua = Lua::new(concat!(
-    "redis.pcall('ZREM', KEYS[2], ARGV[1])\n",
-    "redis.pcall('HDEL', KEYS[3], ARGV[1])\n",
+    "if KEYS[2] then\n",
+    "  redis.pcall('ZREM', KEYS[2], ARGV[1])\n",
+    "  redis.pcall('HDEL', KEYS[3], ARGV[1])\n",
+    "end\n",
     "if redis.call('GET', KEYS[1]) == 'handoff:' .. ARGV[1] then\n",
     hand_over!(),
     "end\n",
@@ -781,7 +788,7 @@ mod tests {
     mod on_a_server {
         use redquorum_testkit::Cluster;
 
-        use super::super::{DEQUEUE, QUEUED_ACQUIRE, RELEASE};
+        use super::super::{DEQUEUE, QUEUED_ACQUIRE, RELEASE, UNDO_AND_QUEUE};
 
         const KEY: &str = "q:{r}";
         const QUEUE: &str = "q:{r}:queue";
@@ -846,6 +853,69 @@ mod tests {
             );
             let keys: Vec<String> = cluster.run(0, redis::cmd("KEYS").arg("*"));
             assert!(keys.is_empty(), "{keys:?}");
+        }
+
+        /// `script` with `KEY` alone, as a Cluster voter sends it on a half-moved slot
+        /// (`request::InParts`).
+        fn eval_alone(cluster: &Cluster, code: &str, argv: &[&str]) -> i64 {
+            let mut cmd = redis::cmd("EVAL");
+            cmd.arg(code).arg(1).arg(KEY);
+            for a in argv {
+                cmd.arg(*a);
+            }
+            cluster.run(0, &cmd)
+        }
+
+        /// With the lock key alone (a half-moved slot), `DEQUEUE` passes a reservation for
+        /// its waiter on to nobody and touches nothing else; `UNDO_AND_QUEUE` undoes and joins
+        /// no queue. Neither touches the queue's keys, which the client leaves with one
+        /// command each.
+        ///
+        /// Mutation (run, not caught, equivalent): either script without its `if KEYS[2]`
+        /// guard. The queue commands are `pcall`s, and on a missing key they fail and do
+        /// nothing; the guards say so rather than rely on it.
+        #[test]
+        fn with_the_lock_key_alone_leaving_and_undoing_touch_only_that_key() {
+            let cluster = Cluster::start(1);
+            queue(&cluster, "c.v", 1, FOREVER);
+            let _: () = cluster.run(
+                0,
+                redis::cmd("SET")
+                    .arg(KEY)
+                    .arg("handoff:c.w")
+                    .arg("PX")
+                    .arg(60_000),
+            );
+            assert_eq!(
+                eval_alone(&cluster, DEQUEUE.code(), &["c.w", "ch", "r", "5000"]),
+                -1
+            );
+            assert_eq!(get(&cluster), None, "the reservation passed to nobody");
+            assert_eq!(queued(&cluster), ["c.v"], "the queue untouched");
+
+            let _: () = cluster.run(
+                0,
+                redis::cmd("SET").arg(KEY).arg("tok").arg("PX").arg(60_000),
+            );
+            assert_eq!(
+                eval_alone(&cluster, DEQUEUE.code(), &["c.w", "ch", "r", "5000"]),
+                -1
+            );
+            assert_eq!(
+                get(&cluster).as_deref(),
+                Some("tok"),
+                "a held lock untouched"
+            );
+            assert_eq!(
+                eval_alone(
+                    &cluster,
+                    UNDO_AND_QUEUE.code(),
+                    &["tok", "c.u", "5000", "3"]
+                ),
+                -1
+            );
+            assert_eq!(get(&cluster), None, "undone");
+            assert_eq!(queued(&cluster), ["c.v"], "not queued");
         }
 
         /// A waiter leaving touches no lock but a reservation for itself.

@@ -13,7 +13,7 @@ use crate::node::Node;
 use crate::node_error::NodeError;
 use crate::node_id::NodeId;
 use crate::report::NodeOutcome;
-use crate::request::{Grant, Prepared};
+use crate::request::{Grant, Part, Prepared};
 use crate::server_link::breaks_connection;
 
 /// How often a request a cluster answered `TRYAGAIN` (its slot is being moved) is sent again.
@@ -83,97 +83,136 @@ impl Voter for Node {
         // A request to a Cluster voter may be redirected and sent again elsewhere, so it is
         // ordered only once answered (the round marks it then), not once queued.
         let mut queued = (!self.is_cluster()).then_some(queued);
-        let call = async {
-            let mut ready = self.connection(request.key()).await?;
-            let mut asking = false;
-            // A slot being moved can take two redirections (`MOVED` to its new master, which
-            // answers `ASK` while some keys are still on the way); more mean the cluster is
-            // moving it again, and this vote is simply not had this time.
-            let mut redirections_left = 2;
-            let mut retries_left = TRY_AGAIN_RETRIES;
-            let mut lone = false;
-            loop {
-                if request.settled_nodes_only {
-                    self.check_settled(&ready)?;
-                }
-                if request.needs_run_id() && ready.run_id.is_none() {
-                    return Err(NodeError::Unidentified);
-                }
-                let answer = {
-                    let mut conn = ready.conn.clone();
-                    let send = request.send(
-                        &mut conn,
-                        self.id().index(),
-                        ready.run_id.as_deref(),
-                        asking,
-                        lone,
-                    );
-                    tokio::pin!(send);
-                    // The first poll hands the command to the connection's queue (or to the line of
-                    // senders waiting for room in it, served in order).
-                    let first = futures::poll!(send.as_mut());
-                    if let Some(queued) = queued.take() {
-                        queued();
-                    }
-                    match first {
-                        std::task::Poll::Ready(answer) => answer,
-                        std::task::Poll::Pending => send.await,
-                    }
-                };
-                // Something came back from the server (or the connection broke): not hung.
-                self.set_suspect(false);
-                let err = match answer {
-                    Ok(reply) => return Ok(reply),
-                    Err(err) => err,
-                };
-                let try_again = err.kind() == redis::ErrorKind::Server(ServerErrorKind::TryAgain);
-                if try_again && !lone && request.has_lone_form() {
-                    // The release's queue keys do not exist yet where the slot is going, and
-                    // would keep it refused until the whole slot has moved: release the lock
-                    // key alone (its waiters on this voter are woken by the message instead of
-                    // handed the lock).
-                    lone = true;
-                    continue;
-                }
-                if try_again && retries_left > 0 {
-                    // A multi-key script on a slot whose keys are half moved: not run, and
-                    // runnable once the keys have moved (a migration moves them in batches).
-                    retries_left -= 1;
-                    tokio::time::sleep(TRY_AGAIN_DELAY).await;
-                    continue;
-                }
-                if redirections_left > 0 {
-                    redirections_left -= 1;
-                    // A redirected request was not run: sent again to the master named.
-                    if let Some(redirected) = self.redirect(&err, &ready).await {
-                        let redirected = redirected?;
-                        tracing::debug!(node = %self.id(), error = %err, "following the cluster's redirection");
-                        ready = redirected.ready;
-                        asking = redirected.asking;
-                        continue;
-                    }
-                }
-                let read_only = err.kind() == redis::ErrorKind::Server(ServerErrorKind::ReadOnly);
-                if breaks_connection(&err) {
-                    ready.report_broken();
-                } else if read_only && self.follows_failovers() {
-                    // A failover demoted the server this voter spoke for: reconnect, and the
-                    // sentinels name the new master.
-                    tracing::info!(node = %self.id(), "the voter's server was demoted; looking its master up again");
-                    ready.report_broken();
-                } else if read_only {
-                    tracing::warn!(
-                        node = %self.id(),
-                        "node is a read-only replica: Redlock needs N independent masters, \
-                         a replica cannot vote and must not be listed"
-                    );
-                }
-                return Err(NodeError::Redis(err));
+        let mut answer = exchange(self, request, None, &mut queued).await;
+        if !request.parts().is_empty()
+            && matches!(&answer, Err(NodeError::Redis(err)) if is_try_again(err))
+        {
+            // Its keys are half moved, and stay refused until the whole slot has moved: sent
+            // in parts of one key each (see `InParts`), every part tried even when one fails,
+            // so as little as possible is left behind.
+            tracing::debug!(node = %self.id(), "a slot is half moved: sending the request key by key");
+            let mut answers = Vec::with_capacity(request.parts().len());
+            for part in request.parts() {
+                answers.push(exchange(self, request, Some(part), &mut None::<fn()>).await);
             }
-        };
-        match call.await {
+            answer = request.combine(answers);
+        }
+        match answer {
             Err(err) => (NodeOutcome::Failed(err), None),
             Ok(reply) => request.classify(reply),
         }
+    }
+}
+
+/// Whether the cluster refused a multi-key request because its slot is half moved.
+fn is_try_again(err: &redis::RedisError) -> bool {
+    err.kind() == redis::ErrorKind::Server(ServerErrorKind::TryAgain)
+}
+
+/// Sends `request` to `node`, or its part `part` (see `InParts`), following the cluster's
+/// redirections. A part is routed afresh by its own key, as the whole was, never sent where
+/// the whole was refused: which master refused says nothing about where one key is. (Before
+/// Redis 7.0 the leaving master answered `ASK` and the importing one `TRYAGAIN`; a one-key part
+/// sent there after `ASKING` would run on a key it does not have while the key is still on the
+/// leaving master. Only 7.0 is at hand to test.) `queued` runs once the request is handed to
+/// the connection (see `Voter::ask`).
+///
+/// # Cancel safety
+/// As `Voter::ask`.
+async fn exchange(
+    node: &Node,
+    request: &Prepared,
+    part: Option<&Part>,
+    queued: &mut Option<impl FnOnce() + Send>,
+) -> Result<redis::Value, NodeError> {
+    let key = part.map_or(request.key(), Part::key);
+    let mut ready = node.connection(key).await?;
+    let mut asking = false;
+    // A slot being moved can take two redirections (`MOVED` to its new master, which answers
+    // `ASK` while some keys are still on the way); more mean the cluster is moving it again,
+    // and this vote is simply not had this time.
+    let mut redirections_left = 2;
+    let mut retries_left = TRY_AGAIN_RETRIES;
+    loop {
+        if request.settled_nodes_only {
+            node.check_settled(&ready)?;
+        }
+        if request.needs_run_id() && ready.run_id.is_none() {
+            return Err(NodeError::Unidentified);
+        }
+        let answer = {
+            let mut conn = ready.conn.clone();
+            let send = async {
+                match part {
+                    None => {
+                        request
+                            .send(
+                                &mut conn,
+                                node.id().index(),
+                                ready.run_id.as_deref(),
+                                asking,
+                            )
+                            .await
+                    }
+                    Some(part) => part.send(&mut conn, asking).await,
+                }
+            };
+            tokio::pin!(send);
+            // The first poll hands the command to the connection's queue (or to the line of
+            // senders waiting for room in it, served in order).
+            let first = futures::poll!(send.as_mut());
+            if let Some(queued) = queued.take() {
+                queued();
+            }
+            match first {
+                std::task::Poll::Ready(answer) => answer,
+                std::task::Poll::Pending => send.await,
+            }
+        };
+        // Something came back from the server (or the connection broke): not hung.
+        node.set_suspect(false);
+        let err = match answer {
+            Ok(reply) => return Ok(reply),
+            Err(err) => err,
+        };
+        let try_again = is_try_again(&err);
+        if try_again && part.is_none() && !request.parts().is_empty() {
+            // Sent in parts instead, by the caller.
+            return Err(NodeError::Redis(err));
+        }
+        if try_again && retries_left > 0 {
+            // A multi-key script on a slot whose keys are half moved: not run, and runnable
+            // once the keys have moved (a migration moves them in batches).
+            retries_left -= 1;
+            tokio::time::sleep(TRY_AGAIN_DELAY).await;
+            continue;
+        }
+        if redirections_left > 0 {
+            redirections_left -= 1;
+            // A redirected request was not run: sent again to the master named.
+            if let Some(redirected) = node.redirect(&err, &ready).await {
+                let redirected = redirected?;
+                tracing::debug!(node = %node.id(), error = %err, "following the cluster's redirection");
+                ready = redirected.ready;
+                asking = redirected.asking;
+                continue;
+            }
+        }
+        let read_only = err.kind() == redis::ErrorKind::Server(ServerErrorKind::ReadOnly);
+        if breaks_connection(&err) {
+            ready.report_broken();
+        } else if read_only && node.follows_failovers() {
+            // A failover demoted the server this voter spoke for: reconnect, and the sentinels
+            // name the new master.
+            tracing::info!(node = %node.id(), "the voter's server was demoted; looking its master up again");
+            ready.report_broken();
+        } else if read_only {
+            tracing::warn!(
+                node = %node.id(),
+                "node is a read-only replica: Redlock needs N independent masters, a replica \
+                 cannot vote and must not be listed"
+            );
+        }
+        return Err(NodeError::Redis(err));
     }
 }

@@ -215,6 +215,27 @@ impl RedisCluster {
         }
     }
 
+    /// Moves one key from server `from` to server `to` (`MIGRATE`, ttl kept); its slot must be
+    /// migrating. With other keys of the slot left behind, the slot is half moved: a command
+    /// naming keys on both sides is refused with `TRYAGAIN`.
+    pub fn move_key(&self, key: &[u8], from: usize, to: usize) {
+        let reply: String = self.servers.run(
+            from,
+            redis::cmd("MIGRATE")
+                .arg("127.0.0.1")
+                .arg(self.servers.server(to).port())
+                .arg(key)
+                .arg(0)
+                .arg(5000),
+        );
+        assert_eq!(
+            reply,
+            "OK",
+            "MIGRATE {} from {from} to {to}",
+            key.escape_ascii()
+        );
+    }
+
     /// Ends a migration: every master learns that server `to` serves `slot` (the importing
     /// server first, as `redis-cli --cluster reshard` does), and the call returns once every
     /// server's own slot map says so.

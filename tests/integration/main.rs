@@ -10,6 +10,7 @@ mod election;
 mod failures;
 mod fence_seeding;
 mod fencing;
+mod half_moved_slots;
 mod handoff;
 mod identity;
 mod interop;
