@@ -53,84 +53,46 @@
     deny(clippy::unwrap_used, clippy::expect_used, clippy::indexing_slicing)
 )]
 
-mod acquire;
-mod acquire_many;
-mod builder;
-mod config_error;
-mod confirm;
-mod election;
-mod error;
-mod extend;
-mod fence_seeding;
-mod fence_sweep;
-mod held_locks;
-mod inspect;
-mod leader_info;
-mod lease;
-mod lock;
-mod lock_service;
+mod api;
+mod core;
+mod engine;
+mod errors;
 #[cfg(test)]
 mod model;
-mod multi_lock;
-mod node;
-mod node_error;
-mod node_id;
-mod node_source;
-mod permit;
-mod query;
-mod quorum;
-mod redlock;
-mod release;
-mod report;
-mod request;
-mod reseed;
-mod resource;
-mod retry;
-mod round;
+mod protocol;
 mod scripts;
-mod semaphore;
-mod server_identity;
-mod server_link;
-mod settings;
-mod shards;
-mod shared;
-mod slot_map;
-pub mod telemetry;
 #[cfg(feature = "testing")]
 pub mod testing;
-#[cfg(any(feature = "tls", feature = "tls-aws-lc-rs"))]
-mod tls;
-mod token;
-mod verdict;
-mod voter;
-mod waiting;
+mod voters;
 
-pub use acquire_many::MAX_RESOURCES_PER_LOCK;
-pub use builder::Builder;
-pub use config_error::ConfigError;
-pub use election::{Election, Leadership, Leading};
-pub use error::{Error, Failure, LostReason, Operation};
-pub use fence_seeding::{FenceSeeding, Seeding};
-pub use inspect::{Holding, Inspection, NodeInspection};
-pub use leader_info::Leader;
-pub use lease::{Lease, LeaseOptions, LeaseSignal};
-pub use lock::Lock;
-pub use lock_service::{HeldLock, LockService};
-pub use node_error::NodeError;
-pub use node_id::NodeId;
-pub use node_source::{ClusterVoter, IntoNode, NodeSource, SentinelVoter};
-pub use permit::MAX_PERMITS;
-pub use quorum::DRIFT_FLOOR;
-pub use redlock::RedLock;
-pub use report::{NodeOutcome, NodeReport, Report};
-pub use resource::{DEFAULT_KEY_PREFIX, KeyLayout, MAX_RESOURCE_LEN};
-pub use retry::RetryPolicy;
-pub use semaphore::{Permit, Semaphore};
-pub use settings::{
+pub use self::core::telemetry;
+
+pub use self::core::node_id::NodeId;
+pub use self::core::quorum::DRIFT_FLOOR;
+pub use self::core::report::{NodeOutcome, NodeReport, Report};
+pub use self::core::resource::{DEFAULT_KEY_PREFIX, KeyLayout, MAX_RESOURCE_LEN};
+pub use self::core::retry::RetryPolicy;
+pub use self::core::settings::{
     DEFAULT_CONNECT_TIMEOUT, DEFAULT_DRIFT_FACTOR, MAX_DERIVED_NODE_TIMEOUT, MAX_TTL,
     MIN_DERIVED_NODE_TIMEOUT,
 };
-pub use token::Token;
+pub use self::core::token::Token;
+pub use api::builder::Builder;
+pub use api::election::{Election, Leadership, Leading};
+pub use api::fence_seeding::{FenceSeeding, Seeding};
+pub use api::inspect::{Holding, Inspection, NodeInspection};
+pub use api::lease::{Lease, LeaseOptions, LeaseSignal};
+pub use api::lock::Lock;
+pub use api::lock_service::{HeldLock, LockService};
+pub use api::redlock::RedLock;
+pub use api::semaphore::{Permit, Semaphore};
+pub use errors::config_error::ConfigError;
+pub use errors::error::{Error, Failure, LostReason, Operation};
+pub use errors::node_error::NodeError;
+pub use protocol::acquire_many::MAX_RESOURCES_PER_LOCK;
+pub use protocol::leader_info::Leader;
+pub use protocol::permit::MAX_PERMITS;
+pub use voters::node_source::{ClusterVoter, IntoNode, NodeSource, SentinelVoter};
 
 /// `Result` with [`Error`].
 pub type Result<T, E = Error> = std::result::Result<T, E>;

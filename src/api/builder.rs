@@ -1,0 +1,393 @@
+//! The builder: collects a client's settings and validates them before any I/O.
+
+use std::time::Duration;
+
+use crate::core::retry::{Jitter, RetryPolicy};
+use crate::core::settings::{Config, MAX_TTL};
+use crate::errors::config_error::ConfigError;
+use crate::errors::error::Error;
+use crate::protocol::shared::Shared;
+use crate::voters::node::Node;
+use crate::voters::node_source::{IntoNode, NodeSource};
+use crate::voters::server_identity::ServerIdentities;
+
+/// Configures a [`RedLock`](crate::RedLock); start from [`RedLock::builder`](crate::RedLock::builder).
+///
+/// # Default
+///
+/// | setting | default |
+/// |---|---|
+/// | [`drift_factor`](Self::drift_factor) | [`DEFAULT_DRIFT_FACTOR`](crate::DEFAULT_DRIFT_FACTOR) (0.01) |
+/// | [`per_node_timeout`](Self::per_node_timeout) | ttl / 100, clamped to [10 ms, 50 ms] (50 ms for a 10 s ttl) |
+/// | [`connect_timeout`](Self::connect_timeout) | [`DEFAULT_CONNECT_TIMEOUT`](crate::DEFAULT_CONNECT_TIMEOUT) (1 s) |
+/// | [`min_validity`](Self::min_validity) | zero: any validity left is enough |
+/// | [`key_prefix`](Self::key_prefix) | [`DEFAULT_KEY_PREFIX`](crate::DEFAULT_KEY_PREFIX) (`redquorum:`) |
+/// | [`retry`](Self::retry) | [`RetryPolicy::default()`] |
+/// | [`retry_seed`](Self::retry_seed) | none: delays drawn from the thread RNG |
+/// | [`restart_grace`](Self::restart_grace) | none: a restarted master votes at once |
+/// | [`fencing`](Self::fencing) | off |
+/// | [`wait_for_release`](Self::wait_for_release) | on: waiters wake on release (pub/sub) |
+///
+/// ```
+/// # fn main() -> Result<(), redquorum::Error> {
+/// use std::time::Duration;
+/// let rl = redquorum::RedLock::builder(["redis://127.0.0.1:7001", "redis://127.0.0.1:7002", "redis://127.0.0.1:7003"])
+///     .per_node_timeout(Duration::from_millis(20))
+///     .drift_factor(0.02)
+///     .key_prefix("locks:")
+///     .retry(redquorum::RetryPolicy::default().max_attempts(Some(5)))
+///     .build()?;
+/// # Ok(()) }
+/// ```
+#[derive(Debug)]
+#[must_use = "a builder does nothing until build() is called"]
+pub struct Builder {
+    nodes: Result<Vec<NodeSource>, ConfigError>,
+    config: Config,
+    retry_seed: Option<u64>,
+}
+
+impl Builder {
+    pub(crate) fn new<I>(nodes: I) -> Self
+    where
+        I: IntoIterator,
+        I::Item: IntoNode,
+    {
+        let nodes = nodes
+            .into_iter()
+            .enumerate()
+            .map(|(index, node)| {
+                node.into_node()
+                    .map_err(|source| ConfigError::InvalidNode { index, source })
+            })
+            .collect();
+        Self {
+            nodes,
+            config: Config::default(),
+            retry_seed: None,
+        }
+    }
+
+    /// The share of the ttl allowed for clock drift between client and servers, in `[0, 1)`.
+    /// The allowance is `ttl × factor + 2 ms`.
+    pub fn drift_factor(mut self, factor: f64) -> Self {
+        self.config.drift_factor = factor;
+        self
+    }
+
+    /// How long to wait for any one node's reply before counting it as failed. The default is
+    /// derived from each call's ttl (see the table above); it must leave room in the ttl.
+    pub fn per_node_timeout(mut self, timeout: Duration) -> Self {
+        self.config.per_node_timeout = Some(timeout);
+        self
+    }
+
+    /// How long one background connection attempt may take. Callers never wait for longer than
+    /// their per-node timeout; this only bounds the background task.
+    pub fn connect_timeout(mut self, timeout: Duration) -> Self {
+        self.config.connect_timeout = timeout;
+        self
+    }
+
+    /// Never return a lock with less validity than this (the default, zero, accepts any
+    /// positive validity). Raising it makes a slow round fail rather than hand out a lock too
+    /// short to use.
+    pub fn min_validity(mut self, min: Duration) -> Self {
+        self.config.min_validity = min;
+        self
+    }
+
+    /// The prefix of every key redquorum writes (binary-safe).
+    pub fn key_prefix(mut self, prefix: impl AsRef<[u8]>) -> Self {
+        self.config.key_prefix = prefix.as_ref().to_vec();
+        self
+    }
+
+    /// How a resource name becomes its key: [`KeyLayout::Tagged`](crate::KeyLayout) (the
+    /// default, `prefix{resource}`) or [`KeyLayout::Shared`](crate::KeyLayout) (`prefix` +
+    /// `resource`, to share locks with other languages' Redlock clients; plain locks only).
+    pub fn key_layout(mut self, layout: crate::KeyLayout) -> Self {
+        self.config.key_layout = layout;
+        self
+    }
+
+    /// The retry policy of [`RedLock::acquire`](crate::RedLock::acquire).
+    pub fn retry(mut self, policy: RetryPolicy) -> Self {
+        self.config.retry = policy;
+        self
+    }
+
+    /// Do not let a master vote on acquire until it has been up for `grace`; set it to the
+    /// longest ttl you use (with Sentinel voters, plus the groups' `min-replicas-max-lag`:
+    /// a failover is a restart of that vote, see [`SentinelVoter`](crate::SentinelVoter)).
+    ///
+    /// A master that crashed and came back **empty** (no `appendfsync always`) before the ttl
+    /// of a lock it had granted ran out can grant that lock again. Operators should delay such
+    /// restarts; this lets the client enforce it. redquorum reads the server's
+    /// `uptime_in_seconds` (`INFO server`, and `INFO replication` for a promotion) on every
+    /// (re)connect; a master up for less than
+    /// `grace` is reported as [`NodeError::RecentlyRestarted`](crate::NodeError::RecentlyRestarted)
+    /// for acquire (extend and release still go to it). The price: after restarts, fewer masters
+    /// vote for up to `grace`, and the ACL user needs `+info`.
+    pub fn restart_grace(mut self, grace: Duration) -> Self {
+        self.config.restart_grace = Some(grace);
+        self
+    }
+
+    /// Give every lock a fencing token ([`Lock::fencing_token`](crate::Lock::fencing_token)).
+    ///
+    /// Each master keeps a counter per resource (`prefix{resource}:fence`, no expiry). The
+    /// acquire script increments it where it sets the key; the token is the highest counter
+    /// among the granting majority, written back (never lowered) on every master that still
+    /// holds our key, and usable only once a majority confirmed it. Any later holder's majority
+    /// shares a master with ours, whose counter is already at our token, so its token is higher:
+    /// no clock is involved. It needs counters that survive restarts (`appendfsync always`).
+    ///
+    /// Costs one more round trip per acquire, and the ACL user needs `+incr`.
+    pub fn fencing(mut self, enabled: bool) -> Self {
+        self.config.fencing = enabled;
+        self
+    }
+
+    /// Wake waiting acquires when the lock is released (on by default).
+    ///
+    /// Every release publishes on the resource's channel (`prefix{resource}:released`) on
+    /// every node. An acquire that retries subscribes there on every node (one shared pub/sub
+    /// connection per node) and retries as soon as a message arrives from any node, instead
+    /// of sleeping out its retry delay; it also never sleeps past the holder's remaining ttl
+    /// as the nodes reported it. Timed retries remain the fallback, so a lost message only
+    /// costs a delay. The ACL user needs `+publish +subscribe +unsubscribe` and the channel
+    /// pattern; without them waiting degrades to timed retries.
+    pub fn wait_for_release(mut self, enabled: bool) -> Self {
+        self.config.wait_for_release = enabled;
+        self
+    }
+
+    /// Seeds the random retry delays, so a test run can be replayed exactly.
+    pub fn retry_seed(mut self, seed: u64) -> Self {
+        self.retry_seed = Some(seed);
+        self
+    }
+
+    /// Validates the configuration and creates the state the client's handles share
+    /// ([`build`](Self::build) wraps it in a [`RedLock`]).
+    pub(crate) fn into_shared(self) -> Result<Shared, Error> {
+        let clients = self.nodes?;
+        if clients.is_empty() {
+            return Err(ConfigError::NoNodes.into());
+        }
+        let config = self.config;
+        if !(0.0..1.0).contains(&config.drift_factor) {
+            return Err(ConfigError::InvalidDriftFactor(config.drift_factor).into());
+        }
+        if config.per_node_timeout == Some(Duration::ZERO) {
+            return Err(ConfigError::ZeroTimeout("per-node timeout").into());
+        }
+        if config.connect_timeout.is_zero() {
+            return Err(ConfigError::ZeroTimeout("connect timeout").into());
+        }
+        for (what, value) in [
+            ("connect timeout", Some(config.connect_timeout)),
+            ("per-node timeout", config.per_node_timeout),
+        ] {
+            if let Some(value) = value.filter(|v| *v > MAX_TTL) {
+                return Err(ConfigError::TooLong {
+                    what,
+                    value,
+                    max: MAX_TTL,
+                }
+                .into());
+            }
+        }
+        if !config.retry.allows_any_attempt() {
+            return Err(ConfigError::NoAttempts.into());
+        }
+        if config.fencing {
+            config.needs_tagged_keys("fencing tokens")?;
+        }
+        let watch = crate::voters::waiting::ReleaseWatch::new(clients.clone());
+        let servers = ServerIdentities::new();
+        let nodes: Vec<Node> = clients
+            .into_iter()
+            .enumerate()
+            .map(|(index, client)| {
+                Node::new(
+                    index,
+                    client,
+                    config.connect_timeout,
+                    config.restart_grace,
+                    servers.clone(),
+                )
+            })
+            .collect();
+        for (i, later) in nodes.iter().enumerate() {
+            if let Some(earlier) = nodes.iter().take(i).find(|n| n.same_server(later)) {
+                return Err(ConfigError::DuplicateNode {
+                    first: earlier.id().clone(),
+                    second: later.id().clone(),
+                }
+                .into());
+            }
+        }
+        if nodes.len().is_multiple_of(2) || nodes.len() == 1 {
+            tracing::warn!(
+                nodes = nodes.len(),
+                "an even number of nodes, or a single node, tolerates no more failures than one node fewer; an odd N >= 3 is recommended"
+            );
+        }
+        Ok(Shared::new(
+            nodes.into(),
+            config,
+            Jitter::new(self.retry_seed),
+            watch,
+        ))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::RedLock;
+
+    fn config() -> Config {
+        Builder::new(["redis://127.0.0.1:1"]).config
+    }
+
+    #[test]
+    fn derived_node_timeout_follows_the_ttl() {
+        let c = config();
+        let t = |s| {
+            c.timing(Duration::from_millis(s))
+                .expect("valid")
+                .per_node_timeout
+        };
+        assert_eq!(t(10_000), Duration::from_millis(50));
+        assert_eq!(t(2_000), Duration::from_millis(20));
+        assert_eq!(t(100), Duration::from_millis(10));
+    }
+
+    #[test]
+    fn ttls_that_leave_no_validity_are_rejected() {
+        let c = config();
+        for ttl in [0u64, 1, 5, 12] {
+            assert!(
+                matches!(
+                    c.timing(Duration::from_millis(ttl)),
+                    Err(ConfigError::TtlTooShort { .. })
+                ),
+                "{ttl} ms"
+            );
+        }
+        // 10 ms node timeout + 2.x ms drift: 13 ms is the first that fits.
+        assert!(c.timing(Duration::from_millis(13)).is_ok());
+        assert!(matches!(
+            c.timing(Duration::from_micros(900)),
+            Err(ConfigError::TtlTooShort { .. })
+        ));
+        assert!(matches!(
+            c.timing(MAX_TTL + Duration::from_millis(1)),
+            Err(ConfigError::TtlTooLong { .. })
+        ));
+        assert!(matches!(
+            c.timing(Duration::MAX),
+            Err(ConfigError::TtlTooLong { .. })
+        ));
+        assert!(c.timing(MAX_TTL).is_ok());
+    }
+
+    #[test]
+    fn a_node_timeout_not_below_the_ttl_is_rejected() {
+        let mut c = config();
+        c.per_node_timeout = Some(Duration::from_secs(5));
+        for ttl in [Duration::from_secs(2), Duration::from_secs(5)] {
+            assert!(
+                matches!(c.timing(ttl), Err(ConfigError::TtlTooShort { minimum, .. }) if minimum > Duration::from_secs(5)),
+                "{ttl:?}"
+            );
+        }
+        assert!(c.timing(Duration::from_secs(6)).is_ok());
+    }
+
+    #[test]
+    fn sub_millisecond_ttl_is_truncated_not_rounded_up() {
+        let t = config()
+            .timing(Duration::from_micros(1_999_999))
+            .expect("valid");
+        assert_eq!(t.ttl_ms, 1999);
+        assert_eq!(t.ttl, Duration::from_millis(1999));
+    }
+
+    #[test]
+    fn build_rejects_bad_settings_before_io() {
+        let one = ["redis://127.0.0.1:1"];
+        let is_config = |r: Result<RedLock, Error>| matches!(r, Err(Error::Config(_)));
+        assert!(is_config(Builder::new(Vec::<&str>::new()).build()));
+        assert!(is_config(Builder::new(["not a url"]).build()));
+        assert!(is_config(
+            Builder::new(["redis://127.0.0.1:1", "redis://localhost:1"]).build()
+        ));
+        assert!(is_config(Builder::new(one).drift_factor(1.0).build()));
+        assert!(is_config(Builder::new(one).drift_factor(-0.1).build()));
+        assert!(is_config(Builder::new(one).drift_factor(f64::NAN).build()));
+        assert!(is_config(
+            Builder::new(one).per_node_timeout(Duration::ZERO).build()
+        ));
+        // Accepted before, then a panic inside a task or inspect(): now a typed error.
+        for too_long in [Duration::MAX, MAX_TTL + Duration::from_secs(1)] {
+            assert!(matches!(
+                Builder::new(one).connect_timeout(too_long).build(),
+                Err(Error::Config(ConfigError::TooLong {
+                    what: "connect timeout",
+                    ..
+                }))
+            ));
+            assert!(matches!(
+                Builder::new(one).per_node_timeout(too_long).build(),
+                Err(Error::Config(ConfigError::TooLong {
+                    what: "per-node timeout",
+                    ..
+                }))
+            ));
+        }
+        assert!(is_config(
+            Builder::new(one).connect_timeout(Duration::ZERO).build()
+        ));
+        assert!(is_config(
+            Builder::new(one)
+                .retry(RetryPolicy::default().max_attempts(Some(0)))
+                .build()
+        ));
+        assert!(Builder::new(one).build().is_ok());
+    }
+
+    #[cfg(not(any(feature = "tls", feature = "tls-aws-lc-rs")))]
+    #[test]
+    fn rediss_without_tls_compiled_in_is_a_config_error() {
+        let err = Builder::new(["redis://127.0.0.1:1", "rediss://127.0.0.1:2"]).build();
+        assert!(
+            matches!(
+                err,
+                Err(Error::Config(ConfigError::InvalidNode { index: 1, .. }))
+            ),
+            "{err:?}"
+        );
+    }
+
+    #[cfg(any(feature = "tls", feature = "tls-aws-lc-rs"))]
+    #[test]
+    fn rediss_with_tls_compiled_in_is_accepted() {
+        assert!(Builder::new(["rediss://127.0.0.1:2"]).build().is_ok());
+    }
+
+    #[test]
+    fn malformed_node_error_names_its_position() {
+        let err = Builder::new(["redis://127.0.0.1:1", "redis://127.0.0.1:x"]).build();
+        assert!(
+            matches!(
+                err,
+                Err(Error::Config(ConfigError::InvalidNode { index: 1, .. }))
+            ),
+            "{err:?}"
+        );
+    }
+}

@@ -1,0 +1,281 @@
+//! Read-only inspection of a resource on every node: who holds it, for how long, its fence
+//! counter and its advertised leader. What `redquorum status` shows.
+
+use std::time::Duration;
+
+use crate::api::redlock::RedLock;
+use crate::core::node_id::NodeId;
+use crate::core::resource::KeyLayout;
+use crate::engine::query::query_everywhere;
+use crate::errors::error::Error;
+use crate::errors::node_error::NodeError;
+use crate::protocol::leader_info::{Leader, decode};
+use crate::protocol::shared::ensure_runtime;
+use crate::{MAX_DERIVED_NODE_TIMEOUT, Result, core::resource};
+
+/// The values of the lock key, the fence key and the leader key.
+type Keys = (Option<Vec<u8>>, Option<u64>, Option<Vec<u8>>);
+
+/// What one node holds for a resource.
+///
+/// ```no_run
+/// # async fn demo(rl: redquorum::RedLock) -> Result<(), redquorum::Error> {
+/// for node in rl.inspect("orders:42").await?.nodes() {
+///     if let Ok(held) = node.state() {
+///         println!("{}: holder {:?}, {:?} left", node.node(), held.holder(), held.ttl());
+///     }
+/// }
+/// # Ok(()) }
+/// ```
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Holding {
+    token: Option<Vec<u8>>,
+    ttl: Option<Duration>,
+    fence: Option<u64>,
+    leader: Option<Leader>,
+}
+
+impl Holding {
+    /// The first 8 hex digits of the holder's token (enough to tell holders apart in a
+    /// listing, not enough to release someone else's lock), or `None` when the key is absent.
+    /// For a few milliseconds after a release that handed the lock to a queued waiter,
+    /// `handoff:<waiter id>`: the lock is reserved for that waiter (no token, no validity)
+    /// until it takes it.
+    pub fn holder(&self) -> Option<String> {
+        self.token.as_ref().map(|t| {
+            let shown = if t.starts_with(b"handoff:") {
+                t
+            } else {
+                t.get(..8).unwrap_or(t)
+            };
+            String::from_utf8_lossy(shown).into_owned()
+        })
+    }
+
+    /// The key's remaining time to live on this node (`None`: no key, or a key without expiry,
+    /// which redquorum never writes).
+    pub fn ttl(&self) -> Option<Duration> {
+        self.ttl
+    }
+
+    /// The resource's fence counter on this node, when fencing or elections ever used it.
+    pub fn fence(&self) -> Option<u64> {
+        self.fence
+    }
+
+    /// The leader advertised on this node by an election on this resource, when the
+    /// advertisement belongs to the current holder.
+    pub fn leader(&self) -> Option<&Leader> {
+        self.leader.as_ref()
+    }
+}
+
+/// One node's answer to an inspection.
+///
+/// ```no_run
+/// # fn demo(n: &redquorum::NodeInspection) {
+/// match n.state() {
+///     Ok(held) => println!("{}: {:?}", n.node(), held.holder()),
+///     Err(e) => println!("{}: unreachable ({e})", n.node()),
+/// }
+/// # }
+/// ```
+#[derive(Debug)]
+pub struct NodeInspection {
+    node: NodeId,
+    state: Result<Holding, NodeError>,
+    latency: Duration,
+}
+
+impl NodeInspection {
+    /// The node.
+    pub fn node(&self) -> &NodeId {
+        &self.node
+    }
+
+    /// What it holds, or why it could not be read.
+    pub fn state(&self) -> Result<&Holding, &NodeError> {
+        self.state.as_ref()
+    }
+
+    /// How long the node took to answer (or to fail).
+    pub fn latency(&self) -> Duration {
+        self.latency
+    }
+}
+
+/// The state of a resource on every node, and the majority view of it.
+///
+/// The nodes are read in parallel but not at one instant, so a lock changing hands during the
+/// read may look split. It is a diagnostic, not a lock: never decide to act on it.
+///
+/// ```no_run
+/// # async fn demo(rl: redquorum::RedLock) -> Result<(), redquorum::Error> {
+/// let seen = rl.inspect("orders:42").await?;
+/// match seen.majority_holder() {
+///     Some(who) => println!("held by {who} on a majority"),
+///     None if seen.free_on_majority() => println!("free"),
+///     None => println!("no majority agrees"),
+/// }
+/// # Ok(()) }
+/// ```
+#[derive(Debug)]
+pub struct Inspection {
+    nodes: Vec<NodeInspection>,
+    quorum: usize,
+}
+
+impl Inspection {
+    /// Each node's answer, in configuration order.
+    pub fn nodes(&self) -> &[NodeInspection] {
+        &self.nodes
+    }
+
+    /// The majority needed (N/2+1).
+    pub fn quorum(&self) -> usize {
+        self.quorum
+    }
+
+    /// How many nodes answered.
+    pub fn reachable(&self) -> usize {
+        self.nodes.iter().filter(|n| n.state.is_ok()).count()
+    }
+
+    /// The holder (first 8 hex digits of its token) whose key is on at least a majority of
+    /// nodes, if any.
+    pub fn majority_holder(&self) -> Option<String> {
+        self.majority_holding().and_then(Holding::holder)
+    }
+
+    /// The leader advertised by the majority holder, if it is an election's leader.
+    pub fn majority_leader(&self) -> Option<&Leader> {
+        let holding = self.majority_holding()?;
+        let token = holding.token.as_ref()?;
+        let agreeing = self.holdings().filter(|h| {
+            h.token.as_ref() == Some(token) && h.leader.as_ref() == holding.leader.as_ref()
+        });
+        if agreeing.count() >= self.quorum {
+            holding.leader.as_ref()
+        } else {
+            None
+        }
+    }
+
+    /// True when a majority of nodes answered and hold no key for the resource.
+    pub fn free_on_majority(&self) -> bool {
+        self.holdings().filter(|h| h.token.is_none()).count() >= self.quorum
+    }
+
+    /// The highest fence counter seen on any node (a lower bound for the next token).
+    pub fn highest_fence(&self) -> Option<u64> {
+        self.holdings().filter_map(|h| h.fence).max()
+    }
+
+    fn holdings(&self) -> impl Iterator<Item = &Holding> {
+        self.nodes.iter().filter_map(|n| n.state.as_ref().ok())
+    }
+
+    fn majority_holding(&self) -> Option<&Holding> {
+        self.holdings().find(|candidate| {
+            candidate.token.is_some()
+                && self
+                    .holdings()
+                    .filter(|h| h.token == candidate.token)
+                    .count()
+                    >= self.quorum
+        })
+    }
+}
+
+impl RedLock {
+    /// Reads what every node holds for `resource`: the holder, the remaining ttl, the fence
+    /// counter and an election's advertised leader. Changes nothing.
+    ///
+    /// # Errors
+    /// [`Error::Config`] for an invalid resource; [`Error::NoRuntime`] outside a tokio runtime.
+    /// Unreachable nodes are not an error: their entry says why.
+    ///
+    /// # Cancel safety
+    /// Cancel safe: it only reads.
+    ///
+    /// ```no_run
+    /// # async fn demo(rl: redquorum::RedLock) -> Result<(), redquorum::Error> {
+    /// let seen = rl.inspect("orders:42").await?;
+    /// println!("{} of {} nodes answered", seen.reachable(), seen.nodes().len());
+    /// # Ok(()) }
+    /// ```
+    pub async fn inspect(&self, resource: impl AsRef<[u8]>) -> Result<Inspection> {
+        let resource = resource.as_ref();
+        resource::validate(resource).map_err(Error::Config)?;
+        ensure_runtime()?;
+        let config = &self.shared().config;
+        let prefix = &config.key_prefix;
+        let keys = [
+            config.lock_key(resource),
+            resource::fence_key(prefix, resource),
+            resource::leader_key(prefix, resource),
+        ];
+        let timeout = config
+            .connect_timeout
+            .saturating_add(config.per_node_timeout.unwrap_or(MAX_DERIVED_NODE_TIMEOUT));
+        let [lock_key, fence_key, leader_key] = &keys;
+        let nodes = &self.shared().nodes;
+        let answers = if config.key_layout == KeyLayout::Shared {
+            // No fence counter or leader info in the shared layout, and the lock key has no
+            // hash tag: asking for the tagged keys beside it would be a cross-slot read on a
+            // Redis Cluster voter.
+            let mut pipeline = redis::pipe();
+            pipeline.cmd("GET").arg(lock_key).cmd("PTTL").arg(lock_key);
+            query_everywhere::<(Option<Vec<u8>>, i64)>(nodes, lock_key, &pipeline, timeout)
+                .await
+                .into_iter()
+                .map(|(node, answer, latency)| {
+                    let answer = answer.map(|(token, pttl)| ((token, None, None), pttl));
+                    (node, answer, latency)
+                })
+                .collect()
+        } else {
+            let mut pipeline = redis::pipe();
+            pipeline
+                .cmd("MGET")
+                .arg(lock_key)
+                .arg(fence_key)
+                .arg(leader_key)
+                .cmd("PTTL")
+                .arg(lock_key);
+            query_everywhere::<(Keys, i64)>(nodes, lock_key, &pipeline, timeout).await
+        };
+        let nodes = answers
+            .into_iter()
+            .map(|(node, answer, latency)| NodeInspection {
+                node,
+                state: answer.map(|((token, fence, info), pttl)| holding(token, fence, info, pttl)),
+                latency,
+            })
+            .collect();
+        Ok(Inspection {
+            nodes,
+            quorum: self.quorum(),
+        })
+    }
+}
+
+fn holding(
+    token: Option<Vec<u8>>,
+    fence: Option<u64>,
+    info: Option<Vec<u8>>,
+    pttl: i64,
+) -> Holding {
+    let leader = match (&token, &info) {
+        (Some(token), Some(info)) => decode(info)
+            .filter(|(owner, _)| *owner == token.as_slice())
+            .map(|(_, leader)| leader),
+        _ => None,
+    };
+    Holding {
+        ttl: u64::try_from(pttl).ok().map(Duration::from_millis),
+        token,
+        fence,
+        leader,
+    }
+}

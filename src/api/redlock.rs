@@ -1,0 +1,476 @@
+//! The client handle: the composition root of the API. It validates a call's arguments, runs
+//! the protocol (`crate::protocol::acquire`) and wraps what it returns in the API's types.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use futures::future::join_all;
+
+use crate::Result;
+use crate::api::builder::Builder;
+use crate::api::lock::Lock;
+use crate::core::held_locks;
+use crate::core::quorum;
+use crate::core::report::{NodeOutcome, NodeReport, Report};
+use crate::core::resource;
+use crate::core::retry::RetryPolicy;
+use crate::core::telemetry;
+use crate::errors::config_error::ConfigError;
+use crate::errors::error::{Error, Failure, Operation};
+use crate::errors::node_error::NodeError;
+use crate::protocol::acquire::acquire;
+use crate::protocol::shared::{Shared, ensure_runtime};
+use crate::voters::node_source::IntoNode;
+
+use tracing::Instrument;
+
+/// A Redlock client over N independent Redis masters.
+///
+/// A lock is granted only when a majority (N/2+1) of the masters set its key within the round
+/// and enough of the ttl is left once the round's duration and the clock-drift allowance are
+/// subtracted. The handle is cheap to clone (an `Arc`), `Send` and `Sync`; clones share the
+/// nodes' connections. It is bound to the tokio runtime it is first used in.
+///
+/// ```no_run
+/// use std::time::Duration;
+///
+/// # async fn demo() -> Result<(), redquorum::Error> {
+/// let rl = redquorum::RedLock::new([
+///     "redis://127.0.0.1:7001", "redis://127.0.0.1:7002", "redis://127.0.0.1:7003",
+///     "redis://127.0.0.1:7004", "redis://127.0.0.1:7005",
+/// ])?;
+/// let lock = rl.acquire("orders:42", Duration::from_secs(10)).await?;
+/// // … the critical section, finished before lock.valid_until() …
+/// lock.release().await?;
+/// # Ok(()) }
+/// ```
+#[derive(Debug, Clone)]
+pub struct RedLock {
+    shared: Arc<Shared>,
+}
+
+impl RedLock {
+    /// A client over `nodes` with the default configuration (see [`Builder`]).
+    ///
+    /// No I/O happens here; nodes connect in the background on first use.
+    ///
+    /// # Errors
+    /// [`Error::Config`] when the list is empty, a node is malformed, or two entries name the
+    /// same server (`localhost` and `127.0.0.1` count as the same host).
+    ///
+    /// ```
+    /// # fn main() -> Result<(), redquorum::Error> {
+    /// let rl = redquorum::RedLock::new(["redis://127.0.0.1:7001", "redis://127.0.0.1:7002", "redis://127.0.0.1:7003"])?;
+    /// assert_eq!(rl.quorum(), 2);
+    /// # Ok(()) }
+    /// ```
+    pub fn new<I>(nodes: I) -> Result<Self>
+    where
+        I: IntoIterator,
+        I::Item: IntoNode,
+    {
+        Self::builder(nodes).build()
+    }
+
+    /// A [`Builder`] over `nodes`, to change the defaults before [`Builder::build`].
+    ///
+    /// ```
+    /// # fn main() -> Result<(), redquorum::Error> {
+    /// use std::time::Duration;
+    /// let rl = redquorum::RedLock::builder(["redis://127.0.0.1:7001"])
+    ///     .per_node_timeout(Duration::from_millis(20))
+    ///     .build()?;
+    /// # Ok(()) }
+    /// ```
+    pub fn builder<I>(nodes: I) -> Builder
+    where
+        I: IntoIterator,
+        I::Item: IntoNode,
+    {
+        Builder::new(nodes)
+    }
+
+    /// What this client's handles and locks share, for the layers below the API.
+    pub(crate) fn shared(&self) -> &Arc<Shared> {
+        &self.shared
+    }
+
+    /// How many nodes this client uses.
+    pub fn node_count(&self) -> usize {
+        self.shared.nodes.len()
+    }
+
+    /// How many nodes must agree: `node_count() / 2 + 1`.
+    pub fn quorum(&self) -> usize {
+        quorum::quorum(self.node_count())
+    }
+
+    /// Waits (at most `within`) for the clean-ups this client left to the runtime: the
+    /// compare-and-delete of an acquire cancelled mid-round, the release of a lock dropped
+    /// without [`Lock::release`], and the deletes of a release that returned at the majority.
+    /// Call it before a process exits, or those keys stay until their ttl. True when none is
+    /// left.
+    ///
+    /// It also waits for what rounds left running: requests to slow nodes (each bounded by the
+    /// per-node timeout) and deletes queued for a master that stopped answering, which are
+    /// delivered when it wakes, so `false` can also mean "a master is hung": its keys then
+    /// expire with their ttl if the process exits first. A dropped [`Lease`](crate::Lease)
+    /// releases from its keep-alive task, which notices the drop a moment later: call
+    /// [`Lease::release`](crate::Lease::release) instead when the process is about to exit.
+    ///
+    /// # Cancel safety
+    /// Cancel safe: the clean-ups go on without it.
+    ///
+    /// ```no_run
+    /// # async fn demo(rl: redquorum::RedLock, shutdown: impl std::future::Future<Output = ()>) {
+    /// use std::time::Duration;
+    /// tokio::select! {
+    ///     lock = rl.acquire("job", Duration::from_secs(30)) => { /* … */ }
+    ///     () = shutdown => {
+    ///         // The cancelled acquire's clean-up runs in the background: let it finish.
+    ///         rl.settle(Duration::from_secs(1)).await;
+    ///     }
+    /// }
+    /// # }
+    /// ```
+    pub async fn settle(&self, within: Duration) -> bool {
+        self.shared.settle(within).await
+    }
+
+    /// Connects to every node now instead of on first use, waiting at most the connect
+    /// timeout. Useful at start-up, so the first acquire does not pay for connection set-up.
+    ///
+    /// Nodes that fail keep reconnecting in the background.
+    ///
+    /// It is also the check that every node is a server of its own: each connection reads the
+    /// server's `run_id`, and a node that reaches a server another node already speaks for
+    /// (`127.1` beside `127.0.0.1`, a second bind address, a Unix socket, a port forward, two
+    /// DNS names of one host) does not vote. Here that is an error; on the lock path the node
+    /// counts as failed, with [`NodeError::SameServer`](crate::NodeError::SameServer) in the
+    /// report, until it reaches a server of its own.
+    ///
+    /// # Errors
+    /// - [`Error::Config`] with [`ConfigError::DuplicateNode`](crate::ConfigError::DuplicateNode)
+    ///   naming both nodes, when two of them reached the same server;
+    /// - [`Error::NoQuorum`] when fewer than a majority connected, with each node's error;
+    /// - [`Error::NoRuntime`] outside a tokio runtime.
+    ///
+    /// # Cancel safety
+    /// Cancel safe: dropping the future only stops waiting; connections keep being made.
+    ///
+    /// ```no_run
+    /// # async fn demo(rl: redquorum::RedLock) -> Result<(), redquorum::Error> {
+    /// let report = rl.connect().await?;
+    /// println!("connected: {report}");
+    /// # Ok(()) }
+    /// ```
+    pub async fn connect(&self) -> Result<Report> {
+        ensure_runtime()?;
+        let start = Instant::now();
+        let timeout = self.shared.config.connect_timeout;
+        let reports = join_all(self.shared.nodes.iter().map(|node| async move {
+            let outcome = match tokio::time::timeout(timeout, node.wait_connected()).await {
+                Ok(Ok(())) => NodeOutcome::Connected,
+                Ok(Err(err)) => NodeOutcome::Failed(err),
+                Err(_) => NodeOutcome::Failed(NodeError::TimedOut(timeout)),
+            };
+            NodeReport::new(node.id().clone(), outcome, start.elapsed())
+        }))
+        .await;
+        let report = Report::new(reports);
+        let same_server = report.iter().find_map(|line| match line.outcome() {
+            NodeOutcome::Failed(NodeError::SameServer { other, .. }) => {
+                Some((other.clone(), line.node().clone()))
+            }
+            _ => None,
+        });
+        let result = if let Some((a, b)) = same_server {
+            let (first, second) = if a.index() < b.index() {
+                (a, b)
+            } else {
+                (b, a)
+            };
+            Err(Error::Config(ConfigError::DuplicateNode { first, second }))
+        } else if report.successes() >= self.quorum() {
+            Ok(report)
+        } else {
+            let failure = Failure::new(Operation::Connect, b"", 1, start.elapsed(), report);
+            Err(Error::NoQuorum(Box::new(failure)))
+        };
+        telemetry::operation_finished(
+            Operation::Connect,
+            result.as_ref().map(drop),
+            start.elapsed(),
+        );
+        result
+    }
+
+    /// One round: tries to take `resource` for `ttl` once, without retrying.
+    ///
+    /// `resource` is any bytes (not empty, at most [`MAX_RESOURCE_LEN`](crate::MAX_RESOURCE_LEN)).
+    /// The servers are told `ttl` in whole milliseconds; the returned lock is valid until
+    /// `start + ttl − drift`, measured on the monotonic clock from before the first request.
+    ///
+    /// # Errors
+    /// - [`Error::Conflict`]: another owner holds it on too many nodes;
+    /// - [`Error::NoQuorum`]: too many nodes failed (the report says which and why);
+    /// - [`Error::ValidityExhausted`]: a majority granted, but too late;
+    /// - [`Error::Config`]: a bad resource or ttl, found before any I/O;
+    /// - [`Error::NoRuntime`]: called outside a tokio runtime.
+    ///
+    /// After a failed round our key is deleted (compare-and-delete) from every node, including
+    /// the ones that did not answer, before the error is returned.
+    ///
+    /// # Cancel safety
+    /// Not cancel safe in the sense that a dropped call may have set keys; it cleans up after
+    /// itself: dropping the future mid-round spawns a compare-and-delete on every node, so
+    /// nothing of ours outlives the cleanup (at worst, with no runtime left to run it, the keys
+    /// expire after `ttl`). No lock is lost or leaked to the caller.
+    ///
+    /// ```no_run
+    /// # use std::time::Duration;
+    /// # async fn demo(rl: redquorum::RedLock) -> Result<(), redquorum::Error> {
+    /// match rl.try_acquire("nightly-report", Duration::from_secs(60)).await {
+    ///     Ok(lock) => { /* run the report */ lock.release().await?; }
+    ///     Err(e) if e.is_conflict() => println!("another instance is running it"),
+    ///     Err(e) => return Err(e),
+    /// }
+    /// # Ok(()) }
+    /// ```
+    pub async fn try_acquire(&self, resource: impl AsRef<[u8]>, ttl: Duration) -> Result<Lock> {
+        self.acquire_with(resource, ttl, &RetryPolicy::once()).await
+    }
+
+    /// Takes `resource` for `ttl`, retrying failed rounds as the configured [`RetryPolicy`]
+    /// says (by default up to 10 rounds, 50–200 ms apart).
+    ///
+    /// # Errors
+    /// As [`try_acquire`](Self::try_acquire), for the last round; [`Failure::attempts`] says how
+    /// many rounds were tried. Invalid arguments fail at once, without I/O.
+    ///
+    /// # Cancel safety
+    /// As [`try_acquire`](Self::try_acquire): dropping the future during a round spawns that
+    /// round's cleanup; dropping it between rounds leaves nothing behind.
+    ///
+    /// ```no_run
+    /// # use std::time::Duration;
+    /// # async fn demo(rl: redquorum::RedLock) -> Result<(), redquorum::Error> {
+    /// let lock = rl.acquire("orders:42", Duration::from_secs(10)).await?;
+    /// lock.release().await?;
+    /// # Ok(()) }
+    /// ```
+    pub async fn acquire(&self, resource: impl AsRef<[u8]>, ttl: Duration) -> Result<Lock> {
+        let config = &self.shared.config;
+        self.acquire_checked(resource.as_ref(), ttl, &config.retry, config.fencing)
+            .await
+    }
+
+    /// Takes `resource` for `ttl`, retrying for up to `max_wait` (no limit on the number of
+    /// rounds; the configured delays between them).
+    ///
+    /// # Errors
+    /// As [`acquire`](Self::acquire).
+    ///
+    /// # Cancel safety
+    /// As [`acquire`](Self::acquire).
+    ///
+    /// ```no_run
+    /// # use std::time::Duration;
+    /// # async fn demo(rl: redquorum::RedLock) -> Result<(), redquorum::Error> {
+    /// let lock = rl.acquire_within("orders:42", Duration::from_secs(10), Duration::from_secs(30)).await?;
+    /// lock.release().await?;
+    /// # Ok(()) }
+    /// ```
+    pub async fn acquire_within(
+        &self,
+        resource: impl AsRef<[u8]>,
+        ttl: Duration,
+        max_wait: Duration,
+    ) -> Result<Lock> {
+        let policy = self.shared.config.retry.within(max_wait);
+        self.acquire_with(resource, ttl, &policy).await
+    }
+
+    /// Takes `resource` for `ttl`, retrying as `policy` says.
+    ///
+    /// # Errors
+    /// As [`acquire`](Self::acquire); [`Error::Config`] if `policy` allows no attempt.
+    ///
+    /// # Cancel safety
+    /// As [`acquire`](Self::acquire).
+    ///
+    /// ```no_run
+    /// # use std::time::Duration;
+    /// # async fn demo(rl: redquorum::RedLock) -> Result<(), redquorum::Error> {
+    /// let policy = redquorum::RetryPolicy::default().max_attempts(Some(3));
+    /// let lock = rl.acquire_with("orders:42", Duration::from_secs(10), &policy).await?;
+    /// lock.release().await?;
+    /// # Ok(()) }
+    /// ```
+    pub async fn acquire_with(
+        &self,
+        resource: impl AsRef<[u8]>,
+        ttl: Duration,
+        policy: &RetryPolicy,
+    ) -> Result<Lock> {
+        self.acquire_checked(resource.as_ref(), ttl, policy, self.shared.config.fencing)
+            .await
+    }
+
+    /// Acquire with fencing on, whatever the configuration (elections: the term is the token).
+    pub(crate) async fn acquire_fenced(
+        &self,
+        resource: &[u8],
+        ttl: Duration,
+        policy: &RetryPolicy,
+    ) -> Result<Lock> {
+        self.acquire_checked(resource, ttl, policy, true).await
+    }
+
+    /// This client's identity for [`held_locks`]: the address of what all its handles share,
+    /// which stays put while any of them (or a lock of theirs) lives.
+    pub(crate) fn client_address(&self) -> usize {
+        Arc::as_ptr(&self.shared).addr()
+    }
+
+    fn lock_key(&self, resource: &[u8]) -> Vec<u8> {
+        self.shared.config.lock_key(resource)
+    }
+
+    /// Every acquire ends here: the arguments are checked before any I/O, the protocol runs,
+    /// and one place records the call's outcome and duration.
+    async fn acquire_checked(
+        &self,
+        resource: &[u8],
+        ttl: Duration,
+        policy: &RetryPolicy,
+        fencing: bool,
+    ) -> Result<Lock> {
+        telemetry::recorded(Operation::Acquire, async {
+            resource::validate(resource)?;
+            let timing = self.shared.config.timing(ttl)?;
+            if !policy.allows_any_attempt() {
+                return Err(ConfigError::NoAttempts.into());
+            }
+            ensure_runtime()?;
+            let key = self.lock_key(resource);
+            if held_locks::held_here(self.client_address(), &key) {
+                return Err(Error::HeldByCaller {
+                    resource: resource::display(resource),
+                });
+            }
+            let span = tracing::debug_span!(
+                "redquorum.acquire",
+                resource = %resource::display(resource),
+                ttl_ms = timing.ttl_ms,
+                nodes = self.node_count(),
+            );
+            let acquired = acquire(&self.shared, resource, key, &timing, policy, fencing)
+                .instrument(span)
+                .await?;
+            Ok(Lock::new(self.shared.clone(), resource, acquired))
+        })
+        .await
+    }
+
+    /// Runs `work` while holding `resource` as a [`Lease`](crate::Lease): acquires (retrying as
+    /// the configured policy says), renews the lock while `work` runs, and releases it on every
+    /// exit path. If the lease is lost, `work` is cancelled (its future dropped) at once.
+    ///
+    /// `work` gets a [`LeaseSignal`](crate::LeaseSignal) to watch the deadline itself, e.g. to
+    /// stop before a long write.
+    ///
+    /// # Errors
+    /// As [`acquire`](Self::acquire) before the work starts; [`Error::LeaseLost`] if the lease
+    /// was lost while it ran; and as [`Lock::release`] after it finished (an
+    /// [`Error::Expired`] then means the work may have overlapped another holder's).
+    ///
+    /// # Cancel safety
+    /// Dropping the future cancels `work` and drops the lease, which stops the renewals and
+    /// schedules a best-effort release.
+    ///
+    /// ```no_run
+    /// # use std::time::Duration;
+    /// # async fn demo(rl: redquorum::RedLock) -> Result<(), redquorum::Error> {
+    /// let rows = rl
+    ///     .with_lock("nightly-report", Duration::from_secs(30), async |_signal| {
+    ///         42 // … the work …
+    ///     })
+    ///     .await?;
+    /// # Ok(()) }
+    /// ```
+    pub async fn with_lock<F, Fut, T>(
+        &self,
+        resource: impl AsRef<[u8]>,
+        ttl: Duration,
+        work: F,
+    ) -> Result<T>
+    where
+        F: FnOnce(crate::LeaseSignal) -> Fut,
+        Fut: std::future::Future<Output = T>,
+    {
+        let policy = &self.shared.config.retry;
+        self.with_lock_using(resource, ttl, policy, crate::LeaseOptions::default(), work)
+            .await
+    }
+
+    /// As [`with_lock`](Self::with_lock), waiting for the lock as `policy` says (as
+    /// [`acquire_with`](Self::acquire_with)) and renewing it as `lease` says (as
+    /// [`Lock::into_lease`]): a lease limit that passes while `work` runs is a loss like any
+    /// other ([`Error::LeaseLost`] with [`LostReason::LimitReached`](crate::LostReason)).
+    ///
+    /// # Errors
+    /// As [`with_lock`](Self::with_lock).
+    ///
+    /// # Cancel safety
+    /// As [`with_lock`](Self::with_lock).
+    ///
+    /// ```no_run
+    /// # use std::time::Duration;
+    /// # async fn demo(rl: redquorum::RedLock) -> Result<(), redquorum::Error> {
+    /// let patient = redquorum::RetryPolicy::default()
+    ///     .max_attempts(None)
+    ///     .max_wait(Some(Duration::from_secs(60)));
+    /// let at_most_an_hour = redquorum::LeaseOptions::default().max_hold(Some(Duration::from_secs(3600)));
+    /// rl.with_lock_using("nightly-report", Duration::from_secs(30), &patient, at_most_an_hour, async |_signal| {
+    ///     // … the work …
+    /// })
+    /// .await?;
+    /// # Ok(()) }
+    /// ```
+    pub async fn with_lock_using<F, Fut, T>(
+        &self,
+        resource: impl AsRef<[u8]>,
+        ttl: Duration,
+        policy: &RetryPolicy,
+        lease: crate::LeaseOptions,
+        work: F,
+    ) -> Result<T>
+    where
+        F: FnOnce(crate::LeaseSignal) -> Fut,
+        Fut: std::future::Future<Output = T>,
+    {
+        let resource = resource.as_ref();
+        let lease = self
+            .acquire_with(resource, ttl, policy)
+            .await?
+            .into_lease(lease);
+        // An acquire of this lock from within the work is refused at once (`HeldByCaller`).
+        crate::api::lease::work_under(lease, self.client_address(), self.lock_key(resource), work)
+            .await
+    }
+}
+
+impl Builder {
+    /// Validates the configuration and creates the handle. No I/O happens here: each node is
+    /// connected in the background on first use (or by [`RedLock::connect`]).
+    ///
+    /// # Errors
+    /// [`Error::Config`] for no nodes, a malformed node, the same server listed twice, a drift
+    /// factor outside `[0, 1)`, a zero timeout, or a retry policy with no attempt.
+    pub fn build(self) -> Result<RedLock> {
+        Ok(RedLock {
+            shared: Arc::new(self.into_shared()?),
+        })
+    }
+}

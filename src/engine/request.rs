@@ -1,0 +1,928 @@
+//! What a round sends: the typed request (a command on a key with its arguments), its wire
+//! form built once per round, and the classification of every reply into a node outcome.
+
+use std::time::Duration;
+
+use redis::aio::MultiplexedConnection;
+use redis::{Script, ServerErrorKind, Value};
+
+use crate::core::report::NodeOutcome;
+use crate::core::token::Token;
+use crate::errors::error::Operation;
+use crate::errors::node_error::NodeError;
+use crate::scripts::{Lua, ScriptReply};
+
+/// The command a round runs on every node.
+#[derive(Debug, Clone, Copy)]
+pub(crate) enum Command {
+    /// One of our scripts (`EVALSHA`, loaded on `NOSCRIPT` and sent again).
+    Script(&'static Lua),
+    /// The plain acquire: `SET key token NX PX ttl`, one native command. A refusal does not
+    /// say when the holder's key expires; the cleanup after a failed round does (its
+    /// compare-and-delete answers with the holder's ttl, see `Report::learn_expiries`).
+    SetIfAbsent,
+}
+
+impl Command {
+    pub(crate) fn name(self) -> &'static str {
+        match self {
+            Self::Script(lua) => lua.script().get_hash(),
+            Self::SetIfAbsent => "SET NX PX",
+        }
+    }
+}
+
+/// What to send to every node.
+#[derive(Debug)]
+pub(crate) struct Request {
+    pub(crate) command: Command,
+    pub(crate) key: Vec<u8>,
+    /// `KEYS[2]…`, for the scripts that take them: the fence counter (and an older version's
+    /// per-resource counter), or the leader info.
+    pub(crate) extra_keys: Vec<Vec<u8>>,
+    pub(crate) token: String,
+    /// The numeric argument (`ARGV[2]`): the ttl in ms, or the fencing token to confirm.
+    pub(crate) number: Option<u64>,
+    /// Bytes arguments after the others (leader info; release channel and release id).
+    pub(crate) payload: Vec<Vec<u8>>,
+    /// What a node that did what we asked is reported as.
+    pub(crate) done: NodeOutcome,
+    /// Skip nodes still within their restart grace (acquire only: they must not vote).
+    pub(crate) settled_nodes_only: bool,
+    /// The nodes whose "done" counts toward the majority (the fencing confirm: the masters
+    /// that granted before the acquire was decided); a "done" from any other node is reported
+    /// as [`NodeOutcome::LateGrant`] and counts as no vote. `None`: every node counts.
+    pub(crate) counted: Option<Vec<bool>>,
+    /// Extend: the nodes to re-add a missing key on (`ARGV[3]` = `1`; `0` elsewhere). `None`:
+    /// no such argument.
+    pub(crate) readd_on: Option<Vec<bool>>,
+    /// Fenced confirm: each master's re-seed epoch at its grant, sent as the last argument to
+    /// that master (empty where unknown, which the script never counts). `None`: no such
+    /// argument.
+    pub(crate) epochs: Option<Vec<Option<u64>>>,
+    /// How a Cluster voter sends the script when the cluster refuses its keys with `TRYAGAIN`
+    /// (see [`InParts`]).
+    pub(crate) in_parts: InParts,
+    /// For metrics.
+    pub(crate) operation: Operation,
+}
+
+/// How a Cluster voter sends a multi-key script when the cluster refuses its keys with
+/// `TRYAGAIN`. That answer means the slot the keys share is half moved: some of them are on
+/// the master the slot leaves, some on the one it goes to (or nowhere), and the script stays
+/// refused until the whole slot has moved, which can outlast any wait. A command on one key is
+/// never refused that way, so the script is sent again in parts of one key each, each routed
+/// and redirected on its own (`Prepared::send_part`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum InParts {
+    /// Never: sent whole again a few times. For acquires and renewals, where a vote not had
+    /// this time does no harm.
+    Never,
+    /// The script with `KEYS[1]` alone; it runs without its other keys (`if KEYS[2]`).
+    /// `RELEASE` then releases the lock key alone: its waiters there are woken by the release
+    /// message instead of handed the lock. `UNDO_AND_QUEUE` undoes the grant without queueing
+    /// the waiter on this voter this round.
+    LockKeyAlone,
+    /// `DEQUEUE`: the script on the lock key alone, which passes a reservation for the leaving
+    /// waiter on to nobody (deleted, the release published). Then the waiter is taken off the
+    /// queue's keys (`KEYS[2]`, `KEYS[3]`) by `ZREM` and `HDEL`.
+    LeaveQueue,
+    /// The script once for each key (`RELEASE_MANY`, `GIVE_BACK_PERMITS`: every key is handled
+    /// alike), with the same arguments, except that the payload's entries from
+    /// `per_key_payload` on are one per key and each part takes its own (`RELEASE_MANY`'s
+    /// channels). The request's answer is the first part's that is not `-1`, as the whole
+    /// script answers for the first key that was not ours.
+    EachKey { per_key_payload: Option<usize> },
+}
+
+impl Request {
+    /// `command` on `key` for `operation`, with `token` as the first argument; a node that did
+    /// what was asked is reported as `done`. Every other part is empty until set below.
+    pub(crate) fn new(
+        operation: Operation,
+        command: Command,
+        key: &[u8],
+        token: &Token,
+        done: NodeOutcome,
+    ) -> Self {
+        Self::with_first_argument(operation, command, key, token.expose().to_owned(), done)
+    }
+
+    fn with_first_argument(
+        operation: Operation,
+        command: Command,
+        key: &[u8],
+        first: String,
+        done: NodeOutcome,
+    ) -> Self {
+        Self {
+            command,
+            key: key.to_vec(),
+            extra_keys: Vec::new(),
+            token: first,
+            number: None,
+            payload: Vec::new(),
+            done,
+            settled_nodes_only: false,
+            counted: None,
+            readd_on: None,
+            epochs: None,
+            in_parts: InParts::Never,
+            operation,
+        }
+    }
+
+    /// `script` on `key` for `operation` with a waiter's id as the first argument in place of
+    /// a token (`scripts::DEQUEUE`).
+    pub(crate) fn for_waiter(
+        operation: Operation,
+        script: &'static Lua,
+        key: &[u8],
+        waiter: &str,
+        done: NodeOutcome,
+    ) -> Self {
+        Self::with_first_argument(
+            operation,
+            Command::Script(script),
+            key,
+            waiter.to_owned(),
+            done,
+        )
+    }
+
+    /// Sets the `extra_keys` field (see there).
+    pub(crate) fn with_extra_keys(mut self, keys: Vec<Vec<u8>>) -> Self {
+        self.extra_keys = keys;
+        self
+    }
+
+    /// Sets the `in_parts` field (see there).
+    pub(crate) fn in_parts(mut self, in_parts: InParts) -> Self {
+        self.in_parts = in_parts;
+        self
+    }
+
+    /// Sets the `number` field (see there).
+    pub(crate) fn with_number(mut self, number: u64) -> Self {
+        self.number = Some(number);
+        self
+    }
+
+    /// Sets the `payload` field (see there).
+    pub(crate) fn with_payload(mut self, payload: Vec<Vec<u8>>) -> Self {
+        self.payload = payload;
+        self
+    }
+
+    /// Acquire: nodes within their restart grace are not asked (they must not vote).
+    pub(crate) fn settled_nodes_only(mut self) -> Self {
+        self.settled_nodes_only = true;
+        self
+    }
+
+    /// Sets the `counted` field (see there).
+    pub(crate) fn counting_only(mut self, counted: Vec<bool>) -> Self {
+        self.counted = Some(counted);
+        self
+    }
+
+    /// Sets the `readd_on` field (see there).
+    pub(crate) fn readding_on(mut self, nodes: Vec<bool>) -> Self {
+        self.readd_on = Some(nodes);
+        self
+    }
+
+    /// Sets the `epochs` field (see there).
+    pub(crate) fn with_epochs(mut self, epochs: Vec<Option<u64>>) -> Self {
+        self.epochs = Some(epochs);
+        self
+    }
+}
+
+/// `cmd` on `conn`, after `ASKING` in one pipeline when `asking`.
+async fn query(
+    cmd: &redis::Cmd,
+    conn: &mut MultiplexedConnection,
+    asking: bool,
+) -> redis::RedisResult<Value> {
+    if !asking {
+        return cmd.query_async(conn).await;
+    }
+    let mut pipeline = redis::pipe();
+    // Errors kept as values, so the command's error comes back with its own kind (`NOSCRIPT`,
+    // `TRYAGAIN`…) rather than as the pipeline's.
+    pipeline
+        .ignore_errors()
+        .cmd("ASKING")
+        .ignore()
+        .add_command(cmd.clone());
+    let (reply,): (Value,) = pipeline.query_async(conn).await?;
+    reply.extract_error()
+}
+
+/// `cmd` on `conn` as [`query`] sends it; when the server does not know `script` (a restarted
+/// node, a `SCRIPT FLUSH`), the script is loaded and `cmd` sent once more.
+async fn query_loading(
+    cmd: &redis::Cmd,
+    script: Option<&Script>,
+    conn: &mut MultiplexedConnection,
+    asking: bool,
+) -> redis::RedisResult<Value> {
+    match (query(cmd, conn, asking).await, script) {
+        (Err(err), Some(script))
+            if err.kind() == redis::ErrorKind::Server(ServerErrorKind::NoScript) =>
+        {
+            script.load_async(conn).await?;
+            query(cmd, conn, asking).await
+        }
+        (answer, _) => answer,
+    }
+}
+
+/// `lua` on `keys`, with the request's token, number and then `payload` as its arguments:
+/// `EVALSHA`, or `EVAL` for a script sent whole.
+fn script_command(lua: &Lua, keys: &[&[u8]], request: &Request, payload: &[Vec<u8>]) -> redis::Cmd {
+    let mut cmd = if lua.is_sent_whole() {
+        let mut eval = redis::cmd("EVAL");
+        eval.arg(lua.code());
+        eval
+    } else {
+        let mut evalsha = redis::cmd("EVALSHA");
+        evalsha.arg(lua.script().get_hash());
+        evalsha
+    };
+    cmd.arg(keys.len());
+    for key in keys {
+        cmd.arg(*key);
+    }
+    cmd.arg(request.token.as_str());
+    if let Some(number) = request.number {
+        cmd.arg(number);
+    }
+    for argument in payload {
+        cmd.arg(argument.as_slice());
+    }
+    cmd
+}
+
+/// The parts `request` (the script `lua`, with extra keys) is sent in when a cluster refuses
+/// it whole (see [`InParts`]).
+fn parts(lua: &'static Lua, request: &Request) -> Vec<Part> {
+    let script = (!lua.is_sent_whole()).then(|| lua.script());
+    let script_part = |key: &[u8], payload: &[Vec<u8>]| Part {
+        key: key.to_vec(),
+        cmd: script_command(lua, &[key], request, payload),
+        script,
+        answers: true,
+    };
+    match request.in_parts {
+        InParts::Never => Vec::new(),
+        InParts::LockKeyAlone => vec![script_part(&request.key, &request.payload)],
+        InParts::LeaveQueue => {
+            let mut parts = vec![script_part(&request.key, &request.payload)];
+            let queue_keys = [
+                ("ZREM", request.extra_keys.first()),
+                ("HDEL", request.extra_keys.get(1)),
+            ];
+            for (command, key) in queue_keys {
+                if let Some(key) = key {
+                    let mut cmd = redis::cmd(command);
+                    cmd.arg(key.as_slice()).arg(request.token.as_str());
+                    parts.push(Part {
+                        key: key.clone(),
+                        cmd,
+                        script: None,
+                        answers: false,
+                    });
+                }
+            }
+            parts
+        }
+        InParts::EachKey { per_key_payload } => {
+            let shared = per_key_payload.map_or(request.payload.len(), |from| {
+                from.min(request.payload.len())
+            });
+            std::iter::once(&request.key)
+                .chain(&request.extra_keys)
+                .enumerate()
+                .map(|(i, key)| {
+                    let mut payload = request.payload.get(..shared).unwrap_or_default().to_vec();
+                    if let Some(own) =
+                        per_key_payload.and_then(|from| request.payload.get(from + i))
+                    {
+                        payload.push(own.clone());
+                    }
+                    script_part(key, &payload)
+                })
+                .collect()
+        }
+    }
+}
+
+/// A request built once per round and sent to every node as is: the arguments are encoded
+/// once, not once per node.
+pub(crate) struct Prepared {
+    wire: Wire,
+    /// The request in parts of one key each, for a cluster that refuses it whole with
+    /// `TRYAGAIN` (see [`InParts`]); empty when it is never sent so.
+    parts: Vec<Part>,
+    /// The key the request is about (`KEYS[1]`): a Cluster voter routes by its slot.
+    key: Vec<u8>,
+    done: NodeOutcome,
+    pub(crate) settled_nodes_only: bool,
+    /// Keep a request we stopped waiting for running until its connection has taken it.
+    ///
+    /// The redis crate's multiplexed connection skips a queued request whose caller went away
+    /// before the connection's driver took it: behind a master that stopped reading (its
+    /// buffers full), a compare-and-delete whose timeout fired would never be sent, and the
+    /// released lock's key would outlive the master's recovery until its ttl. So a release
+    /// is never dropped: once we stop waiting, a background task keeps it alive until it is
+    /// answered or its connection breaks. Other requests may be dropped: an acquire or extend
+    /// that never reaches the server does no harm.
+    pub(crate) deliver_anyway: bool,
+}
+
+/// One key's part of a request sent in parts (see [`InParts`]).
+pub(crate) struct Part {
+    /// The one key it names, which routes it.
+    key: Vec<u8>,
+    cmd: redis::Cmd,
+    /// The script to load on `NOSCRIPT` (a script sent by hash); `None` for a plain command.
+    script: Option<&'static Script>,
+    /// Whether its answer is the request's (the queue's `ZREM` and `HDEL` are not).
+    answers: bool,
+}
+
+impl Part {
+    /// The key that routes it.
+    pub(crate) fn key(&self) -> &[u8] {
+        &self.key
+    }
+
+    /// Sends it on `conn`, as [`Prepared::send`] sends the whole request.
+    pub(crate) async fn send(
+        &self,
+        conn: &mut MultiplexedConnection,
+        asking: bool,
+    ) -> redis::RedisResult<Value> {
+        query_loading(&self.cmd, self.script, conn, asking).await
+    }
+}
+
+enum Wire {
+    Script {
+        script: &'static Script,
+        evalsha: redis::Cmd,
+        /// The same script with its last argument `1`, for the nodes marked (extend's re-add).
+        marked: Option<(Vec<bool>, redis::Cmd)>,
+        /// Append the server's `run_id` to the arguments (see `Lua::takes_run_id`).
+        run_id: bool,
+        /// Append each node's own value (see `Request::epochs`).
+        per_node: Option<Vec<Option<u64>>>,
+        /// Sent as `EVAL` (`Lua::sent_whole`): never `NOSCRIPT`, never sent twice.
+        whole: bool,
+    },
+    SetIfAbsent(redis::Cmd),
+}
+
+impl Prepared {
+    pub(crate) fn new(request: &Request) -> Self {
+        let wire = match request.command {
+            Command::Script(lua) => {
+                let script = lua.script();
+                let keys: Vec<&[u8]> = std::iter::once(request.key.as_slice())
+                    .chain(request.extra_keys.iter().map(Vec::as_slice))
+                    .collect();
+                let mut evalsha = script_command(lua, &keys, request, &request.payload);
+                let marked = request.readd_on.as_ref().map(|nodes| {
+                    let mut marked = evalsha.clone();
+                    marked.arg("1");
+                    evalsha.arg("0");
+                    (nodes.clone(), marked)
+                });
+                Wire::Script {
+                    script,
+                    evalsha,
+                    marked,
+                    run_id: lua.takes_run_id(),
+                    per_node: request.epochs.clone(),
+                    whole: lua.is_sent_whole(),
+                }
+            }
+            Command::SetIfAbsent => {
+                let mut set = redis::cmd("SET");
+                set.arg(request.key.as_slice())
+                    .arg(request.token.as_str())
+                    .arg("NX")
+                    .arg("PX")
+                    .arg(request.number.unwrap_or(0));
+                Wire::SetIfAbsent(set)
+            }
+        };
+        let parts = match request.command {
+            Command::Script(lua) if !request.extra_keys.is_empty() => parts(lua, request),
+            _ => Vec::new(),
+        };
+        Self {
+            wire,
+            parts,
+            key: request.key.clone(),
+            done: request.done.clone(),
+            settled_nodes_only: request.settled_nodes_only,
+            deliver_anyway: request.operation == Operation::Release,
+        }
+    }
+
+    /// The key the request is about, which decides a Cluster voter's shard.
+    pub(crate) fn key(&self) -> &[u8] {
+        &self.key
+    }
+
+    /// Sends the request on `conn`; a script the server does not know (a restarted node, a
+    /// `SCRIPT FLUSH`) is loaded and sent once more. With `asking` (a cluster master answered
+    /// `ASK`), the request follows `ASKING` in the same write, so nothing else sent on the
+    /// connection can come between them.
+    pub(crate) async fn send(
+        &self,
+        conn: &mut MultiplexedConnection,
+        node: usize,
+        server_run: Option<&str>,
+        asking: bool,
+    ) -> redis::RedisResult<Value> {
+        match &self.wire {
+            Wire::Script {
+                script,
+                evalsha,
+                marked,
+                run_id,
+                per_node,
+                whole: _,
+            } => {
+                let cmd = match marked {
+                    Some((nodes, marked)) if nodes.get(node) == Some(&true) => marked,
+                    _ => evalsha,
+                };
+                // This node's own value first, then the server's `run_id`, as the script's
+                // last arguments.
+                let mut extended: Option<redis::Cmd> = None;
+                if let Some(values) = per_node {
+                    let mut with_value = cmd.clone();
+                    match values.get(node).copied().flatten() {
+                        Some(value) => with_value.arg(value),
+                        None => with_value.arg(""),
+                    };
+                    extended = Some(with_value);
+                }
+                if let Some(server_run) = server_run.filter(|_| *run_id) {
+                    let mut with_run_id = extended.take().unwrap_or_else(|| cmd.clone());
+                    with_run_id.arg(server_run);
+                    extended = Some(with_run_id);
+                }
+                let cmd = extended.as_ref().unwrap_or(cmd);
+                query_loading(cmd, Some(script), conn, asking).await
+            }
+            Wire::SetIfAbsent(set) => query(set, conn, asking).await,
+        }
+    }
+
+    /// The parts the request is sent in when a cluster refuses it whole with `TRYAGAIN` (see
+    /// [`InParts`]): none when it is never sent so.
+    pub(crate) fn parts(&self) -> &[Part] {
+        &self.parts
+    }
+
+    /// The request's answer from its parts' answers, in order: the first error if any part
+    /// failed; else the first answering part's that is not `-1`, else `-1` (a part's `-1` is
+    /// "done", as the whole script's).
+    pub(crate) fn combine<E>(&self, answers: Vec<Result<Value, E>>) -> Result<Value, E> {
+        let mut combined = Value::Int(-1);
+        let mut decided = false;
+        for (part, answer) in self.parts.iter().zip(answers) {
+            let answer = answer?;
+            if part.answers && !decided && answer != Value::Int(-1) {
+                combined = answer;
+                decided = true;
+            }
+        }
+        Ok(combined)
+    }
+
+    /// Whether the request may be sent a second time (a script after `NOSCRIPT`): then it is
+    /// ordered on its connection only once answered, not once queued.
+    pub(crate) fn resendable(&self) -> bool {
+        matches!(self.wire, Wire::Script { whole: false, .. })
+    }
+
+    /// Whether the request carries the server's `run_id`, so cannot go to a server that
+    /// would not say it.
+    pub(crate) fn needs_run_id(&self) -> bool {
+        matches!(self.wire, Wire::Script { run_id: true, .. })
+    }
+
+    /// Whether `outcome` is a node doing what was asked.
+    pub(crate) fn is_done(&self, outcome: &NodeOutcome) -> bool {
+        std::mem::discriminant(outcome) == std::mem::discriminant(&self.done)
+    }
+
+    pub(crate) fn classify(&self, reply: Value) -> (NodeOutcome, Option<Grant>) {
+        match self.wire {
+            Wire::Script { .. } => classify(reply, &self.done),
+            Wire::SetIfAbsent(_) => classify_set_if_absent(reply, &self.done),
+        }
+    }
+}
+
+/// The reply to `SET key token NX PX ttl`: `OK` is a grant, nil another owner's key (its
+/// ttl unknown until the cleanup asks). Total, like [`classify`].
+pub(crate) fn classify_set_if_absent(
+    reply: Value,
+    done: &NodeOutcome,
+) -> (NodeOutcome, Option<Grant>) {
+    match reply {
+        Value::Okay => (done.clone(), None),
+        Value::Nil => (NodeOutcome::HeldByOther { expires_in: None }, None),
+        other => (unexpected(&other), None),
+    }
+}
+
+/// What one master's grant of a fenced acquire says.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub(crate) struct Grant {
+    /// The fence counter after the grant's increment.
+    pub(crate) counter: u64,
+    /// The master's re-seed epoch at the grant, which its confirm must name
+    /// (`scripts::CONFIRM_FENCE`).
+    pub(crate) epoch: u64,
+}
+
+/// What a script's reply says about the node, and what a fenced acquire's grant returned.
+/// Total: any reply shape, including ones no script of ours sends, is an outcome (an unexpected
+/// one is a failed vote), never a panic.
+pub(crate) fn classify(reply: Value, done: &NodeOutcome) -> (NodeOutcome, Option<Grant>) {
+    match reply {
+        Value::Int(code) => (classify_code(code, done), None),
+        Value::Array(items) => match items.as_slice() {
+            [Value::Int(-1), Value::Int(counter), Value::Int(epoch)] => {
+                match (u64::try_from(*counter), u64::try_from(*epoch)) {
+                    (Ok(counter), Ok(epoch)) => (done.clone(), Some(Grant { counter, epoch })),
+                    _ => (unexpected(&Value::Array(items)), None),
+                }
+            }
+            _ => (unexpected(&Value::Array(items)), None),
+        },
+        other => (unexpected(&other), None),
+    }
+}
+
+fn unexpected(reply: &Value) -> NodeOutcome {
+    let mut shown = format!("{reply:?}");
+    truncate_on_char_boundary(&mut shown, SHOWN_REPLY_LEN);
+    NodeOutcome::Failed(NodeError::UnexpectedReply(shown))
+}
+
+pub(crate) fn classify_code(code: i64, done: &NodeOutcome) -> NodeOutcome {
+    match ScriptReply::from_code(code) {
+        Some(ScriptReply::Done) => done.clone(),
+        Some(ScriptReply::Missing) => NodeOutcome::Missing,
+        Some(ScriptReply::Readded) => NodeOutcome::Readded,
+        Some(ScriptReply::Unseeded) => NodeOutcome::Failed(NodeError::Unseeded),
+        Some(ScriptReply::SeededSinceGrant) => NodeOutcome::Failed(NodeError::SeededSinceGrant),
+        Some(ScriptReply::Foreign { expires_in_ms }) => NodeOutcome::HeldByOther {
+            expires_in: expires_in_ms.map(Duration::from_millis),
+        },
+        None => NodeOutcome::Failed(NodeError::UnexpectedReply(code.to_string())),
+    }
+}
+
+/// How much of an unexpected reply a report keeps, in bytes.
+const SHOWN_REPLY_LEN: usize = 120;
+
+fn truncate_on_char_boundary(text: &mut String, max: usize) {
+    if text.len() > max {
+        let cut = (0..=max)
+            .rev()
+            .find(|i| text.is_char_boundary(*i))
+            .unwrap_or(0);
+        text.truncate(cut);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use rand::rngs::StdRng;
+    use rand::{RngExt, SeedableRng};
+
+    fn random_value(rng: &mut StdRng, depth: u32) -> Value {
+        let kinds = if depth == 0 { 8 } else { 12 };
+        match rng.random_range(0..kinds) {
+            0 => Value::Nil,
+            1 | 2 => Value::Int(match rng.random_range(0..4) {
+                0 => rng.random_range(-5..5),
+                1 => i64::MIN,
+                2 => i64::MAX,
+                _ => rng.random(),
+            }),
+            3 => Value::BulkString(
+                (0..rng.random_range(0..300))
+                    .map(|_| rng.random())
+                    .collect(),
+            ),
+            4 => Value::SimpleString("OK\r\n\u{fffd}é".repeat(rng.random_range(0..50))),
+            5 => Value::Okay,
+            6 => Value::Double(f64::from_bits(rng.random())),
+            7 => Value::Boolean(rng.random()),
+            8 => Value::Array(
+                (0..rng.random_range(0..4))
+                    .map(|_| random_value(rng, depth - 1))
+                    .collect(),
+            ),
+            9 => Value::Set(
+                (0..rng.random_range(0..4))
+                    .map(|_| random_value(rng, depth - 1))
+                    .collect(),
+            ),
+            10 => Value::Map(
+                (0..rng.random_range(0..3))
+                    .map(|_| (random_value(rng, depth - 1), random_value(rng, depth - 1)))
+                    .collect(),
+            ),
+            _ => Value::Attribute {
+                data: Box::new(random_value(rng, depth - 1)),
+                attributes: vec![(random_value(rng, depth - 1), random_value(rng, depth - 1))],
+            },
+        }
+    }
+
+    /// Property: every reply shape classifies without panicking; only the integers our scripts
+    /// send count as an answer, everything else is a failed vote with a bounded description.
+    #[test]
+    fn every_reply_shape_classifies() {
+        let mut rng = StdRng::seed_from_u64(0x5eed);
+        for _ in 0..100_000 {
+            let reply = random_value(&mut rng, 3);
+            let expected = match &reply {
+                Value::Int(-1) => "done",
+                Value::Int(-2) => "missing",
+                Value::Int(-5) => "readded",
+                Value::Int(-6) => "unseeded",
+                Value::Int(-7) => "seeded since grant",
+                Value::Int(n) if *n >= 0 || *n == -3 => "held",
+                Value::Array(items) => match items.as_slice() {
+                    [Value::Int(-1), Value::Int(f), Value::Int(e)] if *f >= 0 && *e >= 0 => "done",
+                    _ => "failed",
+                },
+                _ => "failed",
+            };
+            let (outcome, fence) = classify(reply.clone(), &NodeOutcome::Granted);
+            assert_eq!(
+                fence.is_some(),
+                matches!(&reply, Value::Array(_)) && expected == "done"
+            );
+            let got = match &outcome {
+                NodeOutcome::Granted => "done",
+                NodeOutcome::Missing => "missing",
+                NodeOutcome::Readded => "readded",
+                NodeOutcome::Failed(NodeError::Unseeded) => "unseeded",
+                NodeOutcome::Failed(NodeError::SeededSinceGrant) => "seeded since grant",
+                NodeOutcome::HeldByOther { .. } => "held",
+                NodeOutcome::Failed(NodeError::UnexpectedReply(shown)) => {
+                    assert!(shown.len() <= SHOWN_REPLY_LEN);
+                    "failed"
+                }
+                other => panic!("{reply:?} became {other:?}"),
+            };
+            assert_eq!(got, expected, "{reply:?}");
+        }
+    }
+
+    /// Property: every reply to the plain acquire classifies without panicking; only `OK` is
+    /// a grant, only nil a holder, anything else a failed vote.
+    #[test]
+    fn every_set_if_absent_reply_classifies() {
+        let mut rng = StdRng::seed_from_u64(0x5e7);
+        for _ in 0..100_000 {
+            let reply = random_value(&mut rng, 3);
+            let expected = match &reply {
+                Value::Okay => "done",
+                Value::Nil => "held",
+                _ => "failed",
+            };
+            let (outcome, fence) = classify_set_if_absent(reply.clone(), &NodeOutcome::Granted);
+            assert!(fence.is_none());
+            let got = match &outcome {
+                NodeOutcome::Granted => "done",
+                NodeOutcome::HeldByOther { expires_in: None } => "held",
+                NodeOutcome::Failed(NodeError::UnexpectedReply(shown)) => {
+                    assert!(shown.len() <= SHOWN_REPLY_LEN);
+                    "failed"
+                }
+                other => panic!("{reply:?} became {other:?}"),
+            };
+            assert_eq!(got, expected, "{reply:?}");
+        }
+    }
+
+    #[test]
+    fn held_replies_carry_the_remaining_ttl() {
+        let (held, _) = classify(Value::Int(1500), &NodeOutcome::Released);
+        assert!(
+            matches!(held, NodeOutcome::HeldByOther { expires_in: Some(d) } if d == Duration::from_millis(1500))
+        );
+        let (forever, _) = classify(Value::Int(-3), &NodeOutcome::Released);
+        assert!(matches!(
+            forever,
+            NodeOutcome::HeldByOther { expires_in: None }
+        ));
+        assert!(matches!(
+            classify(Value::Int(-1), &NodeOutcome::Released),
+            (NodeOutcome::Released, None)
+        ));
+        let fenced = classify(
+            Value::Array(vec![Value::Int(-1), Value::Int(41), Value::Int(3)]),
+            &NodeOutcome::Granted,
+        );
+        assert!(matches!(
+            fenced,
+            (
+                NodeOutcome::Granted,
+                Some(Grant {
+                    counter: 41,
+                    epoch: 3
+                })
+            )
+        ));
+        for bad in [[-1, -5, 0], [-1, 5, -1]] {
+            let negative = classify(
+                Value::Array(bad.iter().map(|n| Value::Int(*n)).collect()),
+                &NodeOutcome::Granted,
+            );
+            assert!(matches!(negative, (NodeOutcome::Failed(_), None)));
+        }
+        // The reply of the fenced acquire before re-seeding (no epoch) is not a grant.
+        let old = classify(
+            Value::Array(vec![Value::Int(-1), Value::Int(41)]),
+            &NodeOutcome::Granted,
+        );
+        assert!(matches!(old, (NodeOutcome::Failed(_), None)));
+    }
+
+    /// The arguments of `cmd`, as text.
+    fn words(cmd: &redis::Cmd) -> Vec<String> {
+        cmd.args_iter()
+            .map(|arg| match arg {
+                redis::Arg::Simple(bytes) => String::from_utf8_lossy(bytes).into_owned(),
+                _ => "<not bytes>".to_owned(),
+            })
+            .collect()
+    }
+
+    fn release_of(lua: &'static Lua, keys: &[&str], token: &Token) -> Request {
+        Request::new(
+            Operation::Release,
+            Command::Script(lua),
+            keys[0].as_bytes(),
+            token,
+            NodeOutcome::Released,
+        )
+        .with_extra_keys(keys[1..].iter().map(|k| k.as_bytes().to_vec()).collect())
+    }
+
+    fn payload(words: &[&str]) -> Vec<Vec<u8>> {
+        words.iter().map(|w| w.as_bytes().to_vec()).collect()
+    }
+
+    /// Mutation: every part given the whole payload: the parts of `RELEASE_MANY` publish every
+    /// key's release on the first key's channel.
+    #[test]
+    fn a_set_is_sent_key_by_key_each_with_its_own_channel() {
+        let token = Token::generate();
+        let request = release_of(&crate::scripts::RELEASE_MANY, &["k1", "k2"], &token)
+            .in_parts(InParts::EachKey {
+                per_key_payload: Some(1),
+            })
+            .with_payload(payload(&["id", "c1", "c2"]));
+        let prepared = Prepared::new(&request);
+        assert_eq!(prepared.parts().len(), 2);
+        let hash = crate::scripts::RELEASE_MANY.script().get_hash();
+        let t = token.expose();
+        assert_eq!(
+            words(&prepared.parts[0].cmd),
+            ["EVALSHA", hash, "1", "k1", t, "id", "c1"]
+        );
+        assert_eq!(
+            words(&prepared.parts[1].cmd),
+            ["EVALSHA", hash, "1", "k2", t, "id", "c2"]
+        );
+        assert_eq!(prepared.parts()[1].key(), b"k2");
+
+        let give_back = release_of(&crate::scripts::GIVE_BACK_PERMITS, &["p0", "p1"], &token)
+            .in_parts(InParts::EachKey {
+                per_key_payload: None,
+            })
+            .with_payload(payload(&["channel", "id"]));
+        let prepared = Prepared::new(&give_back);
+        assert_eq!(
+            words(&prepared.parts[1].cmd)[3..],
+            ["p1", t, "channel", "id"]
+        );
+    }
+
+    #[test]
+    fn a_waiter_leaves_with_the_lock_key_alone_then_one_command_per_queue_key() {
+        let request = Request::for_waiter(
+            Operation::Release,
+            &crate::scripts::DEQUEUE,
+            b"k",
+            "c.w",
+            NodeOutcome::Released,
+        )
+        .with_extra_keys(payload(&["k:queue", "k:waiters"]))
+        .in_parts(InParts::LeaveQueue)
+        .with_payload(payload(&["ch", "id", "500"]));
+        let prepared = Prepared::new(&request);
+        let hash = crate::scripts::DEQUEUE.script().get_hash();
+        let parts: Vec<Vec<String>> = prepared.parts.iter().map(|p| words(&p.cmd)).collect();
+        assert_eq!(
+            parts,
+            [
+                vec!["EVALSHA", hash, "1", "k", "c.w", "ch", "id", "500"],
+                vec!["ZREM", "k:queue", "c.w"],
+                vec!["HDEL", "k:waiters", "c.w"],
+            ]
+        );
+        assert_eq!(
+            prepared.parts.iter().map(|p| p.answers).collect::<Vec<_>>(),
+            [true, false, false]
+        );
+    }
+
+    #[test]
+    fn only_requests_with_several_keys_that_may_be_split_have_parts() {
+        let token = Token::generate();
+        let never = release_of(&crate::scripts::RELEASE, &["k", "q", "w"], &token);
+        assert!(Prepared::new(&never).parts().is_empty());
+        let alone =
+            release_of(&crate::scripts::RELEASE, &["k"], &token).in_parts(InParts::LockKeyAlone);
+        assert!(
+            Prepared::new(&alone).parts().is_empty(),
+            "one key: never refused"
+        );
+        let split = release_of(&crate::scripts::RELEASE, &["k", "q", "w"], &token)
+            .in_parts(InParts::LockKeyAlone)
+            .with_payload(payload(&["ch", "id", "500"]));
+        let prepared = Prepared::new(&split);
+        assert_eq!(prepared.parts().len(), 1);
+        assert_eq!(
+            words(&prepared.parts[0].cmd)[2..],
+            ["1", "k", token.expose(), "ch", "id", "500"]
+        );
+    }
+
+    /// Mutation: the last answer kept instead of the first that is not `-1`: a set whose first
+    /// key was another owner's reads as released.
+    #[test]
+    fn parts_answer_as_the_whole_script_would() {
+        let token = Token::generate();
+        let set = Prepared::new(
+            &release_of(&crate::scripts::RELEASE_MANY, &["a", "b", "c"], &token).in_parts(
+                InParts::EachKey {
+                    per_key_payload: Some(1),
+                },
+            ),
+        );
+        let answers = |codes: [i64; 3]| -> Vec<Result<Value, ()>> {
+            codes.iter().map(|c| Ok(Value::Int(*c))).collect()
+        };
+        assert_eq!(set.combine(answers([-1, -1, -1])), Ok(Value::Int(-1)));
+        assert_eq!(set.combine(answers([-1, 700, -2])), Ok(Value::Int(700)));
+        assert_eq!(set.combine(answers([-2, -1, 700])), Ok(Value::Int(-2)));
+        assert_eq!(
+            set.combine(vec![Ok(Value::Int(-1)), Err("down"), Ok(Value::Int(5))]),
+            Err("down")
+        );
+        // The queue's commands answer 1 or 0, never the request's answer.
+        let leave = Prepared::new(
+            &Request::for_waiter(
+                Operation::Release,
+                &crate::scripts::DEQUEUE,
+                b"k",
+                "c.w",
+                NodeOutcome::Released,
+            )
+            .with_extra_keys(payload(&["k:queue", "k:waiters"]))
+            .in_parts(InParts::LeaveQueue),
+        );
+        assert_eq!(leave.combine(answers([-1, 1, 0])), Ok(Value::Int(-1)));
+    }
+
+    #[test]
+    fn truncation_respects_utf8() {
+        let mut s = "é".repeat(100);
+        truncate_on_char_boundary(&mut s, 121);
+        assert_eq!(s.len(), 120);
+        let mut short = String::from("abc");
+        truncate_on_char_boundary(&mut short, 120);
+        assert_eq!(short, "abc");
+    }
+}

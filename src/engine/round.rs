@@ -1,0 +1,889 @@
+//! One quorum round: the same script sent to every node at once, decided at the majority.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use futures::StreamExt;
+use futures::stream::FuturesUnordered;
+use tokio::sync::watch;
+use tokio_util::task::TaskTracker;
+
+use crate::core::quorum::{Awake, Deadline, Decision, Tally, Vote};
+use crate::core::report::{NodeOutcome, NodeReport, Report};
+use crate::core::settings::Timing;
+use crate::core::telemetry;
+use crate::core::verdict::{self, RoundKind, Verdict};
+use crate::engine::request::{Grant, Prepared, Request};
+use crate::engine::voter::Voter;
+use crate::errors::node_error::NodeError;
+
+/// How long a round waits.
+#[derive(Debug, Clone)]
+pub(crate) enum Wait {
+    /// Until the round is won or lost; nodes that have not answered by then go on in the
+    /// background (see [`Stragglers`]).
+    UntilDecided,
+    /// Until the round's verdict can no longer change, whatever the nodes still out answer
+    /// (`verdict::settled`): a release is decided at the majority in the common case, and
+    /// waits (bounded) for more answers only when they decide between gone and outage. The
+    /// requests still out go on in the background (tracked, so `RedLock::settle` waits for
+    /// them), each already queued on its connection.
+    UntilSettled {
+        kind: RoundKind,
+        validity_left: bool,
+        granted: Option<Vec<Vote>>,
+    },
+    /// A permit round (`crate::protocol::permit`): until one permit has a majority of grants, or no
+    /// permit can reach one with the answers still out. The tally above counts a grant of any
+    /// permit as a yes, so it cannot decide such a round; a suspect node is waited for while
+    /// its answer could still make a majority (bounded by the deadline).
+    UntilPermitDecided,
+    /// Until every node has answered or timed out (a failed acquire's cleanup: its report says
+    /// how long the holder's key lives; an extend that re-adds keys). A suspect node is not
+    /// waited for once the round is decided without it: its request goes on in the
+    /// background.
+    ForAll,
+}
+
+/// Per node, whether a request of a round is *ordered*: handed to the node's connection (a
+/// command nothing will send again), or finished, or abandoned. Anything sent on that
+/// connection afterwards reaches the node behind it: the multiplexed connection is one FIFO
+/// queue (the redis crate's bounded channel, whose waiting senders are served in order).
+#[derive(Debug)]
+struct Ordered {
+    nodes: watch::Sender<Vec<bool>>,
+}
+
+impl Ordered {
+    fn new(count: usize) -> Arc<Self> {
+        Arc::new(Self {
+            nodes: watch::Sender::new(vec![false; count]),
+        })
+    }
+
+    fn mark(&self, index: usize) {
+        self.nodes
+            .send_if_modified(|nodes| match nodes.get_mut(index) {
+                Some(ordered) if !*ordered => {
+                    *ordered = true;
+                    true
+                }
+                _ => false,
+            });
+    }
+}
+
+/// Marks its node's request ordered when dropped: finished, or abandoned at the deadline.
+struct MarkOnDrop {
+    ordered: Arc<Ordered>,
+    index: usize,
+}
+
+impl Drop for MarkOnDrop {
+    fn drop(&mut self) {
+        self.ordered.mark(self.index);
+    }
+}
+
+/// Requests of a decided round that were still running at the decision.
+///
+/// They keep running in a background task, each bounded by the per-node timeout, so a slow
+/// node still gets the key (and a lock survives later node failures better). A later
+/// compare-and-delete on one of these nodes is sent once that node's request is *ordered*
+/// ([`Ordered`]): at once for a `SET` already on its connection, after the answer for a script
+/// (a `NOSCRIPT` answer sends it again) or for a request still waiting for its connection.
+/// Otherwise the straggler could land after the delete and leave a key behind. It never
+/// waits for other nodes' stragglers.
+#[derive(Debug, Clone)]
+pub(crate) struct Stragglers {
+    nodes: Arc<[bool]>,
+    ordered: watch::Receiver<Vec<bool>>,
+    done: watch::Receiver<bool>,
+    /// A straggler answered that its fence counter was not re-seeded (fenced acquire): the
+    /// decision came before it, so the round's report does not show it.
+    unseeded: Arc<std::sync::atomic::AtomicBool>,
+    /// A straggler did not do what was asked (refused, failed or timed out).
+    not_done: Arc<std::sync::atomic::AtomicBool>,
+}
+
+impl Stragglers {
+    /// Whether the request to `index` was still running at the decision and is not yet
+    /// ordered on its connection.
+    fn unordered(&self, index: usize) -> bool {
+        self.nodes.get(index).copied().unwrap_or(false)
+            && !self.ordered.borrow().get(index).copied().unwrap_or(true)
+    }
+
+    /// Waits until every straggler has finished, then says whether one answered that its
+    /// fence counter was not re-seeded since its server started.
+    pub(crate) async fn unseeded(&self) -> bool {
+        let mut done = self.done.clone();
+        let _ = done.wait_for(|finished| *finished).await;
+        self.unseeded.load(std::sync::atomic::Ordering::Acquire)
+    }
+
+    /// Waits until every straggler has finished, then says whether each did what was asked.
+    pub(crate) async fn all_done(&self) -> bool {
+        let mut done = self.done.clone();
+        let _ = done.wait_for(|finished| *finished).await;
+        !self.not_done.load(std::sync::atomic::Ordering::Acquire)
+    }
+
+    /// Waits until the request to `index` is ordered on its connection.
+    async fn ordered(&self, index: usize) {
+        let mut ordered = self.ordered.clone();
+        // An error means every sender is gone (the round's tasks ended): nothing to wait for.
+        let _ = ordered
+            .wait_for(|nodes| nodes.get(index).copied().unwrap_or(true))
+            .await;
+    }
+}
+
+/// A finished round.
+#[derive(Debug)]
+pub(crate) struct Round {
+    /// Taken before the first request was created: the start of the validity clock.
+    pub(crate) start: Instant,
+    /// Both clocks at `start`, to tell later whether the host was suspended since.
+    pub(crate) awake: Awake,
+    /// When the round was decided (or every node had answered).
+    pub(crate) decided: Instant,
+    pub(crate) tally: Tally,
+    pub(crate) report: Report,
+    pub(crate) stragglers: Option<Stragglers>,
+    /// The highest fence counter among the answers before the decision (fenced acquire).
+    pub(crate) fence: Option<u64>,
+    /// What each master's grant said, for the grants before the decision: a fenced
+    /// acquire's counter and re-seed epoch, a permit acquire's permit number.
+    pub(crate) grants: Vec<Option<Grant>>,
+}
+
+impl Round {
+    pub(crate) fn elapsed(&self) -> Duration {
+        self.decided.saturating_duration_since(self.start)
+    }
+
+    /// The local deadline of a lock this round took or renewed: `ttl − drift` after the
+    /// round's first send, brought forward by any suspend of the host since then
+    /// (`crate::core::quorum::Deadline`).
+    /// This round's one verdict (`crate::core::verdict`): `granted` is how each node answered the
+    /// round that granted or last renewed a held lock (`None` for an acquire).
+    pub(crate) fn judge(
+        &self,
+        kind: RoundKind,
+        validity_left: bool,
+        granted: Option<&[Vote]>,
+    ) -> Verdict {
+        verdict::judge(
+            kind,
+            &self.tally,
+            validity_left,
+            granted,
+            &self.report.votes(),
+        )
+    }
+
+    pub(crate) fn valid_until(&self, timing: &Timing) -> Deadline {
+        Deadline::after(self.awake, timing.validity_span())
+            .unwrap_or_else(|| Deadline::at(self.awake))
+    }
+}
+
+/// Sends `request` to every node in parallel, each bounded by `per_node_timeout`.
+pub(crate) async fn run<V: Voter>(
+    nodes: &Arc<[V]>,
+    background: &TaskTracker,
+    request: Request,
+    per_node_timeout: Duration,
+    wait: Wait,
+) -> Round {
+    run_then(
+        nodes,
+        background,
+        request,
+        per_node_timeout,
+        wait,
+        None,
+        || {},
+    )
+    .await
+}
+
+/// As [`run`]. With `after`, a node's request is sent only once that node's straggler from an
+/// earlier round is ordered on its connection (see [`Stragglers`]). `sent` runs as soon as the
+/// requests that need not wait for a straggler are queued on their connections, before any
+/// answer. Whatever is sent on the same connections after that reaches each node behind this
+/// round's request.
+///
+/// Every request starts with the round, so one deadline (`per_node_timeout` after the start,
+/// on tokio's clock), one timer, bounds them all, instead of a timer per node. Only a request
+/// that first waits for a straggler of an earlier round carries its own timeout, started once
+/// it is sent. A node whose request times out becomes suspect ([`Voter::is_suspect`]) until it
+/// answers again.
+#[allow(clippy::too_many_arguments)]
+pub(crate) async fn run_then<V: Voter>(
+    nodes: &Arc<[V]>,
+    background: &TaskTracker,
+    request: Request,
+    per_node_timeout: Duration,
+    wait: Wait,
+    after: Option<&Stragglers>,
+    sent: impl FnOnce(),
+) -> Round {
+    let awake = Awake::now();
+    let start = awake.instant();
+    // On tokio's clock (the same as `start`'s outside tests), so the engine's timing can be
+    // tested in virtual time.
+    let deadline = tokio::time::Instant::now() + per_node_timeout;
+    let prepared = Arc::new(Prepared::new(&request));
+    let count = nodes.len();
+    let ordered = Ordered::new(count);
+    // Which requests wait for an earlier round's straggler on their node, decided once: the
+    // answer changes as those stragglers get ordered, and every use below (which set a
+    // request is in, what it waits for, whether the deadline times it out, whether it is a
+    // straggler of this round) must agree.
+    let waits: Vec<bool> = (0..count)
+        .map(|index| after.is_some_and(|a| a.unordered(index)))
+        .collect();
+    let waits = |index: usize| waits.get(index).copied().unwrap_or(false);
+    let node_request = |index: usize| {
+        let nodes = nodes.clone();
+        let tracker = background.clone();
+        let prepared = prepared.clone();
+        let after = after.filter(|_| waits(index)).cloned();
+        let mark = MarkOnDrop {
+            ordered: ordered.clone(),
+            index,
+        };
+        async move {
+            // Queued on the connection and never sent again: ordered from now on.
+            let queued = || {
+                if !prepared.resendable() {
+                    mark.ordered.mark(index);
+                }
+            };
+            let asked = match nodes.get(index) {
+                Some(node) => match &after {
+                    Some(after) => {
+                        after.ordered(index).await;
+                        let answer = if prepared.deliver_anyway {
+                            // Its own task, so the timeout only stops the waiting.
+                            let (nodes, prepared) = (nodes.clone(), prepared.clone());
+                            let delivery = tracker.spawn(async move {
+                                match nodes.get(index) {
+                                    Some(node) => node.ask(&prepared, || {}).await,
+                                    None => (NodeOutcome::NoReply, None),
+                                }
+                            });
+                            tokio::time::timeout(per_node_timeout, async {
+                                delivery.await.unwrap_or((NodeOutcome::NoReply, None))
+                            })
+                            .await
+                        } else {
+                            tokio::time::timeout(per_node_timeout, node.ask(&prepared, queued))
+                                .await
+                        };
+                        answer.unwrap_or_else(|_| timed_out(per_node_timeout))
+                    }
+                    None => node.ask(&prepared, queued).await,
+                },
+                None => (NodeOutcome::NoReply, None),
+            };
+            drop(mark);
+            (index, asked.0, asked.1, start.elapsed())
+        }
+    };
+    // Bounded by the round's deadline, and abandoned (dropped) when it passes.
+    let mut bounded: FuturesUnordered<_> = (0..count)
+        .filter(|i| !waits(*i))
+        .map(node_request)
+        .collect();
+    // Each bounded by its own timeout.
+    let mut alone: FuturesUnordered<_> =
+        (0..count).filter(|i| waits(*i)).map(node_request).collect();
+    let mut answers: Vec<Option<(NodeOutcome, Duration)>> = vec![None; count];
+    let mut tally = Tally::new(count);
+    let mut fence: Option<u64> = None;
+    let mut grants: Vec<Option<Grant>> = vec![None; count];
+    let finished = |tally: &Tally,
+                    answers: &[Option<(NodeOutcome, Duration)>],
+                    grants: &[Option<Grant>]| match &wait {
+        Wait::UntilDecided => tally.decision() != Decision::Open,
+        Wait::UntilPermitDecided => {
+            let mut counts: std::collections::HashMap<u64, usize> =
+                std::collections::HashMap::new();
+            for grant in grants.iter().flatten() {
+                *counts.entry(grant.counter).or_default() += 1;
+            }
+            let best = counts.values().copied().max().unwrap_or(0);
+            let out = answers.iter().filter(|answer| answer.is_none()).count();
+            best >= tally.quorum() || best + out < tally.quorum()
+        }
+        Wait::UntilSettled {
+            kind,
+            validity_left,
+            granted,
+        } => {
+            let partial: Vec<Option<Vote>> = answers
+                .iter()
+                .map(|answer| answer.as_ref().map(|(outcome, _)| outcome.vote()))
+                .collect();
+            verdict::settled(*kind, *validity_left, granted.as_deref(), &partial).is_some()
+        }
+        // A suspect node is not waited for once the round is decided without it; while its
+        // answer could still decide the round, it is (bounded by the deadline).
+        Wait::ForAll => {
+            tally.decision() != Decision::Open
+                && answers
+                    .iter()
+                    .zip(nodes.iter())
+                    .all(|(answer, node)| answer.is_some() || node.is_suspect())
+        }
+    };
+    // The first polls run every request up to its send on the connection; the few answers
+    // they may already give (a node known to be down) wait in `early`.
+    let mut early = Vec::new();
+    while let std::task::Poll::Ready(Some(answer)) = futures::poll!(bounded.next()) {
+        early.push(answer);
+    }
+    while let std::task::Poll::Ready(Some(answer)) = futures::poll!(alone.next()) {
+        early.push(answer);
+    }
+    sent();
+    let mut early = early.into_iter();
+    let expiry = tokio::time::sleep_until(deadline);
+    tokio::pin!(expiry);
+    while !finished(&tally, &answers, &grants) {
+        let answer = match early.next() {
+            Some(answer) => answer,
+            None => tokio::select! {
+                biased;
+                Some(answer) = bounded.next(), if !bounded.is_empty() => answer,
+                Some(answer) = alone.next(), if !alone.is_empty() => answer,
+                () = &mut expiry, if !bounded.is_empty() => {
+                    // Every request still bounded by the deadline has timed out: stop waiting
+                    // for them. A compare-and-delete is not dropped but followed in the
+                    // background until its connection takes it (see `Prepared::deliver_anyway`).
+                    let timed_out_requests = std::mem::take(&mut bounded);
+                    if prepared.deliver_anyway {
+                        deliver_in_background(background, timed_out_requests);
+                    }
+                    for (index, slot) in answers.iter_mut().enumerate() {
+                        if slot.is_none() && !waits(index) {
+                            let (outcome, _) = timed_out(per_node_timeout);
+                            record(nodes, &mut tally, index, &outcome, per_node_timeout);
+                            *slot = Some((outcome, per_node_timeout));
+                        }
+                    }
+                    continue;
+                }
+                else => break,
+            },
+        };
+        let (index, mut outcome, grant, latency) = answer;
+        let counted = request
+            .counted
+            .as_ref()
+            .is_none_or(|c| c.get(index) == Some(&true));
+        if !counted && outcome.vote() == Vote::Yes {
+            outcome = NodeOutcome::LateGrant;
+        }
+        if let Some(grant) = grant {
+            fence = fence.max(Some(grant.counter));
+            if let Some(slot) = grants.get_mut(index) {
+                *slot = Some(grant);
+            }
+        }
+        record(nodes, &mut tally, index, &outcome, latency);
+        if let Some(slot) = answers.get_mut(index) {
+            *slot = Some((outcome, latency));
+        }
+    }
+    // An answer the first polls gave that the decision came before.
+    for (index, outcome, _, latency) in early {
+        tracing::debug!(node = index, %outcome, ?latency, "answer after the round was decided");
+    }
+    let decided = Instant::now();
+    let pending = bounded.len() + alone.len();
+    telemetry::round_decided(request.operation, tally.decision());
+    tracing::debug!(
+        command = request.command.name(),
+        decision = ?tally.decision(),
+        elapsed = ?decided.saturating_duration_since(start),
+        pending,
+        "round decided"
+    );
+    let stragglers = (pending > 0).then(|| {
+        let pending_nodes: Arc<[bool]> = answers.iter().map(Option::is_none).collect();
+        let (finished, done) = watch::channel(false);
+        let unseeded = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let late_unseeded = unseeded.clone();
+        let not_done = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let late_not_done = not_done.clone();
+        let late_prepared = prepared.clone();
+        let (nodes, deliver_anyway) = (nodes.clone(), prepared.deliver_anyway);
+        let tracker = background.clone();
+        let mut unanswered = pending_nodes.to_vec();
+        background.spawn(async move {
+            let expiry = tokio::time::sleep_until(deadline);
+            tokio::pin!(expiry);
+            loop {
+                let (index, outcome, _, latency) = tokio::select! {
+                    Some(answer) = bounded.next(), if !bounded.is_empty() => answer,
+                    Some(answer) = alone.next(), if !alone.is_empty() => answer,
+                    () = &mut expiry, if !bounded.is_empty() => {
+                        let timed_out_requests = std::mem::take(&mut bounded);
+                        if deliver_anyway {
+                            deliver_in_background(&tracker, timed_out_requests);
+                        }
+                        for (node, unanswered) in nodes.iter().zip(&unanswered) {
+                            if *unanswered {
+                                node.set_suspect(true);
+                                late_not_done.store(true, std::sync::atomic::Ordering::Release);
+                            }
+                        }
+                        continue;
+                    }
+                    else => break,
+                };
+                if let Some(slot) = unanswered.get_mut(index) {
+                    *slot = false;
+                }
+                tracing::debug!(node = index, %outcome, ?latency, "answer after the round was decided");
+                if matches!(outcome, NodeOutcome::Failed(NodeError::Unseeded)) {
+                    late_unseeded.store(true, std::sync::atomic::Ordering::Release);
+                }
+                if !late_prepared.is_done(&outcome) {
+                    late_not_done.store(true, std::sync::atomic::Ordering::Release);
+                }
+            }
+            finished.send_replace(true);
+        });
+        Stragglers {
+            nodes: pending_nodes,
+            ordered: ordered.nodes.subscribe(),
+            done,
+            unseeded,
+            not_done,
+        }
+    });
+    let report = nodes
+        .iter()
+        .zip(answers)
+        .map(|(node, answer)| {
+            let (outcome, latency) = answer.unwrap_or((
+                NodeOutcome::NoReply,
+                decided.saturating_duration_since(start),
+            ));
+            NodeReport::new(node.id().clone(), outcome, latency)
+                .with_server(node.server(prepared.key()))
+        })
+        .collect();
+    Round {
+        start,
+        awake,
+        decided,
+        tally,
+        report: Report::new(report),
+        stragglers,
+        fence,
+        grants,
+    }
+}
+
+/// Polls requests we no longer wait for until each is answered (or its connection breaks), so
+/// the redis crate does not skip them as abandoned (see `Prepared::deliver_anyway`).
+fn deliver_in_background<F>(background: &TaskTracker, mut requests: FuturesUnordered<F>)
+where
+    F: std::future::Future + Send + 'static,
+    F::Output: Send,
+{
+    background.spawn(async move { while requests.next().await.is_some() {} });
+}
+
+/// Counts one node's answer in the tally, and in the logs and metrics.
+fn record<V: Voter>(
+    nodes: &[V],
+    tally: &mut Tally,
+    index: usize,
+    outcome: &NodeOutcome,
+    latency: Duration,
+) {
+    // A key a renewal has just re-added is not yet proof of anything: it counts from the next
+    // round on (the report keeps it as a yes), never toward this round's majority.
+    let vote = match outcome {
+        NodeOutcome::Readded => Vote::Failed,
+        other => other.vote(),
+    };
+    tally.record(vote);
+    tracing::trace!(node = index, %outcome, ?latency, "node answered");
+    if let (Some(node), NodeOutcome::Failed(NodeError::TimedOut(_))) = (nodes.get(index), outcome) {
+        node.set_suspect(true);
+    }
+    if let Some(node) = nodes.get(index) {
+        telemetry::node_answered(node.id().address(), outcome, latency);
+    }
+}
+
+fn timed_out(per_node_timeout: Duration) -> (NodeOutcome, Option<Grant>) {
+    (
+        NodeOutcome::Failed(NodeError::TimedOut(per_node_timeout)),
+        None,
+    )
+}
+
+/// The engine's timing in virtual time (`tokio::time::pause`), with scripted voters instead of
+/// servers: each test names the mutation of the engine that makes it fail.
+#[cfg(test)]
+mod tests {
+    use std::collections::VecDeque;
+    use std::future::Future;
+    use std::sync::Mutex;
+    use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+
+    use tokio::time::Instant as Virtual;
+
+    use super::*;
+    use crate::core::node_id::NodeId;
+    use crate::core::token::Token;
+    use crate::engine::request::Command;
+    use crate::errors::error::Operation;
+    use crate::scripts;
+
+    const TIMEOUT: Duration = Duration::from_millis(50);
+
+    /// What a scripted voter does with one request.
+    #[derive(Debug, Clone)]
+    enum Reply {
+        /// Answers with this outcome after this long.
+        After(Duration, NodeOutcome),
+        /// Never answers (a SIGSTOPped master).
+        Never,
+    }
+
+    use Reply::{After, Never};
+
+    fn yes(after_ms: u64) -> Reply {
+        After(Duration::from_millis(after_ms), NodeOutcome::Granted)
+    }
+
+    fn no(after_ms: u64) -> Reply {
+        After(
+            Duration::from_millis(after_ms),
+            NodeOutcome::HeldByOther { expires_in: None },
+        )
+    }
+
+    /// A voter that answers each request as its script says, in order, and records when each
+    /// request was sent and how many answers it gave.
+    #[derive(Debug)]
+    struct Scripted {
+        id: NodeId,
+        suspect: AtomicBool,
+        replies: Mutex<VecDeque<Reply>>,
+        sent_at: Mutex<Vec<Virtual>>,
+        answered: AtomicUsize,
+    }
+
+    impl Voter for Scripted {
+        fn id(&self) -> &NodeId {
+            &self.id
+        }
+
+        fn is_suspect(&self) -> bool {
+            self.suspect.load(Ordering::Relaxed)
+        }
+
+        fn set_suspect(&self, suspect: bool) {
+            self.suspect.store(suspect, Ordering::Relaxed);
+        }
+
+        fn ask(
+            &self,
+            _request: &Prepared,
+            queued: impl FnOnce() + Send,
+        ) -> impl Future<Output = (NodeOutcome, Option<Grant>)> + Send {
+            self.sent_at.lock().expect("lock").push(Virtual::now());
+            let reply = self
+                .replies
+                .lock()
+                .expect("lock")
+                .pop_front()
+                .unwrap_or(Never);
+            async move {
+                queued();
+                match reply {
+                    After(delay, outcome) => {
+                        tokio::time::sleep(delay).await;
+                        self.set_suspect(false);
+                        self.answered.fetch_add(1, Ordering::Relaxed);
+                        (outcome, None)
+                    }
+                    Never => std::future::pending().await,
+                }
+            }
+        }
+    }
+
+    /// One voter per script; voter `i` answers its `k`-th request with `scripts[i][k]`.
+    fn voters(scripts: Vec<Vec<Reply>>) -> Arc<[Scripted]> {
+        scripts
+            .into_iter()
+            .enumerate()
+            .map(|(index, replies)| Scripted {
+                id: NodeId::new(index, format!("voter-{index}").into()),
+                suspect: AtomicBool::new(false),
+                replies: Mutex::new(replies.into()),
+                sent_at: Mutex::new(Vec::new()),
+                answered: AtomicUsize::new(0),
+            })
+            .collect()
+    }
+
+    fn acquire() -> Request {
+        Request::new(
+            Operation::Acquire,
+            Command::SetIfAbsent,
+            b"k",
+            &Token::generate(),
+            NodeOutcome::Granted,
+        )
+        .with_number(1000)
+    }
+
+    fn release() -> Request {
+        Request::new(
+            Operation::Release,
+            Command::Script(&scripts::RELEASE),
+            b"k",
+            &Token::generate(),
+            NodeOutcome::Released,
+        )
+    }
+
+    fn outcomes(round: &Round) -> Vec<String> {
+        round
+            .report
+            .iter()
+            .map(|n| n.outcome().to_string())
+            .collect()
+    }
+
+    /// `at` is `expected` after `t0`, to the timer wheel's millisecond.
+    fn assert_at(t0: Virtual, at: Virtual, expected: Duration) {
+        let elapsed = at - t0;
+        assert!(
+            elapsed >= expected && elapsed <= expected + Duration::from_millis(1),
+            "at {elapsed:?}, expected {expected:?}"
+        );
+    }
+
+    /// Mutation: deciding only once every voter answered (`Wait::UntilDecided` finished when
+    /// all answers are in) makes the round end at the deadline instead of at 1 ms.
+    #[tokio::test(start_paused = true)]
+    async fn a_round_is_decided_at_the_majority_while_the_rest_hang() {
+        let nodes = voters(vec![
+            vec![yes(1)],
+            vec![yes(1)],
+            vec![yes(1)],
+            vec![Never],
+            vec![Never],
+        ]);
+        let tracker = TaskTracker::new();
+        let t0 = Virtual::now();
+        let round = run(&nodes, &tracker, acquire(), TIMEOUT, Wait::UntilDecided).await;
+        assert_at(t0, Virtual::now(), Duration::from_millis(1));
+        assert_eq!(round.tally.decision(), Decision::Won);
+        assert!(round.stragglers.is_some(), "two requests still out");
+        let outcomes = outcomes(&round);
+        assert!(
+            outcomes[3].contains("no reply") && outcomes[4].contains("no reply"),
+            "{outcomes:?}"
+        );
+        // The stragglers run on in the tracked background until the round's one deadline,
+        // when the hung voters become suspect and the background work ends.
+        assert!(!nodes[3].is_suspect());
+        tracker.close();
+        tracker.wait().await;
+        assert_at(t0, Virtual::now(), TIMEOUT);
+        assert!(nodes[3].is_suspect() && nodes[4].is_suspect());
+        assert!(!nodes[0].is_suspect());
+    }
+
+    /// Mutation: not marking a timed-out voter suspect (`record` without `set_suspect(true)`)
+    /// fails the suspect check.
+    #[tokio::test(start_paused = true)]
+    async fn one_deadline_times_out_every_hung_voter_and_makes_it_suspect() {
+        let nodes = voters(vec![
+            vec![yes(1)],
+            vec![yes(2)],
+            vec![Never],
+            vec![Never],
+            vec![Never],
+        ]);
+        let tracker = TaskTracker::new();
+        let t0 = Virtual::now();
+        let round = run(&nodes, &tracker, acquire(), TIMEOUT, Wait::UntilDecided).await;
+        assert_at(t0, Virtual::now(), TIMEOUT);
+        assert_eq!(round.tally.decision(), Decision::Lost);
+        let outcomes = outcomes(&round);
+        for outcome in &outcomes[2..] {
+            assert!(outcome.contains("no reply within 50ms"), "{outcomes:?}");
+        }
+        assert!(nodes[2..].iter().all(Voter::is_suspect));
+        assert!(!nodes[0].is_suspect());
+        assert!(round.stragglers.is_none(), "nothing left running");
+    }
+
+    /// Mutation: waiting for suspect voters too (`Wait::ForAll` without `|| node.is_suspect()`)
+    /// makes the second round wait 30 ms for the suspect voter.
+    #[tokio::test(start_paused = true)]
+    async fn waiting_for_all_waits_for_a_slow_voter_but_not_for_a_suspect_one() {
+        let fast = || vec![yes(1), yes(1)];
+        let nodes = voters(vec![fast(), fast(), fast(), fast(), vec![yes(30), yes(30)]]);
+        let tracker = TaskTracker::new();
+        let t0 = Virtual::now();
+        let round = run(&nodes, &tracker, acquire(), TIMEOUT, Wait::ForAll).await;
+        assert_at(t0, Virtual::now(), Duration::from_millis(30));
+        assert_eq!(round.report.votes(), vec![Vote::Yes; 5]);
+
+        nodes[4].set_suspect(true);
+        let t1 = Virtual::now();
+        let round = run(&nodes, &tracker, acquire(), TIMEOUT, Wait::ForAll).await;
+        assert_at(t1, Virtual::now(), Duration::from_millis(1));
+        assert_eq!(
+            round.report.votes()[4],
+            Vote::Failed,
+            "reported as no reply"
+        );
+        // Its request goes on in the background, and its answer clears the suspicion.
+        tracker.close();
+        tracker.wait().await;
+        assert!(!nodes[4].is_suspect());
+    }
+
+    /// Mutation: skipping suspect voters before the round is decided (`Wait::ForAll` finished
+    /// when every voter answered or is suspect, decided or not) ends the round open at 1 ms.
+    #[tokio::test(start_paused = true)]
+    async fn a_suspect_voter_is_waited_for_while_its_answer_decides_the_round() {
+        let nodes = voters(vec![
+            vec![yes(1)],
+            vec![yes(1)],
+            vec![no(1)],
+            vec![no(1)],
+            vec![yes(30)],
+        ]);
+        nodes[4].set_suspect(true);
+        let tracker = TaskTracker::new();
+        let t0 = Virtual::now();
+        let round = run(&nodes, &tracker, acquire(), TIMEOUT, Wait::ForAll).await;
+        assert_at(t0, Virtual::now(), Duration::from_millis(30));
+        assert_eq!(round.tally.decision(), Decision::Won);
+    }
+
+    /// Mutation: dropping a release's request at the deadline like any other
+    /// (`Prepared::deliver_anyway` false) leaves the slow voter's delete unsent.
+    #[tokio::test(start_paused = true)]
+    async fn a_release_is_settled_at_the_majority_and_its_slow_deletes_still_delivered() {
+        let slow = || vec![After(Duration::from_millis(200), NodeOutcome::Released)];
+        let released = || vec![After(Duration::from_millis(1), NodeOutcome::Released)];
+        let nodes = voters(vec![released(), released(), released(), slow(), slow()]);
+        let tracker = TaskTracker::new();
+        let t0 = Virtual::now();
+        let wait = Wait::UntilSettled {
+            kind: RoundKind::Release,
+            validity_left: true,
+            granted: None,
+        };
+        let round = run(&nodes, &tracker, release(), TIMEOUT, wait).await;
+        assert_at(t0, Virtual::now(), Duration::from_millis(1));
+        assert_eq!(round.tally.decision(), Decision::Won);
+        tracker.close();
+        tracker.wait().await;
+        assert_at(t0, Virtual::now(), Duration::from_millis(200));
+        assert_eq!(nodes[3].answered.load(Ordering::Relaxed), 1);
+        assert_eq!(nodes[4].answered.load(Ordering::Relaxed), 1);
+    }
+
+    /// A request that waits for an earlier round's straggler on its voter carries its own
+    /// timeout from when it is sent: this round's deadline does not time it out, even once the
+    /// straggler it waited for is ordered.
+    ///
+    /// Mutation: deciding afresh at the deadline whether a request waits (`waits` re-evaluated
+    /// per use, as before) records voter 4's running request as timed out at 51 ms, makes the
+    /// voter suspect and leaves its request out of the round's stragglers.
+    #[tokio::test(start_paused = true)]
+    async fn a_request_behind_a_straggler_is_not_timed_out_by_the_rounds_deadline() {
+        let nodes = voters(vec![
+            vec![yes(1), yes(1)],
+            vec![yes(1), yes(1)],
+            vec![yes(1), yes(1)],
+            vec![yes(1), Never],
+            vec![yes(30), yes(40)],
+        ]);
+        let tracker = TaskTracker::new();
+        let t0 = Virtual::now();
+        // Voters 0 to 3 answer the first round, voter 4 (suspect, so not waited for) is its
+        // one straggler: a script, ordered only once answered, at 30 ms.
+        nodes[4].set_suspect(true);
+        let first = run(&nodes, &tracker, release(), TIMEOUT, Wait::ForAll).await;
+        let stragglers = first.stragglers.expect("voter 4 still out");
+        assert_at(t0, Virtual::now(), Duration::from_millis(1));
+        let second = run_then(
+            &nodes,
+            &tracker,
+            release(),
+            TIMEOUT,
+            Wait::ForAll,
+            Some(&stragglers),
+            || {},
+        )
+        .await;
+        // Voter 3 timed out at the deadline (51 ms); voter 4's request, sent at 30 ms,
+        // answered at 70 ms.
+        assert_at(t0, Virtual::now(), Duration::from_millis(70));
+        let outcomes = outcomes(&second);
+        assert!(outcomes[3].contains("no reply within 50ms"), "{outcomes:?}");
+        assert_eq!(second.report.votes()[4], Vote::Yes, "{outcomes:?}");
+        assert!(nodes[3].is_suspect() && !nodes[4].is_suspect());
+    }
+
+    /// A delete behind a straggler of the same lock is sent once the straggler is ordered on
+    /// its voter's connection: a `SET` at once (queued is enough), a script only once answered
+    /// (a `NOSCRIPT` answer sends it again).
+    ///
+    /// Mutation: marking a `SET` ordered only once answered (`Prepared::resendable` always
+    /// true) sends the delete behind it at 20 ms instead of at 1 ms; marking a
+    /// script ordered when queued (`Prepared::resendable` false) sends the delete behind the
+    /// script at 1 ms instead of at 20 ms.
+    #[tokio::test(start_paused = true)]
+    async fn a_delete_waits_only_until_the_straggler_on_its_voter_is_ordered() {
+        for (first, sent_after) in [(acquire(), 1), (release(), 20)] {
+            let replies = |first_ms| vec![yes(first_ms), yes(1)];
+            let nodes = voters(vec![
+                replies(1),
+                replies(1),
+                replies(1),
+                replies(20),
+                replies(20),
+            ]);
+            let tracker = TaskTracker::new();
+            let t0 = Virtual::now();
+            let round = run(&nodes, &tracker, first, TIMEOUT, Wait::UntilDecided).await;
+            let stragglers = round.stragglers.expect("two requests still out");
+            let delete = run_then(
+                &nodes,
+                &tracker,
+                release(),
+                TIMEOUT,
+                Wait::ForAll,
+                Some(&stragglers),
+                || {},
+            );
+            let _ = delete.await;
+            let sent = nodes[4].sent_at.lock().expect("lock").clone();
+            assert_eq!(sent.len(), 2);
+            assert_at(t0, sent[1], Duration::from_millis(sent_after));
+        }
+    }
+}

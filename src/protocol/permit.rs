@@ -1,0 +1,310 @@
+//! Taking one permit of a counting semaphore: P permits, each a lock of its own.
+//!
+//! Why not one count per master (a sorted set of holders, capped at P on each master, a
+//! permit granted by a majority of masters)? Because majorities of different holders need
+//! not meet on one master: with five masters and two permits, holders A {1,2,3}, B {1,2,4} and
+//! C {3,4,5} each have a majority, and no master ever had more than two holders — three
+//! holders of two permits. Capped counts over majority quorums are safe only when
+//! (P + 1) × quorum > N × P, which for N = 5 already fails at P = 2.
+//!
+//! So permit `i` is the lock `prefix{name}:permit:<i>`, and a holder of permit `i` is trusted
+//! only when a majority of masters granted it *that* key, with validity left, by the same
+//! rules as any lock: at most one valid holder per permit, so at most P holders. One round
+//! asks every master for the first free permit in an order of the client's
+//! (`scripts::ACQUIRE_PERMIT`), starting at a random permit so that concurrent acquires
+//! spread over the free permits instead of colliding on the first. Masters that agree on who
+//! holds what grant the same permit; when they disagree (a grant landed on some masters
+//! only), the permit a majority granted wins, the other grants are given back, and with no
+//! such permit the round fails and gives everything back (`scripts::GIVE_BACK_PERMITS`).
+//! Grants of different permits are never added up: that is the mistake above.
+//!
+//! A permit, once taken, is a [`Lock`](crate::Lock) on its key: extend, lease and release
+//! are the lock's. Releases of any permit publish on one channel per semaphore, which
+//! waiters listen on (`resource::release_channel`).
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::Instant;
+
+use rand::RngExt;
+
+use crate::core::quorum::Tally;
+use crate::core::report::{NodeOutcome, NodeReport, Report};
+use crate::core::resource;
+use crate::core::retry::RetryPolicy;
+use crate::core::settings::Timing;
+use crate::core::token::Token;
+use crate::core::verdict::{Rejection, RoundKind};
+use crate::engine::request::{Command, Grant, Request};
+use crate::engine::round::{self, Round, Wait};
+use crate::errors::error::{Error, Operation};
+use crate::protocol::acquire::{Acquired, Cleanup, give_up_or_wait};
+use crate::protocol::release::Delete;
+use crate::protocol::shared::Shared;
+use crate::scripts;
+
+/// The most permits a semaphore may have: every acquire tries each permit on every master
+/// (one `SET NX` each, in one script), so the cost of a full semaphore grows with it.
+pub const MAX_PERMITS: u32 = 256;
+
+/// The keys of a semaphore's permits, in permit order, and the channel their releases are
+/// published on: made once per semaphore, not on every acquire.
+#[derive(Debug)]
+pub(crate) struct PermitKeys {
+    keys: Vec<Vec<u8>>,
+    channel: Vec<u8>,
+}
+
+impl PermitKeys {
+    /// The keys of the `permits` permits of the semaphore `name` under `prefix`.
+    pub(crate) fn new(prefix: &[u8], name: &[u8], permits: u32) -> Self {
+        let keys: Vec<Vec<u8>> = (0..permits)
+            .map(|index| resource::permit_key(prefix, name, index))
+            .collect();
+        let channel = resource::release_channel(&resource::permit_key(prefix, name, 0));
+        Self { keys, channel }
+    }
+}
+
+/// A permit taken: the lock on its key, and its number.
+pub(crate) struct TakenPermit {
+    pub(crate) acquired: Acquired,
+    pub(crate) index: u32,
+}
+
+/// Takes one of the permits (`permits`) of the semaphore `name` (already validated) for
+/// `timing`, retrying as `policy` says and waking early when a permit is released.
+///
+/// # Errors
+/// As a lock's acquire: [`Error::Conflict`] (every permit held), [`Error::NoQuorum`],
+/// [`Error::ValidityExhausted`], with the last round's report.
+///
+/// # Cancel safety
+/// Dropping the future mid-round gives back whatever the round was granted, in the background
+/// (tracked for `RedLock::settle`); between rounds it leaves nothing behind.
+pub(crate) async fn acquire_permit(
+    shared: &Arc<Shared>,
+    name: &[u8],
+    permits: &PermitKeys,
+    timing: &Timing,
+    policy: &RetryPolicy,
+) -> Result<TakenPermit, Error> {
+    let PermitKeys { keys, channel } = permits;
+    let started = Instant::now();
+    let deadline = policy.wait_limit().and_then(|w| started.checked_add(w));
+    let mut attempts = 0u32;
+    let mut subscription = None;
+    let mut split_retries_left = SPLIT_RETRIES;
+    loop {
+        attempts = attempts.saturating_add(1);
+        let failed = match permit_round(shared, keys, timing).await {
+            Ok((round, token, index)) => {
+                let key = keys.get(index as usize).cloned().unwrap_or_default();
+                let acquired = Acquired {
+                    deadline: round.valid_until(timing),
+                    key,
+                    token,
+                    timing: *timing,
+                    round,
+                    attempts,
+                    fencing_token: None,
+                };
+                return Ok(TakenPermit { acquired, index });
+            }
+            Err(failed) => failed,
+        };
+        if failed.split && split_retries_left > 0 {
+            tracing::debug!("masters granted different permits, trying again at once");
+            split_retries_left -= 1;
+            attempts -= 1;
+            continue;
+        }
+        let delay = give_up_or_wait(
+            shared,
+            policy,
+            (started, deadline),
+            attempts,
+            name,
+            failed.rejection,
+            failed.report,
+        )?;
+        if subscription.is_none() && shared.config.wait_for_release {
+            subscription = Some(
+                shared
+                    .releases
+                    .subscribe(channel.clone(), "", u64::MAX)
+                    .await,
+            );
+        }
+        let woken = async {
+            match &subscription {
+                Some(watch) => watch.woken().await,
+                None => std::future::pending().await,
+            }
+        };
+        tokio::select! {
+            () = tokio::time::sleep(delay) => {}
+            () = woken => tracing::debug!("woken by a permit's release"),
+        }
+    }
+}
+
+/// A permit round that did not produce a permit.
+struct FailedRound {
+    rejection: Rejection,
+    report: Report,
+    /// Masters granted different permits (they disagreed about which were free): worth
+    /// another round at once, everything having been given back.
+    split: bool,
+}
+
+/// How many times in one call a split round is tried again at once, without counting as an
+/// attempt or waiting: a split means permits were free, so a new round (in a new random
+/// order) usually wins; repeated splits are contention, and wait like it.
+const SPLIT_RETRIES: u8 = 3;
+
+/// One round: every master grants the first free permit in this round's order; the permit a
+/// majority granted, with validity left, is ours, and every other grant is given back.
+async fn permit_round(
+    shared: &Arc<Shared>,
+    keys: &[Vec<u8>],
+    timing: &Timing,
+) -> Result<(Round, Token, u32), FailedRound> {
+    let token = Token::generate();
+    let count = keys.len();
+    let first = rand::rng().random_range(0..count);
+    let order: Vec<usize> = (0..count).map(|i| (first + i) % count).collect();
+    let ordered = |skip: Option<usize>| -> Vec<Vec<u8>> {
+        order
+            .iter()
+            .filter(|i| Some(**i) != skip)
+            .filter_map(|i| keys.get(*i).cloned())
+            .collect()
+    };
+    let mut in_order = ordered(None);
+    let head = in_order.remove(0);
+    let mut cleanup = Cleanup::arm(
+        shared.clone(),
+        head.clone(),
+        token.clone(),
+        timing.per_node_timeout,
+        Delete::GiveBack {
+            others: in_order.clone(),
+        },
+    );
+    let request = Request::new(
+        Operation::Acquire,
+        Command::Script(&scripts::ACQUIRE_PERMIT),
+        &head,
+        &token,
+        NodeOutcome::Granted,
+    )
+    .with_extra_keys(in_order)
+    .with_number(timing.ttl_ms)
+    .with_payload(order.iter().map(|i| i.to_string().into_bytes()).collect())
+    .settled_nodes_only();
+    // Decided on the permits' own counts: the engine's tally counts a grant of any permit,
+    // and stopping at two grants of different permits would fail a round whose next answer
+    // (a suspect master's too) makes one of them a majority.
+    let mut round = round::run(
+        &shared.nodes,
+        &shared.background,
+        request,
+        timing.per_node_timeout,
+        Wait::UntilPermitDecided,
+    )
+    .await;
+    cleanup.after(round.stragglers.clone());
+    let chosen = most_granted(&round, count);
+    round.report = for_permit(&round, chosen);
+    let votes = round.report.votes();
+    let mut tally = Tally::new(votes.len());
+    for vote in &votes {
+        tally.record(*vote);
+    }
+    // The round that becomes the permit's lock carries this permit's tally, never the
+    // engine's sum over permits, and no fence (the grants' numbers are permits, not counters).
+    round.tally = tally;
+    round.fence = None;
+    let validity_left = timing.validity_after(round.elapsed()).is_some();
+    let verdict = round.judge(RoundKind::Acquire, validity_left, None);
+    match (verdict, chosen) {
+        (Ok(()), Some(index)) => {
+            cleanup.disarm();
+            let index = usize::try_from(index).unwrap_or(usize::MAX);
+            // Grants of other permits go back in the background: those made now, and those a
+            // request that timed out or is still running may make yet (a paused master runs
+            // it when it wakes), behind that request on its connection. Only where every
+            // master answered with our permit or a full semaphore is there nothing to undo.
+            let unsure = round.report.iter().any(|line| {
+                !matches!(
+                    line.outcome(),
+                    NodeOutcome::Granted | NodeOutcome::HeldByOther { .. }
+                )
+            });
+            if unsure || round.stragglers.is_some() {
+                let mut others = ordered(Some(index));
+                if !others.is_empty() {
+                    let head = others.remove(0);
+                    let mut give_back = Cleanup::arm(
+                        shared.clone(),
+                        head,
+                        token.clone(),
+                        timing.per_node_timeout,
+                        Delete::GiveBack { others },
+                    );
+                    give_back.after(round.stragglers.clone());
+                    drop(give_back);
+                }
+            }
+            Ok((round, token, u32::try_from(index).unwrap_or(u32::MAX)))
+        }
+        (verdict, _) => {
+            let rejection = verdict.err().unwrap_or(Rejection::Busy);
+            let _undone = cleanup.run().await;
+            let split = round
+                .report
+                .iter()
+                .any(|line| matches!(line.outcome(), NodeOutcome::OtherPermit(_)));
+            Err(FailedRound {
+                rejection,
+                report: round.report,
+                split,
+            })
+        }
+    }
+}
+
+/// The permit most masters granted in `round` among the `permits` there are (the lowest
+/// number among equals), if any.
+fn most_granted(round: &Round, permits: usize) -> Option<u32> {
+    let mut counts: HashMap<u64, usize> = HashMap::new();
+    // A number no permit has (a server answering nonsense) is never chosen.
+    let real = |grant: &&Grant| usize::try_from(grant.counter).is_ok_and(|n| n < permits);
+    for grant in round.grants.iter().flatten().filter(real) {
+        *counts.entry(grant.counter).or_default() += 1;
+    }
+    counts
+        .into_iter()
+        .max_by(|(a, n), (b, m)| n.cmp(m).then(b.cmp(a)))
+        .and_then(|(permit, _)| u32::try_from(permit).ok())
+}
+
+/// The round's report as seen by the lock on permit `chosen`: a master that granted another
+/// permit did not grant this one ([`NodeOutcome::OtherPermit`], a refusal).
+fn for_permit(round: &Round, chosen: Option<u32>) -> Report {
+    let lines = round
+        .report
+        .iter()
+        .zip(&round.grants)
+        .map(|(line, grant)| match grant {
+            Some(grant) if Some(grant.counter) != chosen.map(u64::from) => NodeReport::new(
+                line.node().clone(),
+                NodeOutcome::OtherPermit(u32::try_from(grant.counter).unwrap_or(u32::MAX)),
+                line.latency(),
+            ),
+            _ => line.clone(),
+        })
+        .collect();
+    Report::new(lines)
+}

@@ -1,0 +1,234 @@
+//! Release: compare-and-delete of one lock's key on every node.
+
+use std::time::Duration;
+
+use crate::core::report::{NodeOutcome, Report};
+use crate::core::resource::{self, KeyLayout};
+use crate::core::token::Token;
+use crate::core::verdict::{Rejection, RoundKind};
+use crate::engine::request::{Command, InParts, Request};
+use crate::engine::round::{self, Round, Stragglers, Wait};
+use crate::errors::error::Operation;
+use crate::protocol::shared::Shared;
+use crate::scripts;
+
+/// What a release is judged against.
+pub(crate) struct Judged<'a> {
+    /// The report of the acquire or extend that last granted the lock.
+    pub(crate) granted: &'a Report,
+    /// The lock's local deadline had passed when the release began (then it is gone,
+    /// whatever the answers).
+    pub(crate) expired_before: bool,
+}
+
+/// Releases a held lock (`delete`: [`Delete::Release`], or [`Delete::ReleaseMany`] for a
+/// multi-resource lock): [`release_everywhere`] with the waiters woken, judged as `judged`
+/// says.
+///
+/// # Cancel safety
+/// As [`release_everywhere`]; the lock's `Drop` releases again in the background.
+pub(crate) async fn release(
+    shared: &Shared,
+    key: &[u8],
+    token: &Token,
+    per_node_timeout: Duration,
+    after: Option<&Stragglers>,
+    judged: Judged<'_>,
+    delete: &Delete,
+) -> Result<Report, (Rejection, Report)> {
+    let Judged {
+        granted,
+        expired_before,
+    } = judged;
+    let granted = granted.votes();
+    // Decided as soon as the remaining answers cannot change the verdict: usually at the
+    // majority, so one slow or hung master costs a release nothing. A release that began
+    // after the deadline is `Expired` whatever the answers: it waits for them all (but a
+    // suspect node's), so its report shows who holds the lock now.
+    let wait = if expired_before {
+        Wait::ForAll
+    } else {
+        Wait::UntilSettled {
+            kind: RoundKind::Release,
+            validity_left: true,
+            granted: Some(granted.clone()),
+        }
+    };
+    let round = delete_everywhere(shared, key, token, per_node_timeout, after, delete, wait).await;
+    match round.judge(RoundKind::Release, !expired_before, Some(&granted)) {
+        Ok(()) => Ok(round.report),
+        Err(rejection) => Err((rejection, round.report)),
+    }
+}
+
+/// What a compare-and-delete does besides deleting.
+#[derive(Debug, Clone)]
+pub(crate) enum Delete {
+    /// A release: hands the lock to the first live waiter queued on the node (else deletes
+    /// it) and publishes on the release channel (`scripts::RELEASE`).
+    Release,
+    /// The cleanup of a failed round: deletes silently.
+    Silent,
+    /// The cleanup of a failed round whose acquire waits on: deletes silently and joins the
+    /// lock's queue (`scripts::UNDO_AND_QUEUE`), with the queue's keys and the waiter's id
+    /// and liveness.
+    SilentAndQueue {
+        keys: Vec<Vec<u8>>,
+        arguments: Vec<Vec<u8>>,
+    },
+    /// The release of a multi-resource lock: every key of the set (the delete's key and
+    /// these), compare-and-delete on the first, publishing on each key's channel
+    /// (`scripts::RELEASE_MANY`).
+    ReleaseMany { others: Vec<Vec<u8>> },
+    /// A failed round over several keys (a permit round, a multi-resource acquire): deletes
+    /// whichever of the keys (the delete's key and these) holds the token, and publishes on
+    /// the first key's channel when it deleted any (`scripts::GIVE_BACK_PERMITS`).
+    GiveBack { others: Vec<Vec<u8>> },
+}
+
+/// Compare-and-delete of `key` on every node, waiting for every answer or timeout (but a
+/// suspect node's); on a node where an earlier request is still running (`after`), only once
+/// it is ordered on its connection.
+///
+/// # Cancel safety
+/// A delete whose caller stopped waiting is still delivered in the background (see the
+/// engine's `deliver_anyway`); dropping this future before the requests are sent sends nothing,
+/// so callers that must not leave a key behind hold a `Cleanup` instead.
+pub(crate) async fn release_everywhere(
+    shared: &Shared,
+    key: &[u8],
+    token: &Token,
+    per_node_timeout: Duration,
+    after: Option<&Stragglers>,
+    delete: &Delete,
+) -> Round {
+    delete_everywhere(
+        shared,
+        key,
+        token,
+        per_node_timeout,
+        after,
+        delete,
+        Wait::ForAll,
+    )
+    .await
+}
+
+/// The compare-and-delete round, waiting as `wait` says; the deletes not waited for go on in
+/// the background until their connections take them.
+async fn delete_everywhere(
+    shared: &Shared,
+    key: &[u8],
+    token: &Token,
+    per_node_timeout: Duration,
+    after: Option<&Stragglers>,
+    delete: &Delete,
+    wait: Wait,
+) -> Round {
+    let release_id = token.release_id();
+    let compare_and_delete = |script: &'static scripts::Lua| {
+        Request::new(
+            Operation::Release,
+            Command::Script(script),
+            key,
+            token,
+            NodeOutcome::Released,
+        )
+    };
+    let request = match delete {
+        // Hand the lock to the first live waiter queued on each node, else delete it; either
+        // way publish.
+        // With the shared layout nobody queues, and the keys beside the lock's are not ours
+        // to touch (they could be another client's): no queue keys, so nothing is handed over.
+        Delete::Release => compare_and_delete(&scripts::RELEASE)
+            .with_extra_keys(match shared.config.key_layout {
+                KeyLayout::Tagged => resource::queue_keys(key).into(),
+                KeyLayout::Shared => Vec::new(),
+            })
+            .in_parts(InParts::LockKeyAlone)
+            .with_payload(hand_over_arguments(key, &release_id, per_node_timeout)),
+        // Two empty arguments and no queue: publish nothing, hand nothing over.
+        Delete::Silent => {
+            compare_and_delete(&scripts::RELEASE).with_payload(vec![Vec::new(), Vec::new()])
+        }
+        Delete::SilentAndQueue { keys, arguments } => compare_and_delete(&scripts::UNDO_AND_QUEUE)
+            .with_extra_keys(keys.clone())
+            .in_parts(InParts::LockKeyAlone)
+            .with_payload(arguments.clone()),
+        // The release id, then one channel per key.
+        Delete::ReleaseMany { others } => compare_and_delete(&scripts::RELEASE_MANY)
+            .with_extra_keys(others.clone())
+            .in_parts(InParts::EachKey {
+                per_key_payload: Some(1),
+            })
+            .with_payload(
+                std::iter::once(release_id.as_bytes().to_vec())
+                    .chain(
+                        std::iter::once(key)
+                            .chain(others.iter().map(Vec::as_slice))
+                            .map(resource::release_channel),
+                    )
+                    .collect(),
+            ),
+        Delete::GiveBack { others } => compare_and_delete(&scripts::GIVE_BACK_PERMITS)
+            .with_extra_keys(others.clone())
+            .in_parts(InParts::EachKey {
+                per_key_payload: None,
+            })
+            .with_payload(vec![
+                resource::release_channel(key),
+                release_id.as_bytes().to_vec(),
+            ]),
+    };
+    // Our own first queued waiter need not wait for the message to come back from a node, nor
+    // even for the deletes to be done: its round shares our connections, so each node runs
+    // our release first. If a node handed the lock to a waiter of another process instead,
+    // ours loses one round there and waits on; the nodes' messages wake the waiter each named.
+    let channels: Vec<Vec<u8>> = match delete {
+        Delete::Release => vec![resource::release_channel(key)],
+        Delete::ReleaseMany { others } => std::iter::once(key)
+            .chain(others.iter().map(Vec::as_slice))
+            .map(resource::release_channel)
+            .collect(),
+        Delete::Silent | Delete::SilentAndQueue { .. } | Delete::GiveBack { .. } => Vec::new(),
+    };
+    round::run_then(
+        &shared.nodes,
+        &shared.background,
+        request,
+        per_node_timeout,
+        wait,
+        after,
+        || {
+            for channel in &channels {
+                shared.releases.released(channel, release_id.as_bytes());
+            }
+        },
+    )
+    .await
+}
+
+/// The arguments after the first of a script that hands the lock over (`scripts::hand_over!`,
+/// in `RELEASE` and `DEQUEUE`): the release channel, the release id the message carries, and
+/// the reservation in ms.
+pub(crate) fn hand_over_arguments(
+    key: &[u8],
+    release_id: &str,
+    per_node_timeout: Duration,
+) -> Vec<Vec<u8>> {
+    let reservation = u64::try_from(reservation(per_node_timeout).as_millis()).unwrap_or(u64::MAX);
+    vec![
+        resource::release_channel(key),
+        release_id.as_bytes().to_vec(),
+        reservation.to_string().into_bytes(),
+    ]
+}
+
+/// How long a release keeps the lock reserved for the waiter it hands it to: time for the
+/// waiter to hear the message and run one round. Should the waiter be gone, this is how long
+/// the lock stays idle: twice the per-node timeout, at least 20 ms.
+fn reservation(per_node_timeout: Duration) -> Duration {
+    per_node_timeout
+        .saturating_mul(2)
+        .max(Duration::from_millis(20))
+}

@@ -1,0 +1,1113 @@
+//! The Lua scripts, in one place, each hashed once per process.
+//!
+//! Every script answers with one integer, so a reply is cheap to classify:
+//!
+//! | reply | meaning |
+//! |---|---|
+//! | `-1` | done: the key was set (fenced acquire), its ttl renewed (extend) or deleted (release) |
+//! | `-2` | the key does not exist (expired, released, or never set here) |
+//! | `-3` | the key belongs to another owner and has no expiry |
+//! | `n ≥ 0` | the key belongs to another owner and expires in `n` ms |
+//! | `-5` | extend: the key was missing and asked to be re-added, and was set again |
+//! | `-6` | fenced acquire: the master's fence counter was not re-seeded since it last started |
+//! | `-7` | fenced confirm: a re-seed read this master's counter after it granted |
+//! | `{-1, f, e}` | fenced acquire: the key was set, the fence counter is now `f`, the re-seed epoch is `e` |
+//! | `{-1, p, 0}` | permit acquire: the key of permit `p` was set |
+//!
+//! A round sends `EVALSHA` and, on `NOSCRIPT` (a restarted node, a `SCRIPT FLUSH`), loads the
+//! script and sends it once more (`request::Prepared::send`). The plain acquire is not a script:
+//! `SET NX PX` is atomic on its own, and a script would cost the server about five times the
+//! CPU (measured with `redis-benchmark`; see the README's Performance section).
+
+use std::sync::OnceLock;
+
+use redis::Script;
+
+/// One of our scripts: its source, loaded on every new connection, and its [`Script`], which
+/// hashes the source once per process.
+pub(crate) struct Lua {
+    code: &'static str,
+    script: OnceLock<Script>,
+    /// The script's last argument is the `run_id` of the server it runs on, which differs
+    /// from node to node: the round appends it per node (`request::Prepared::send`).
+    takes_run_id: bool,
+    /// Sent whole (`EVAL`), never by hash: a server that lost its script cache runs it all
+    /// the same, so a request is never sent twice and is ordered on its connection as soon
+    /// as it is queued, like a native command (`request::Prepared::resendable`).
+    sent_whole: bool,
+}
+
+impl Lua {
+    const fn new(code: &'static str) -> Self {
+        Self {
+            code,
+            script: OnceLock::new(),
+            takes_run_id: false,
+            sent_whole: false,
+        }
+    }
+
+    const fn with_run_id(code: &'static str) -> Self {
+        Self {
+            code,
+            script: OnceLock::new(),
+            takes_run_id: true,
+            sent_whole: false,
+        }
+    }
+
+    const fn sent_whole(code: &'static str) -> Self {
+        Self {
+            code,
+            script: OnceLock::new(),
+            takes_run_id: false,
+            sent_whole: true,
+        }
+    }
+
+    pub(crate) fn is_sent_whole(&self) -> bool {
+        self.sent_whole
+    }
+
+    pub(crate) fn takes_run_id(&self) -> bool {
+        self.takes_run_id
+    }
+
+    pub(crate) fn code(&self) -> &'static str {
+        self.code
+    }
+
+    pub(crate) fn script(&self) -> &Script {
+        self.script.get_or_init(|| Script::new(self.code))
+    }
+}
+
+impl std::fmt::Debug for Lua {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_tuple("Lua")
+            .field(&self.script().get_hash())
+            .finish()
+    }
+}
+
+/// Every script sent by hash, for loading them all on a new connection (`QUEUED_ACQUIRE` is
+/// sent whole).
+pub(crate) fn all() -> [&'static Lua; 16] {
+    [
+        &ACQUIRE_MANY,
+        &EXTEND_MANY,
+        &RELEASE_MANY,
+        &ACQUIRE_PERMIT,
+        &GIVE_BACK_PERMITS,
+        &RELEASE,
+        &UNDO_AND_QUEUE,
+        &DEQUEUE,
+        &EXTEND,
+        &ACQUIRE_FENCED,
+        &CONFIRM_FENCE,
+        &WRITE_LEADER_INFO,
+        &SEED_READ,
+        &SEED_FENCE,
+        &FENCE_STATE,
+        &MARK_SEEDED,
+    ]
+}
+
+/// A script that runs `$action` only while `KEYS[1]` holds our token (`ARGV[1]`), answering
+/// `-1` when it did; otherwise the shared "not ours" answer: `-2` for a missing key, else the
+/// other owner's remaining ttl (`-3` when the key has no expiry). One place for the contract
+/// in the table above.
+macro_rules! compare_and {
+    ($action:expr) => {
+        concat!(
+            "local value = redis.call('GET', KEYS[1])\n",
+            "if value == ARGV[1] then ",
+            $action,
+            " return -1 end\n",
+            "if not value then return -2 end\n",
+            "local ttl = redis.call('PTTL', KEYS[1])\n",
+            "if ttl == -1 then return -3 end\n",
+            "return ttl\n",
+        )
+    };
+}
+
+/// Lua that hands the lock key (`KEYS[1]`) to the first live waiter of its queue (`KEYS[2]`,
+/// liveness in `KEYS[3]`), or deletes it when there is none, and publishes (`ARGV[2]` channel
+/// or empty, `ARGV[3]` release id, `ARGV[4]` the reservation in ms): the part of `RELEASE`
+/// after its token check, and of `DEQUEUE` when the lock was reserved for the waiter leaving.
+macro_rules! hand_over {
+    () => {
+        concat!(
+            "local handed = nil\n",
+            "if KEYS[2] and redis.pcall('EXISTS', KEYS[2]) == 1 then\n",
+            "  local t = redis.pcall('TIME')\n",
+            "  if not t.err then\n",
+            "    local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)\n",
+            "    while not handed do\n",
+            "      local range = redis.pcall('ZRANGE', KEYS[2], 0, 0)\n",
+            "      if range.err or not range[1] then break end\n",
+            "      local head = range[1]\n",
+            "      local live = tonumber(redis.pcall('HGET', KEYS[3], head)) or 0\n",
+            "      if type(redis.pcall('ZREM', KEYS[2], head)) ~= 'number' then break end\n",
+            "      redis.pcall('HDEL', KEYS[3], head)\n",
+            "      if live >= now then handed = head end\n",
+            "    end\n",
+            "  end\n",
+            "end\n",
+            "if handed then\n",
+            "  redis.call('SET', KEYS[1], 'handoff:' .. handed, 'PX', ARGV[4])\n",
+            "  if ARGV[2] ~= '' then\n",
+            "    local client = string.match(handed, '^([^.]+)%.')\n",
+            "    local channel = ARGV[2]\n",
+            "    if client then channel = channel .. ':' .. client end\n",
+            "    redis.pcall('PUBLISH', channel, ARGV[3] .. ':' .. handed)\n",
+            "  end\n",
+            "else\n",
+            "  redis.call('DEL', KEYS[1])\n",
+            "  if ARGV[2] ~= '' then redis.pcall('PUBLISH', ARGV[2], ARGV[3]) end\n",
+            "end\n",
+        )
+    };
+}
+
+/// `KEYS[1]` lock key, optional `KEYS[2]` its waiters' queue and `KEYS[3]` their liveness
+/// (`resource::QueueKeys`); `ARGV[1]` token, `ARGV[2]` release channel or empty, `ARGV[3]`
+/// release id, `ARGV[4]` (with the queue) how long a hand-off reservation lasts, in ms.
+///
+/// Only if the key holds our token: with a queue, pops waiters from its head (first queued,
+/// first served) until one is still live, and **hands the lock to it**: the key now holds
+/// `handoff:<waiter id>` (never a token: tokens are hex digits) for `ARGV[4]` ms, which only
+/// that waiter's `QUEUED_ACQUIRE` may turn into its lock, and the release message, naming the
+/// waiter (`<release id>:<waiter id>`), goes to its client's own channel
+/// (`<channel>:<client>`, the id's part before the dot), so only its process hears it. A
+/// waiter whose liveness passed (it gave up or died) is dropped on the way. With no live waiter, the key is deleted and the message names nobody: each
+/// process wakes its longest waiter. Between two holders the key is never free, so a
+/// releaser's own next acquire, or a passer-by, cannot take the lock from the waiter that
+/// queued first; and a reservation is no lock (no token, no validity), so exclusion rests
+/// on the tokens as before.
+/// The publish and every queue command are `pcall`s: an ACL without `+publish` costs waiters a
+/// delay, one without the queue's commands (`+exists +time +zadd +zrange +zrem +hdel`, the
+/// README's rule before the hand-off) their turn, never the release itself. The cleanup of a
+/// failed acquire passes no channel and no queue: waking or handing
+/// to waiters there would have them retry, fail and clean up in turn, waking each other for
+/// ever while the holder holds.
+pub(crate) static RELEASE: Lua = Lua::new(compare_and!(hand_over!()));
+
+/// Lua that joins the lock's queue (`KEYS[2]`, liveness in `KEYS[3]`) as waiter `ARGV[$id]`
+/// with place `ARGV[$place]` (the waiter's own clock when it first queued, in µs: the same on
+/// every node, so every node orders the waiters alike and a release hands the lock to the
+/// same waiter everywhere), live for `ARGV[$live]` ms of the server's clock. `NX`: a waiter
+/// keeps its place. The queue's keys expire with the longest liveness, so an abandoned queue
+/// does not stay.
+macro_rules! join_queue {
+    ($id:literal, $live:literal, $place:literal) => {
+        concat!(
+            "local t = redis.pcall('TIME')\n",
+            "if not t.err then\n",
+            "  local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)\n",
+            "  local live = tonumber(ARGV[", $live, "])\n",
+            "  if type(redis.pcall('ZADD', KEYS[2], 'NX', ARGV[", $place, "], ARGV[", $id, "])) == 'number' then\n",
+            "    redis.pcall('HSET', KEYS[3], ARGV[", $id, "], now + live)\n",
+            "    for i = 2, 3 do\n",
+            "      if redis.call('PTTL', KEYS[i]) < live then redis.pcall('PEXPIRE', KEYS[i], live) end\n",
+            "    end\n",
+            "  end\n",
+            "end\n",
+        )
+    };
+}
+
+/// `KEYS[1]` lock key, `KEYS[2]` its waiters' queue, `KEYS[3]` their liveness; `ARGV[1]`
+/// token, `ARGV[2]` ttl in ms, `ARGV[3]` the waiter's id, `ARGV[4]` how long this
+/// registration stays live without another round, in ms, `ARGV[5]` its place in the queue.
+///
+/// The acquire of a waiter (an acquire that found the lock taken, or whose client already has
+/// waiters for it): when the key is free or reserved for this waiter (`handoff:<id>`, see
+/// `RELEASE`), sets it to our token for the ttl and leaves the queue (`-1`). Otherwise joins
+/// the queue or keeps its place in it, renews its liveness, and answers like any refused
+/// acquire: the holder's remaining ttl (`-3` without expiry).
+///
+/// Sent whole (`EVAL`): a release behind it on the same node is then sent at once rather than
+/// after its answer (a script sent by hash might come back `NOSCRIPT` and be sent again, after
+/// the release). Held back, that release could let the next waiter's round overtake it there:
+/// refused by the key the release was about to hand over, that waiter would stay queued on
+/// the node and be handed the lock it already holds elsewhere, reserving the key for nobody.
+pub(crate) static QUEUED_ACQUIRE: Lua = Lua::sent_whole(concat!(
+    "local value = redis.call('GET', KEYS[1])\n",
+    "if not value or value == 'handoff:' .. ARGV[3] then\n",
+    "  redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])\n",
+    "  redis.pcall('ZREM', KEYS[2], ARGV[3])\n",
+    "  redis.pcall('HDEL', KEYS[3], ARGV[3])\n",
+    "  return -1\n",
+    "end\n",
+    join_queue!("3", "4", "5"),
+    "local ttl = redis.call('PTTL', KEYS[1])\n",
+    "if ttl == -1 then return -3 end\n",
+    "return ttl\n",
+));
+
+/// `KEYS[1..]` the lock keys of a multi-resource lock; `ARGV[1]` token, `ARGV[2]` ttl in ms.
+///
+/// All or nothing on this master: when any key exists (held, or reserved for a waiter), sets
+/// none and answers that key's remaining ttl (`-3` without expiry); else sets every key to the
+/// token and answers `-1`. A client never holds part of a set on a master, so two clients
+/// asking for overlapping sets in any order cannot deadlock: each round either takes all of a
+/// master's keys or none, and a failed round gives back what it took elsewhere.
+pub(crate) static ACQUIRE_MANY: Lua = Lua::new(concat!(
+    "for _, key in ipairs(KEYS) do\n",
+    "  local ttl = redis.call('PTTL', key)\n",
+    "  if ttl == -1 then return -3 end\n",
+    "  if ttl >= 0 then return ttl end\n",
+    "end\n",
+    "for _, key in ipairs(KEYS) do redis.call('SET', key, ARGV[1], 'PX', ARGV[2]) end\n",
+    "return -1\n",
+));
+
+/// `KEYS[1..]` the lock keys of a multi-resource lock; `ARGV[1]` token, `ARGV[2]` new ttl in
+/// ms. Renews the set only when *every* key holds the token, and answers `-1`; else renews
+/// nothing and answers for the first key that is not ours as `compare_and!` does (`-2`
+/// missing, else its holder's ttl): a master where one key of the set expired or belongs to
+/// someone else does not hold the set, and renewing the others there would extend another
+/// client's key.
+pub(crate) static EXTEND_MANY: Lua = Lua::new(concat!(
+    "for _, key in ipairs(KEYS) do\n",
+    "  local value = redis.call('GET', key)\n",
+    "  if value ~= ARGV[1] then\n",
+    "    if not value then return -2 end\n",
+    "    local ttl = redis.call('PTTL', key)\n",
+    "    if ttl == -1 then return -3 end\n",
+    "    return ttl\n",
+    "  end\n",
+    "end\n",
+    "for _, key in ipairs(KEYS) do redis.call('PEXPIRE', key, ARGV[2]) end\n",
+    "return -1\n",
+));
+
+/// `KEYS[1..]` the lock keys of a multi-resource lock; `ARGV[1]` token, `ARGV[2]` release id,
+/// `ARGV[2 + i]` the release channel of `KEYS[i]` (`resource::release_channel`). The release
+/// of the whole set: deletes every key that holds the token and publishes the release on its
+/// channel, so waiters for any of them wake; answers `-1` when every key was ours, else for
+/// the first key that was not, as `compare_and!` does. Nothing is handed over.
+pub(crate) static RELEASE_MANY: Lua = Lua::new(concat!(
+    "local answer = -1\n",
+    "for i, key in ipairs(KEYS) do\n",
+    "  local value = redis.call('GET', key)\n",
+    "  if value == ARGV[1] then\n",
+    "    redis.call('DEL', key)\n",
+    "    redis.pcall('PUBLISH', ARGV[i + 2], ARGV[2])\n",
+    "  elseif answer == -1 then\n",
+    "    if not value then\n",
+    "      answer = -2\n",
+    "    else\n",
+    "      answer = redis.call('PTTL', key)\n",
+    "      if answer == -1 then answer = -3 end\n",
+    "    end\n",
+    "  end\n",
+    "end\n",
+    "return answer\n",
+));
+
+/// `KEYS[1..P]` the keys of a semaphore's permits, in the order this acquire tries them;
+/// `ARGV[1]` token, `ARGV[2]` ttl in ms, `ARGV[2 + i]` the number of the permit `KEYS[i]`.
+///
+/// Takes the first free permit in that order (`SET NX PX`) and answers `{-1, its number, 0}`;
+/// when every permit is held, answers the shortest remaining ttl among them (`-3` when none
+/// expires). Each permit is a lock of its own: the client trusts a permit only when a majority
+/// of masters granted *that* permit, never by adding grants of different ones (see
+/// `crate::protocol::permit`). O(P) per call; the number of permits is bounded (`MAX_PERMITS`).
+pub(crate) static ACQUIRE_PERMIT: Lua = Lua::new(concat!(
+    "local shortest = -1\n",
+    "for i, key in ipairs(KEYS) do\n",
+    "  if redis.call('SET', key, ARGV[1], 'NX', 'PX', ARGV[2]) then\n",
+    "    return {-1, tonumber(ARGV[i + 2]), 0}\n",
+    "  end\n",
+    "  local ttl = redis.call('PTTL', key)\n",
+    "  if ttl >= 0 and (shortest < 0 or ttl < shortest) then shortest = ttl end\n",
+    "end\n",
+    "if shortest < 0 then return -3 end\n",
+    "return shortest\n",
+));
+
+/// `KEYS[1..]` permit keys; `ARGV[1]` token, `ARGV[2]` the semaphore's release channel,
+/// `ARGV[3]` a release id. Deletes each key that holds the token (the permits a failed or
+/// split permit round was granted, or all but the one it keeps) and, when it deleted any,
+/// publishes, since a permit came free; answers `-1`.
+pub(crate) static GIVE_BACK_PERMITS: Lua = Lua::new(concat!(
+    "local given = 0\n",
+    "for _, key in ipairs(KEYS) do\n",
+    "  if redis.call('GET', key) == ARGV[1] then\n",
+    "    redis.call('DEL', key)\n",
+    "    given = given + 1\n",
+    "  end\n",
+    "end\n",
+    "if given > 0 then redis.pcall('PUBLISH', ARGV[2], ARGV[3]) end\n",
+    "return -1\n",
+));
+
+/// `KEYS[1]` lock key, `KEYS[2]` its waiters' queue, `KEYS[3]` their liveness; `ARGV[1]`
+/// token, `ARGV[2]` the waiter's id, `ARGV[3]` liveness in ms, `ARGV[4]` its place.
+///
+/// The cleanup of a failed round whose acquire will wait: the silent compare-and-delete of
+/// `RELEASE` (no hand-off, no message), answering as it does, and, in the same round, joins
+/// the queue (or keeps its place), so a waiter is queued from its first refusal on without a
+/// round of its own. With `KEYS[1]` alone (a half-moved cluster slot, see
+/// `request::InParts`), only undoes.
+pub(crate) static UNDO_AND_QUEUE: Lua = Lua::new(concat!(
+    "local value = redis.call('GET', KEYS[1])\n",
+    "local answer = -2\n",
+    "if value == ARGV[1] then\n",
+    "  redis.call('DEL', KEYS[1])\n",
+    "  answer = -1\n",
+    "elseif value then\n",
+    "  answer = redis.call('PTTL', KEYS[1])\n",
+    "  if answer == -1 then answer = -3 end\n",
+    "end\n",
+    "if KEYS[2] then\n",
+    join_queue!("2", "3", "4"),
+    "end\n",
+    "return answer\n",
+));
+
+/// `KEYS[1]` lock key, `KEYS[2]` its waiters' queue, `KEYS[3]` their liveness; `ARGV[1]` the
+/// waiter's id, then as `RELEASE`: `ARGV[2]` release channel, `ARGV[3]` a release id, `ARGV[4]`
+/// the reservation in ms. Leaves the queue (a waiter that got the lock elsewhere, gave up or
+/// was cancelled), and if a release had already reserved the lock for this waiter here, passes
+/// it on as that release would have (`hand_over!`): a reservation for a waiter that no longer
+/// waits would idle the lock until it lapses, and its lapse wakes nobody. `-1`. With `KEYS[1]`
+/// alone (a half-moved cluster slot, see `request::InParts`), only passes a reservation on,
+/// to nobody: the client leaves the queue's keys with one command each.
+pub(crate) static DEQUEUE: Lua = Lua::new(concat!(
+    "if KEYS[2] then\n",
+    "  redis.pcall('ZREM', KEYS[2], ARGV[1])\n",
+    "  redis.pcall('HDEL', KEYS[3], ARGV[1])\n",
+    "end\n",
+    "if redis.call('GET', KEYS[1]) == 'handoff:' .. ARGV[1] then\n",
+    hand_over!(),
+    "end\n",
+    "return -1\n",
+));
+
+/// `KEYS[1]` lock key, optional `KEYS[2..]` keys that live as long as the lock (an election's
+/// leader info, the other keys of a multi-resource lock), `ARGV[1]` token, `ARGV[2]` new ttl in ms, `ARGV[3]` `1` to re-add a missing
+/// key. Renews the key's ttl (and the companion's) only if it holds our token; with `ARGV[3]`
+/// = `1` and no key at all, sets ours again (`-5`). Never deletes a key, never touches another
+/// owner's.
+///
+/// The client asks for the re-add only on nodes that did not hold our key at the last acquire
+/// or extend, and only while the lock is valid on its clock: a lease on a bare majority then
+/// spreads to nodes that come back and survives losing one of the first. A granting node that
+/// lost our key is not re-added: that loss is evidence the verdict must see
+/// (`crate::core::verdict`).
+pub(crate) static EXTEND: Lua = Lua::new(
+    r"
+local value = redis.call('GET', KEYS[1])
+if value == ARGV[1] then
+  for i = 1, #KEYS do redis.call('PEXPIRE', KEYS[i], ARGV[2]) end
+  return -1
+end
+if not value then
+  if ARGV[3] == '1' then
+    redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
+    return -5
+  end
+  return -2
+end
+local ttl = redis.call('PTTL', KEYS[1])
+if ttl == -1 then return -3 end
+return ttl
+",
+);
+
+/// Lua that sets `term` to the fence term of the server it runs on: `$run` (a Lua expression:
+/// the server's `run_id`, as the client's connection learned it) and the server's
+/// `master_replid`, read here, in the script, as `run_id/replid`.
+///
+/// The `run_id` is new at every start of the server process, and a connection never outlives
+/// the process it was made to, so the connection's `run_id` is the server's. The replication
+/// id changes under a live connection: at every promotion (a failover, a failback), at every
+/// resync as a replica (which only a promotion ends before the server votes again), and also
+/// when a replica first attaches or the backlog is freed. Each change draws a new random id,
+/// or adopts a master's while a replica, so a master's term never takes a value it had before:
+/// a dataset replaced by an older copy of itself (a failback, whatever the backlog did since)
+/// is in a new term, and its counter counts only once re-seeded. Read in the script, not at
+/// connect time, so a client that missed a failover and a failback on an idle connection still
+/// sees the new term (`DESIGN.md` §5). The term before this rule (`run_id` alone unless
+/// `second_repl_offset` said "promoted") reverted once the backlog was freed; `crate::model`
+/// finds the token it handed out twice.
+///
+/// A server that does not say `role:master`, or gives no replication id, answers `-6`
+/// (unseeded) at once: a replica adopts its master's replication id, so its term could name
+/// a marker in its (lagging) copy, and only a master's term is a term (a client behind a proxy
+/// that moved it to a replica would otherwise trust the replica's copy).
+macro_rules! fence_term {
+    ($run:literal) => {
+        concat!(
+            "local replication = redis.call('INFO', 'replication')\n",
+            "local replid = string.match(replication, 'master_replid:(%x+)')\n",
+            "if not replid or not string.find(replication, 'role:master', 1, true) then ",
+            "return -6 end\n",
+            "local term = ",
+            $run,
+            " .. '/' .. replid\n",
+        )
+    };
+}
+
+/// `KEYS[1]` lock key, `KEYS[2]` fence counter (one per hash slot, see
+/// `resource::fence_key`), `KEYS[3]` its re-seed marker (`resource::FenceKeys::marker`),
+/// optional `KEYS[4]` the per-resource counter older versions kept; `ARGV[1]` token, `ARGV[2]`
+/// ttl in ms, `ARGV[3]` the `run_id` of the server as the client's connection learned it.
+///
+/// First, a master whose marker does not name its current term (`fence_term!`) answers `-6`
+/// and sets nothing: it started, or its dataset was replaced, since its counter was last
+/// re-seeded, so the counter may have gone back (no `appendfsync always`, an old snapshot, a
+/// failback) and must not enter a token (`crate::protocol::reseed`).
+/// Then `SET NX PX`, and when the key is set, also `INCR`s the fence counter and answers
+/// `{-1, counter}`; when it is taken, the holder's remaining ttl. A per-resource counter left
+/// by an older version is folded into the slot's counter first (the larger wins) and deleted,
+/// so tokens never go back across the upgrade. (The plain acquire is no script: it sends
+/// `SET NX PX` and `PTTL` as two native commands, see `request::Command`.)
+pub(crate) static ACQUIRE_FENCED: Lua = Lua::with_run_id(concat!(
+    fence_term!("ARGV[3]"),
+    r"local seed = redis.call('HMGET', KEYS[3], 'run', 'epoch')
+if seed[1] ~= term then return -6 end
+if redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then
+  if KEYS[4] then
+    local legacy = tonumber(redis.call('GET', KEYS[4]) or '')
+    if legacy then
+      if legacy > (tonumber(redis.call('GET', KEYS[2]) or '0') or 0) then
+        redis.call('SET', KEYS[2], legacy)
+      end
+      redis.call('DEL', KEYS[4])
+    end
+  end
+  return {-1, redis.call('INCR', KEYS[2]), tonumber(seed[2]) or 0}
+end
+local ttl = redis.call('PTTL', KEYS[1])
+if ttl == -1 then return -3 end
+return ttl
+",
+));
+
+/// `KEYS[1]` fence counter, `KEYS[2]` its re-seed marker, optional `KEYS[3]` an older
+/// version's per-resource counter; `ARGV[1]` the server's `run_id`. Answers
+/// `{counter, run, legacy, term}` (the first three nil where there is none; `term` the
+/// server's fence term now, `fence_term!`) and moves the marker's epoch on: a fenced confirm
+/// whose grant came before this reading no longer counts on this master (`CONFIRM_FENCE`), so
+/// every confirmation that counts here is in the reading or comes after a grant that did.
+/// On every master read, marked or not: a master whose term changed without a restart (a
+/// first replica attaching, its backlog freed) is unmarked but keeps the keys and epochs of
+/// grants from its last term, and a confirm of one landing after the reading must not count
+/// (found by review: with the epoch moved on only where marked, a holder confirmed on such a
+/// master after the reading, plus one whose confirmation an empty restart lost, could share
+/// a majority with a later holder's lower token).
+pub(crate) static SEED_READ: Lua = Lua::new(concat!(
+    fence_term!("ARGV[1]"),
+    r"local run = redis.call('HGET', KEYS[2], 'run')
+redis.call('HINCRBY', KEYS[2], 'epoch', 1)
+local legacy = false
+if KEYS[3] then legacy = redis.call('GET', KEYS[3]) end
+return {redis.call('GET', KEYS[1]), run, legacy, term}
+",
+));
+
+/// `KEYS[1]` fence counter, `KEYS[2]` its re-seed marker, `ARGV[1]` the counter learned from
+/// the other masters, `ARGV[2]` the server's `run_id`, `ARGV[3]` the term `SEED_READ` found
+/// it in. Only while the server is still in that term (else `-6`, and nothing changes): raises
+/// the counter to at least `ARGV[1]` (never lowers it) and marks it re-seeded for that term.
+/// Should the server have restarted, or its dataset been replaced, since the reading, nothing
+/// is trusted that was learned about an earlier term.
+pub(crate) static SEED_FENCE: Lua = Lua::new(concat!(
+    fence_term!("ARGV[2]"),
+    r"if term ~= ARGV[3] then return -6 end
+local fence = tonumber(redis.call('GET', KEYS[1]) or '0') or 0
+if fence < tonumber(ARGV[1]) then redis.call('SET', KEYS[1], ARGV[1]) end
+redis.call('HSET', KEYS[2], 'run', term)
+return -1
+",
+));
+
+/// `KEYS` re-seed markers (slots', `resource::FenceKeys::marker`, or a server's seeding
+/// record, `resource::fence_record_key`; several only where they may share a script, on a
+/// server that is no Redis Cluster), optional `ARGV[1]` the server's `run_id` (when absent or
+/// empty, the script reads it from `INFO server`: for `redquorum status`, which sends one
+/// request to every server). Answers `{term, m1, m2, …}`: the server's current term
+/// (`fence_term!`), and for each key 1 when it names that term, else 0. Changes nothing.
+pub(crate) static FENCE_STATE: Lua = Lua::new(concat!(
+    r"local run = ARGV[1]
+if not run or run == '' then
+  run = string.match(redis.call('INFO', 'server'), 'run_id:(%x+)') or ''
+end
+",
+    fence_term!("run"),
+    r"local answer = {term}
+for i, key in ipairs(KEYS) do
+  if redis.call('HGET', key, 'run') == term then answer[i + 1] = 1 else answer[i + 1] = 0 end
+end
+return answer
+",
+));
+
+/// `KEYS[1]` a server's seeding record (`resource::fence_record_key`), `ARGV[1]` the server's
+/// `run_id`, `ARGV[2]` the term a sweep found it in (`FENCE_STATE`). Only while the server is
+/// still in that term (else `-6`): records that every slot's counter on this server is seeded
+/// for it (`crate::protocol::fence_sweep`), so clients need not look again until the term changes.
+pub(crate) static MARK_SEEDED: Lua = Lua::new(concat!(
+    fence_term!("ARGV[1]"),
+    r"if term ~= ARGV[2] then return -6 end
+redis.call('HSET', KEYS[1], 'run', term)
+return -1
+",
+));
+
+/// `KEYS[1]` lock key, `KEYS[2]` fence counter, `KEYS[3]` its re-seed marker, `ARGV[1]`
+/// token, `ARGV[2]` fencing token T, `ARGV[3]` the marker's epoch at this master's grant
+/// (empty for a master whose grant came after the decision: its confirmation never counts,
+/// `confirm::confirm_fence`, and raising its counter does no harm), `ARGV[4]` the server's
+/// `run_id`.
+/// Only while the lock key holds our token, the marker names the server's current term and no
+/// re-seed has read this master since the grant (else `-7`, and nothing changes; `-6` on a
+/// server that is no master): raises the counter to at least T. Never lowers it, never
+/// touches the lock key.
+///
+/// The epoch check closes a race with re-seeding: a master that confirmed T and then
+/// restarted empty must not leave T known only to a confirmation that lands after the
+/// re-seed read the other masters (`crate::model` finds that schedule without the check).
+/// The term check closes it for a master whose term changed since the grant (a failback to an
+/// older copy of its data, which can bring back the key and the epoch of the grant; a first
+/// replica attaching): its counter does not count in its new term until re-seeded, so neither
+/// does a confirmation there (found by review).
+///
+/// Which answers confirm the token is the client's rule, not the script's: only masters that
+/// granted the lock before the acquire was decided count (`confirm::confirm_fence`). A master
+/// whose grant landed after the decision holds our key too, but its counter never entered T;
+/// counting it let two holders share a token, or a later one get a lower token (`DESIGN.md`
+/// §5; `crate::model` finds it with the old rule).
+pub(crate) static CONFIRM_FENCE: Lua = Lua::with_run_id(compare_and!(concat!(
+    fence_term!("ARGV[4]"),
+    "if redis.call('HGET', KEYS[3], 'run') ~= term then return -7 end \
+         if ARGV[3] ~= '' and \
+         (tonumber(redis.call('HGET', KEYS[3], 'epoch')) or 0) ~= tonumber(ARGV[3]) then \
+         return -7 end \
+         local fence = tonumber(redis.call('GET', KEYS[2]) or '0') or 0 \
+         if fence < tonumber(ARGV[2]) then redis.call('SET', KEYS[2], ARGV[2]) end"
+)));
+
+/// `KEYS[1]` lock key, `KEYS[2]` leader-info key, `ARGV[1]` token, `ARGV[2]` info.
+/// Only while the lock key holds our token: stores the leader's info, expiring with the lock
+/// key (the leader's renewals extend both, see `EXTEND`), so a crashed leader's info does not
+/// stay for ever: one per election name at most, and only while someone leads. It is trusted
+/// only while it names the token in the lock key.
+///
+/// A script sees its keys as of its start, but `PTTL` reads the clock: in the lock key's last
+/// millisecond the `GET` still finds it and `PTTL` says 0. Nothing is written then, and the
+/// answer is `-2`, the key's expiry (a `SET` without `PX` there left the info without any
+/// expiry: issue 29). Only a lock key without an expiry, which we never make, gives an info
+/// without one.
+pub(crate) static WRITE_LEADER_INFO: Lua = Lua::new(compare_and!(
+    "local ttl = redis.call('PTTL', KEYS[1]) \
+         if ttl > 0 then redis.call('SET', KEYS[2], ARGV[2], 'PX', ttl) \
+         elseif ttl == -1 then redis.call('SET', KEYS[2], ARGV[2]) \
+         else return -2 end"
+));
+
+/// What our scripts do to one node, in Rust, for the model checker (`crate::model`): each
+/// function mirrors the Lua above it names, line for line, and answers what the script
+/// answers. Keep them in step with the Lua: a change to a script is a change to its mirror.
+#[cfg(test)]
+pub(crate) mod effects {
+    use redis::Value;
+
+    /// What the model's clients may find in a lock key: the owner's id.
+    pub(crate) type Key<O> = Option<O>;
+
+    /// The remaining ttl the model's nodes report for another owner's key.
+    pub(crate) const FOREIGN_TTL_MS: i64 = 1000;
+
+    fn not_ours<O>(key: &Key<O>) -> i64 {
+        if key.is_none() { -2 } else { FOREIGN_TTL_MS }
+    }
+
+    /// [`ACQUIRE_FENCED`](super::ACQUIRE_FENCED): refuse on a master not re-seeded since it
+    /// started, else `SET NX`, and on success `INCR` the counter.
+    pub(crate) fn acquire_fenced<O: Copy>(
+        key: &mut Key<O>,
+        fence: &mut u64,
+        seeded: bool,
+        epoch: u64,
+        me: O,
+    ) -> Value {
+        if !seeded {
+            return Value::Int(-6);
+        }
+        if key.is_none() {
+            *key = Some(me);
+            *fence += 1;
+            Value::Array(vec![
+                Value::Int(-1),
+                Value::Int(*fence as i64),
+                Value::Int(epoch as i64),
+            ])
+        } else {
+            Value::Int(FOREIGN_TTL_MS)
+        }
+    }
+
+    /// [`SEED_READ`](super::SEED_READ): the counter and whether it is marked for the current
+    /// term, moving the epoch on (marked or not).
+    pub(crate) fn seed_read(fence: u64, seeded: bool, epoch: &mut u64) -> (u64, bool) {
+        *epoch += 1;
+        (fence, seeded)
+    }
+
+    /// [`SEED_FENCE`](super::SEED_FENCE): raise the counter to at least `value`, mark the
+    /// master re-seeded.
+    pub(crate) fn seed_fence(fence: &mut u64, seeded: &mut bool, value: u64) {
+        if *fence < value {
+            *fence = value;
+        }
+        *seeded = true;
+    }
+
+    /// Which confirm rule to model. The script's effect is the same for both; what differs
+    /// is which answers the client counts (see `crate::model`).
+    #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+    pub(crate) enum ConfirmRule {
+        /// As shipped: only masters that granted before the decision count.
+        GrantorsOnly,
+        /// The rule before the correction: any master holding our key counts (F1).
+        AnyHolder,
+    }
+
+    /// [`CONFIRM_FENCE`](super::CONFIRM_FENCE): raise the counter to at least T while our key
+    /// is there and the master is seeded for its current term.
+    pub(crate) fn confirm_fence<O: PartialEq>(
+        key: &Key<O>,
+        fence: &mut u64,
+        (seeded, epoch): (bool, u64),
+        me: O,
+        token: u64,
+        granted_in: Option<u64>,
+    ) -> i64 {
+        if key.as_ref() != Some(&me) {
+            return not_ours(key);
+        }
+        if !seeded || granted_in.is_some_and(|granted_in| granted_in != epoch) {
+            return -7;
+        }
+        if *fence < token {
+            *fence = token;
+        }
+        -1
+    }
+}
+
+/// What a script's integer reply means.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum ScriptReply {
+    Done,
+    Missing,
+    Foreign {
+        expires_in_ms: Option<u64>,
+    },
+    /// Extend: the key was missing and was set again.
+    Readded,
+    /// Fenced acquire: the master's counter was not re-seeded since it last started.
+    Unseeded,
+    /// Fenced confirm: a re-seed read the master's counter after it granted.
+    SeededSinceGrant,
+}
+
+impl ScriptReply {
+    /// Classifies a script's reply; `None` for a value no script of ours returns.
+    pub(crate) fn from_code(code: i64) -> Option<Self> {
+        match code {
+            -1 => Some(Self::Done),
+            -2 => Some(Self::Missing),
+            -3 => Some(Self::Foreign {
+                expires_in_ms: None,
+            }),
+            -5 => Some(Self::Readded),
+            -6 => Some(Self::Unseeded),
+            -7 => Some(Self::SeededSinceGrant),
+            n => u64::try_from(n).ok().map(|ms| Self::Foreign {
+                expires_in_ms: Some(ms),
+            }),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_integer_classifies_without_panicking() {
+        assert_eq!(ScriptReply::from_code(-1), Some(ScriptReply::Done));
+        assert_eq!(ScriptReply::from_code(-2), Some(ScriptReply::Missing));
+        assert_eq!(
+            ScriptReply::from_code(-3),
+            Some(ScriptReply::Foreign {
+                expires_in_ms: None
+            })
+        );
+        assert_eq!(
+            ScriptReply::from_code(0),
+            Some(ScriptReply::Foreign {
+                expires_in_ms: Some(0)
+            })
+        );
+        assert_eq!(
+            ScriptReply::from_code(i64::MAX),
+            Some(ScriptReply::Foreign {
+                expires_in_ms: Some(i64::MAX as u64)
+            })
+        );
+        assert_eq!(ScriptReply::from_code(-5), Some(ScriptReply::Readded));
+        assert_eq!(ScriptReply::from_code(-6), Some(ScriptReply::Unseeded));
+        assert_eq!(
+            ScriptReply::from_code(-7),
+            Some(ScriptReply::SeededSinceGrant)
+        );
+        for code in [-4, -8, -100, i64::MIN] {
+            assert_eq!(ScriptReply::from_code(code), None);
+        }
+    }
+
+    #[test]
+    fn scripts_hash_to_distinct_shas() {
+        let shas = all().map(|lua| lua.script().get_hash());
+        let distinct: std::collections::HashSet<_> = shas.iter().collect();
+        assert_eq!(distinct.len(), shas.len());
+        assert!(shas.iter().all(|s| s.len() == 40));
+    }
+
+    /// The queue scripts on a real server (`redis-server`, one master), with the queue written
+    /// by hand: what each leaves in the key and the queue.
+    mod on_a_server {
+        use redquorum_testkit::Cluster;
+
+        use super::super::{DEQUEUE, QUEUED_ACQUIRE, RELEASE, UNDO_AND_QUEUE};
+
+        const KEY: &str = "q:{r}";
+        const QUEUE: &str = "q:{r}:queue";
+        const WAITERS: &str = "q:{r}:waiters";
+        const FOREVER: u64 = u64::MAX / 4;
+
+        fn eval(cluster: &Cluster, code: &str, argv: &[&str]) -> i64 {
+            let mut cmd = redis::cmd("EVAL");
+            cmd.arg(code).arg(3).arg(KEY).arg(QUEUE).arg(WAITERS);
+            for a in argv {
+                cmd.arg(*a);
+            }
+            cluster.run(0, &cmd)
+        }
+
+        fn queue(cluster: &Cluster, waiter: &str, place: u64, live_until: u64) {
+            let _: i64 = cluster.run(0, redis::cmd("ZADD").arg(QUEUE).arg(place).arg(waiter));
+            let _: i64 = cluster.run(
+                0,
+                redis::cmd("HSET").arg(WAITERS).arg(waiter).arg(live_until),
+            );
+        }
+
+        fn get(cluster: &Cluster) -> Option<String> {
+            cluster.run(0, redis::cmd("GET").arg(KEY))
+        }
+
+        fn queued(cluster: &Cluster) -> Vec<String> {
+            cluster.run(0, redis::cmd("ZRANGE").arg(QUEUE).arg(0).arg(-1))
+        }
+
+        /// Mutation: `DEQUEUE` without its hand-over leaves the reservation for the waiter
+        /// that left (`handoff:c.w`) until it lapses.
+        #[test]
+        fn a_waiter_leaving_passes_on_a_reservation_made_for_it() {
+            let cluster = Cluster::start(1);
+            let _: () = cluster.run(
+                0,
+                redis::cmd("SET").arg(KEY).arg("tok").arg("PX").arg(60_000),
+            );
+            queue(&cluster, "c.w", 1, FOREVER);
+            queue(&cluster, "c.v", 2, FOREVER);
+            // The holder releases: the lock is reserved for the first waiter.
+            assert_eq!(
+                eval(&cluster, RELEASE.code(), &["tok", "ch", "r1", "5000"]),
+                -1
+            );
+            assert_eq!(get(&cluster).as_deref(), Some("handoff:c.w"));
+            assert_eq!(queued(&cluster), ["c.v"]);
+            // That waiter leaves (it got the lock elsewhere, gave up or was cancelled): the
+            // reservation goes to the next one, as the release would have done.
+            assert_eq!(
+                eval(&cluster, DEQUEUE.code(), &["c.w", "ch", "r2", "5000"]),
+                -1
+            );
+            assert_eq!(get(&cluster).as_deref(), Some("handoff:c.v"));
+            assert!(queued(&cluster).is_empty());
+            // The last one leaves: the key is deleted, nothing is left.
+            assert_eq!(
+                eval(&cluster, DEQUEUE.code(), &["c.v", "ch", "r3", "5000"]),
+                -1
+            );
+            let keys: Vec<String> = cluster.run(0, redis::cmd("KEYS").arg("*"));
+            assert!(keys.is_empty(), "{keys:?}");
+        }
+
+        /// `script` with `KEY` alone, as a Cluster voter sends it on a half-moved slot
+        /// (`request::InParts`).
+        fn eval_alone(cluster: &Cluster, code: &str, argv: &[&str]) -> i64 {
+            let mut cmd = redis::cmd("EVAL");
+            cmd.arg(code).arg(1).arg(KEY);
+            for a in argv {
+                cmd.arg(*a);
+            }
+            cluster.run(0, &cmd)
+        }
+
+        /// With the lock key alone (a half-moved slot), `DEQUEUE` passes a reservation for
+        /// its waiter on to nobody and touches nothing else; `UNDO_AND_QUEUE` undoes and joins
+        /// no queue. Neither touches the queue's keys, which the client leaves with one
+        /// command each.
+        ///
+        /// Mutation (run, not caught, equivalent): either script without its `if KEYS[2]`
+        /// guard. The queue commands are `pcall`s, and on a missing key they fail and do
+        /// nothing; the guards say so rather than rely on it.
+        #[test]
+        fn with_the_lock_key_alone_leaving_and_undoing_touch_only_that_key() {
+            let cluster = Cluster::start(1);
+            queue(&cluster, "c.v", 1, FOREVER);
+            let _: () = cluster.run(
+                0,
+                redis::cmd("SET")
+                    .arg(KEY)
+                    .arg("handoff:c.w")
+                    .arg("PX")
+                    .arg(60_000),
+            );
+            assert_eq!(
+                eval_alone(&cluster, DEQUEUE.code(), &["c.w", "ch", "r", "5000"]),
+                -1
+            );
+            assert_eq!(get(&cluster), None, "the reservation passed to nobody");
+            assert_eq!(queued(&cluster), ["c.v"], "the queue untouched");
+
+            let _: () = cluster.run(
+                0,
+                redis::cmd("SET").arg(KEY).arg("tok").arg("PX").arg(60_000),
+            );
+            assert_eq!(
+                eval_alone(&cluster, DEQUEUE.code(), &["c.w", "ch", "r", "5000"]),
+                -1
+            );
+            assert_eq!(
+                get(&cluster).as_deref(),
+                Some("tok"),
+                "a held lock untouched"
+            );
+            assert_eq!(
+                eval_alone(
+                    &cluster,
+                    UNDO_AND_QUEUE.code(),
+                    &["tok", "c.u", "5000", "3"]
+                ),
+                -1
+            );
+            assert_eq!(get(&cluster), None, "undone");
+            assert_eq!(queued(&cluster), ["c.v"], "not queued");
+        }
+
+        /// A waiter leaving touches no lock but a reservation for itself.
+        #[test]
+        fn a_waiter_leaving_never_touches_a_held_lock_or_another_reservation() {
+            let cluster = Cluster::start(1);
+            for held in ["tok", "handoff:c.other"] {
+                let _: () = cluster.run(
+                    0,
+                    redis::cmd("SET").arg(KEY).arg(held).arg("PX").arg(60_000),
+                );
+                queue(&cluster, "c.w", 1, FOREVER);
+                assert_eq!(
+                    eval(&cluster, DEQUEUE.code(), &["c.w", "ch", "r", "5000"]),
+                    -1
+                );
+                assert_eq!(get(&cluster).as_deref(), Some(held));
+                assert!(queued(&cluster).is_empty());
+            }
+        }
+
+        /// A queued acquire takes a free key or one reserved for it, never another's, and joins
+        /// the queue in its place (the same place on every node) when refused.
+        ///
+        /// Mutation: `ZADD` without `NX` moves a waiter to its newest place; scoring by the
+        /// server's time orders waiters per node.
+        #[test]
+        fn a_queued_acquire_takes_only_its_reservation_and_keeps_its_place() {
+            let cluster = Cluster::start(1);
+            let _: () = cluster.run(
+                0,
+                redis::cmd("SET")
+                    .arg(KEY)
+                    .arg("handoff:c.v")
+                    .arg("PX")
+                    .arg(60_000),
+            );
+            // c.w is refused (reserved for c.v) and joins at place 7.
+            let answer = eval(
+                &cluster,
+                QUEUED_ACQUIRE.code(),
+                &["tw", "10000", "c.w", "60000", "7"],
+            );
+            assert!(answer >= 0, "refused with the reservation's ttl: {answer}");
+            // c.u joins at place 3: before c.w, as its place says.
+            eval(
+                &cluster,
+                QUEUED_ACQUIRE.code(),
+                &["tu", "10000", "c.u", "60000", "3"],
+            );
+            // c.w asks again with a later place: it keeps its first.
+            eval(
+                &cluster,
+                QUEUED_ACQUIRE.code(),
+                &["tw", "10000", "c.w", "60000", "9"],
+            );
+            assert_eq!(queued(&cluster), ["c.u", "c.w"]);
+            let score: f64 = cluster.run(0, redis::cmd("ZSCORE").arg(QUEUE).arg("c.w"));
+            assert!((score - 7.0).abs() < f64::EPSILON);
+            // c.v takes its reservation and leaves the queue it was never in; the key is its.
+            assert_eq!(
+                eval(
+                    &cluster,
+                    QUEUED_ACQUIRE.code(),
+                    &["tv", "10000", "c.v", "60000", "1"]
+                ),
+                -1
+            );
+            assert_eq!(get(&cluster).as_deref(), Some("tv"));
+            let pttl: i64 = cluster.run(0, redis::cmd("PTTL").arg(KEY));
+            assert!(pttl > 9_000, "the full ttl, not the reservation's: {pttl}");
+        }
+
+        /// The leader info is never left without an expiry: written in the lock key's last
+        /// millisecond (the script sees the key, `PTTL` says 0), it is not written at all.
+        /// 200 trials against a key set with `PX 2`, each followed in the same pipeline by a
+        /// script that spins the server for 1.0 to 3.0 ms (5 µs more each trial), so some
+        /// land in that millisecond.
+        ///
+        /// Mutation: `else SET` without an expiry for every `PTTL` but a positive one (the
+        /// script before issue 29): the info is left with `PTTL` -1 (run, caught).
+        #[test]
+        fn leader_info_is_never_left_without_an_expiry() {
+            let cluster = Cluster::start(1);
+            let mut conn = cluster.server(0).inspect();
+            let (lock, info) = ("e:{lead}", "e:{lead}:leader");
+            const SPIN: &str = "local t = redis.call('TIME') \
+                local start = tonumber(t[1]) * 1000000 + tonumber(t[2]) \
+                local now = start \
+                while now - start < tonumber(ARGV[1]) do \
+                  t = redis.call('TIME') \
+                  now = tonumber(t[1]) * 1000000 + tonumber(t[2]) \
+                end \
+                return 0";
+            let (mut written, mut refused) = (0, 0);
+            for trial in 0..200u64 {
+                let mut pipeline = redis::pipe();
+                pipeline
+                    .cmd("SET")
+                    .arg(lock)
+                    .arg("t")
+                    .arg("PX")
+                    .arg(2)
+                    .ignore();
+                pipeline
+                    .cmd("EVAL")
+                    .arg(SPIN)
+                    .arg(0)
+                    .arg(1_000 + trial * 10)
+                    .ignore();
+                pipeline
+                    .cmd("EVAL")
+                    .arg(super::super::WRITE_LEADER_INFO.code())
+                    .arg(2)
+                    .arg(lock)
+                    .arg(info)
+                    .arg("t")
+                    .arg("leader");
+                pipeline.cmd("PTTL").arg(info);
+                let (answer, pttl): (i64, i64) = pipeline.query(&mut conn).expect("pipeline");
+                match answer {
+                    -1 => written += 1,
+                    -2 => refused += 1,
+                    _ => {}
+                }
+                assert_ne!(
+                    pttl, -1,
+                    "leader info left without an expiry (trial {trial})"
+                );
+                let _: i64 = cluster.run(0, redis::cmd("DEL").arg(info));
+            }
+            // The trials span the key's life: some write the info, some find the key gone.
+            assert!(
+                written > 0 && refused > 0,
+                "{written} written, {refused} refused"
+            );
+        }
+
+        /// `ACQUIRE_PERMIT` with permits tried in the order 1, 2, 0.
+        fn acquire_permit(cluster: &Cluster, token: &str) -> redis::Value {
+            let mut cmd = redis::cmd("EVAL");
+            cmd.arg(super::super::ACQUIRE_PERMIT.code()).arg(3);
+            cmd.arg("s:{p}:permit:1")
+                .arg("s:{p}:permit:2")
+                .arg("s:{p}:permit:0");
+            cmd.arg(token).arg(10_000).arg(1).arg(2).arg(0);
+            cluster.run(0, &cmd)
+        }
+
+        /// Each call takes the first free permit in its order and names it; a full semaphore
+        /// answers the shortest remaining ttl; giving back deletes only the caller's own.
+        ///
+        /// Mutation: `SET` without `NX` in `ACQUIRE_PERMIT` takes a held permit (the second
+        /// call is granted permit 1 again).
+        #[test]
+        fn a_permit_round_takes_the_first_free_permit_and_gives_back_only_its_own() {
+            use redis::Value;
+            let cluster = Cluster::start(1);
+            let _: () = cluster.run(
+                0,
+                redis::cmd("SET")
+                    .arg("s:{p}:permit:0")
+                    .arg("x")
+                    .arg("PX")
+                    .arg(5_000),
+            );
+            let granted = |n| Value::Array(vec![Value::Int(-1), Value::Int(n), Value::Int(0)]);
+            assert_eq!(acquire_permit(&cluster, "a"), granted(1));
+            assert_eq!(acquire_permit(&cluster, "b"), granted(2));
+            match acquire_permit(&cluster, "c") {
+                Value::Int(ttl) => assert!((1..=5_000).contains(&ttl), "{ttl}"),
+                other => panic!("a full semaphore answers a ttl, not {other:?}"),
+            }
+            let mut give_back = redis::cmd("EVAL");
+            give_back
+                .arg(super::super::GIVE_BACK_PERMITS.code())
+                .arg(3)
+                .arg("s:{p}:permit:0")
+                .arg("s:{p}:permit:1")
+                .arg("s:{p}:permit:2")
+                .arg("a")
+                .arg("s:{p}:permit:released")
+                .arg("r1");
+            assert_eq!(cluster.run::<i64>(0, &give_back), -1);
+            let left: Vec<Option<String>> = cluster.run(
+                0,
+                redis::cmd("MGET")
+                    .arg("s:{p}:permit:0")
+                    .arg("s:{p}:permit:1")
+                    .arg("s:{p}:permit:2"),
+            );
+            assert_eq!(left, [Some("x".into()), None, Some("b".into())]);
+        }
+    }
+}

@@ -1,0 +1,1035 @@
+//! An in-memory lock service for unit tests of code that takes locks (feature `testing`).
+//!
+//! [`MemoryLocks`] implements [`LockService`] as the real client does, over
+//! one map in memory instead of N Redis masters, so code written against the traits is tested
+//! without servers and meets realistic behaviour:
+//!
+//! - **conflict**: a lock held by another owner refuses with [`Error::Conflict`], after the
+//!   same retry policy (waiters wake when that resource is released or expires;
+//!   [`with_retry_seed`](MemoryLocks::with_retry_seed) replays the same delays);
+//! - **expiry**: a lock is valid for `ttl − drift` on tokio's clock (so `tokio::time::pause`
+//!   and `advance` move it); its key lives `ttl`, after which another owner may take it;
+//!   extend and release of an expired lock fail with [`Error::Expired`];
+//! - **loss**: [`MemoryLocks::forget`] drops a key as a majority of restarted masters would,
+//!   so the holder's next extend or release is [`Error::Expired`] and its lease's `lost()`
+//!   fires; [`MemoryLocks::set_outage`] makes every call fail with [`Error::NoQuorum`] (an
+//!   outage, which is never reported as an expiry);
+//! - the same typed errors for bad input, [`Error::HeldByCaller`] for an acquire from within
+//!   `with_lock` of the same resource, fencing tokens that strictly increase per resource
+//!   when asked for, and leases and `with_lock` that are the real ones.
+//!
+//! What it is not: a simulation of the protocol. It has one "node" (reports name it
+//! `memory`), no clock drift, no network and no partial failures; safety under those is what
+//! the real client's own tests are for. Nor does it queue waiters: the real client hands a
+//! released lock to the first waiter queued for it (so the releaser's own immediate
+//! re-acquire is refused while someone waits), where the double's woken waiters and the
+//! releaser race for it. Code that relies on that order is not tested by the double.
+//!
+//! Time is tokio's: under `#[tokio::test(start_paused = true)]` (tokio's `test-util` feature)
+//! expiries and lease renewals happen as virtual time advances. Read a deadline through
+//! [`HeldLock::valid_until`], [`remaining`](HeldLock::remaining) or
+//! [`is_expired`](HeldLock::is_expired) (tokio's clock), not `std::time::Instant::now()`.
+//!
+//! ```
+//! use std::time::Duration;
+//! use redquorum::{HeldLock, LockService};
+//! use redquorum::testing::MemoryLocks;
+//!
+//! async fn try_report(locks: &impl LockService) -> redquorum::Result<bool> {
+//!     match locks.try_acquire("nightly-report", Duration::from_secs(60)).await {
+//!         Ok(lock) => { lock.release().await?; Ok(true) }
+//!         Err(e) if e.is_conflict() => Ok(false),
+//!         Err(e) => Err(e),
+//!     }
+//! }
+//!
+//! # #[tokio::main(flavor = "current_thread")]
+//! # async fn main() -> redquorum::Result<()> {
+//! let locks = MemoryLocks::new();
+//! let other = locks.another_client();
+//! let held = other.try_acquire("nightly-report", Duration::from_secs(60)).await?;
+//! assert!(!try_report(&locks).await?, "busy while another instance holds it");
+//! held.release().await?;
+//! assert!(try_report(&locks).await?);
+//! # Ok(()) }
+//! ```
+
+use std::collections::HashMap;
+use std::fmt;
+use std::future::Future;
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::time::Duration;
+
+use futures::future::BoxFuture;
+use tokio::sync::Notify;
+use tokio::time::Instant;
+
+use crate::Result;
+use crate::api::lease::{self, Lease, LeaseDeadline, LeaseOptions, LeaseSignal, Leased, Renewable};
+use crate::api::lock_service::{HeldLock, LockService};
+use crate::core::held_locks;
+use crate::core::node_id::NodeId;
+use crate::core::report::{NodeOutcome, NodeReport, Report};
+use crate::core::resource;
+use crate::core::retry::{Jitter, RetryPolicy};
+use crate::core::settings::{Config, Timing};
+use crate::core::verdict::Rejection;
+use crate::errors::config_error::ConfigError;
+use crate::errors::error::{Error, Failure, Operation};
+use crate::errors::node_error::NodeError;
+use crate::protocol::shared::ensure_runtime;
+
+/// The name of the one node of the double's reports.
+const NODE: &str = "memory";
+
+/// An in-memory [`LockService`] for unit tests: one map of keys with expiries on tokio's
+/// clock, shared by every client made from it with [`another_client`](Self::another_client).
+///
+/// Clones are the same client (as clones of a [`RedLock`](crate::RedLock) are); two services
+/// competing for a lock are two clients.
+///
+/// ```
+/// # use std::time::Duration;
+/// use redquorum::testing::MemoryLocks;
+/// use redquorum::LockService;
+///
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() {
+/// let a = MemoryLocks::new();
+/// let b = a.another_client();
+/// let lock = a.try_acquire("orders:42", Duration::from_secs(10)).await.expect("free");
+/// let busy = b.try_acquire("orders:42", Duration::from_secs(10)).await.expect_err("held");
+/// assert!(busy.is_conflict());
+/// # drop(lock);
+/// # }
+/// ```
+#[derive(Clone, Default)]
+pub struct MemoryLocks {
+    store: Arc<Store>,
+    /// The client's identity (for `HeldByCaller`): its address, kept when settings change.
+    id: Arc<ClientId>,
+    client: Arc<Client>,
+}
+
+/// What every client of one double shares: the keys.
+#[derive(Default)]
+struct Store {
+    state: Mutex<State>,
+}
+
+#[derive(Default)]
+struct State {
+    keys: HashMap<Vec<u8>, Key>,
+    fences: HashMap<Vec<u8>, u64>,
+    /// A wake-up per resource waited for: a release wakes only that resource's waiters, as
+    /// the real client's release channel does. One per resource ever waited for (a test's
+    /// handful).
+    waiters: HashMap<Vec<u8>, Arc<Notify>>,
+    outage: bool,
+    owners: u64,
+}
+
+/// The identity of one client of the double.
+#[derive(Debug, Default)]
+struct ClientId(#[allow(dead_code, reason = "only its address is used")] u8);
+
+/// One held key: who holds it, and when it expires on tokio's clock.
+#[derive(Clone, Copy)]
+struct Key {
+    owner: u64,
+    expires: Instant,
+}
+
+/// One client's settings.
+#[derive(Clone)]
+struct Client {
+    config: Config,
+    jitter: Arc<Jitter>,
+}
+
+impl Default for Client {
+    fn default() -> Self {
+        Self {
+            config: Config::default(),
+            jitter: Arc::new(Jitter::new(None)),
+        }
+    }
+}
+
+impl State {
+    /// The key of `resource` if it has not expired at `now` (an expired one is dropped, as
+    /// Redis drops it).
+    fn live(&mut self, resource: &[u8], now: Instant) -> Option<&mut Key> {
+        if self
+            .keys
+            .get(resource)
+            // Redis frees a key once its expiry is in the past, not at it.
+            .is_some_and(|key| key.expires < now)
+        {
+            self.keys.remove(resource);
+        }
+        self.keys.get_mut(resource)
+    }
+
+    /// What the node says about `resource` to `owner`: ours (`None`), or how it is not.
+    fn not_ours(&mut self, resource: &[u8], owner: u64, now: Instant) -> Option<NodeOutcome> {
+        match self.live(resource, now) {
+            Some(key) if key.owner == owner => None,
+            Some(key) => Some(NodeOutcome::HeldByOther {
+                expires_in: Some(key.expires.saturating_duration_since(now)),
+            }),
+            None => Some(NodeOutcome::Missing),
+        }
+    }
+}
+
+impl Store {
+    fn state(&self) -> MutexGuard<'_, State> {
+        // The state is consistent after every statement that changes it; a panic elsewhere
+        // while the lock was held leaves nothing half done.
+        self.state.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Deletes `resource`'s key if `owner` holds it, waking its waiters; what the node said.
+    fn delete(&self, resource: &[u8], owner: u64) -> NodeOutcome {
+        let mut state = self.state();
+        match state.not_ours(resource, owner, Instant::now()) {
+            None => {
+                state.keys.remove(resource);
+                state.wake(resource);
+                NodeOutcome::Released
+            }
+            Some(other) => other,
+        }
+    }
+
+    /// The wake-up of `resource`'s waiters.
+    fn waiters(&self, resource: &[u8]) -> Arc<Notify> {
+        self.state()
+            .waiters
+            .entry(resource.to_vec())
+            .or_default()
+            .clone()
+    }
+}
+
+impl State {
+    /// Wakes the waiters of `resource`.
+    fn wake(&self, resource: &[u8]) {
+        if let Some(waiters) = self.waiters.get(resource) {
+            waiters.notify_waiters();
+        }
+    }
+}
+
+impl MemoryLocks {
+    /// A new double with the real client's default settings (retry policy, drift factor), no
+    /// key held, no outage.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Another client over the same keys, with the same settings: it competes with this one
+    /// for locks, as another process would.
+    pub fn another_client(&self) -> Self {
+        Self {
+            store: self.store.clone(),
+            id: Arc::default(),
+            client: self.client.clone(),
+        }
+    }
+
+    /// Retries as `policy` says ([`Builder::retry`](crate::Builder::retry)).
+    ///
+    /// # Errors
+    /// [`ConfigError::NoAttempts`] when `policy` allows no attempt.
+    pub fn with_retry(mut self, policy: RetryPolicy) -> Result<Self, ConfigError> {
+        if !policy.allows_any_attempt() {
+            return Err(ConfigError::NoAttempts);
+        }
+        self.settings().retry = policy;
+        Ok(self)
+    }
+
+    /// Hands out fencing tokens ([`Builder::fencing`](crate::Builder::fencing)): per resource,
+    /// each lock's token is greater than every earlier one's.
+    pub fn with_fencing(mut self) -> Self {
+        self.settings().fencing = true;
+        self
+    }
+
+    /// Draws the retry delays from a generator seeded with `seed`, so a test replays the same
+    /// waits ([`Builder::retry_seed`](crate::Builder::retry_seed)).
+    pub fn with_retry_seed(mut self, seed: u64) -> Self {
+        Arc::make_mut(&mut self.client).jitter = Arc::new(Jitter::new(Some(seed)));
+        self
+    }
+
+    /// The settings to change: settings shared with clones are copied first, so those of a
+    /// clone in use never change under it. The copy stays the same client (its identity is
+    /// kept).
+    fn settings(&mut self) -> &mut Config {
+        &mut Arc::make_mut(&mut self.client).config
+    }
+
+    /// Drops `resource`'s key, as a majority of masters restarted without persistence (or
+    /// evicting keys) would: its holder does not know yet; its next extend or release fails
+    /// with [`Error::Expired`], its lease is lost, and another client can take the lock
+    /// meanwhile. True if a key was there.
+    pub fn forget(&self, resource: impl AsRef<[u8]>) -> bool {
+        let resource = resource.as_ref();
+        let mut state = self.store.state();
+        let forgotten = state.keys.remove(resource).is_some();
+        state.wake(resource);
+        forgotten
+    }
+
+    /// While `down`, every acquire, extend and release fails with [`Error::NoQuorum`] (its
+    /// report: the node timed out), as when a majority of masters is unreachable; keys keep
+    /// their expiries. A held lock is not lost by an outage until its deadline passes.
+    pub fn set_outage(&self, down: bool) {
+        let mut state = self.store.state();
+        state.outage = down;
+        if !down {
+            for waiters in state.waiters.values() {
+                waiters.notify_waiters();
+            }
+        }
+    }
+
+    /// Whether a live key of `resource` exists, whoever holds it: "nothing left behind"
+    /// checks in tests.
+    pub fn is_held(&self, resource: impl AsRef<[u8]>) -> bool {
+        self.store
+            .state()
+            .live(resource.as_ref(), Instant::now())
+            .is_some()
+    }
+
+    fn client_address(&self) -> usize {
+        Arc::as_ptr(&self.id).addr()
+    }
+
+    async fn acquire_checked(
+        &self,
+        resource: &[u8],
+        ttl: Duration,
+        policy: &RetryPolicy,
+    ) -> Result<MemoryLock> {
+        resource::validate(resource)?;
+        let timing = self.client.config.timing(ttl)?;
+        if !policy.allows_any_attempt() {
+            return Err(ConfigError::NoAttempts.into());
+        }
+        ensure_runtime()?;
+        if held_locks::held_here(self.client_address(), resource) {
+            return Err(Error::HeldByCaller {
+                resource: resource::display(resource),
+            });
+        }
+        let started = Instant::now();
+        let give_up_at = policy
+            .wait_limit()
+            .and_then(|wait| started.checked_add(wait));
+        let waiters = self.store.waiters(resource);
+        let mut attempts = 0u32;
+        loop {
+            attempts = attempts.saturating_add(1);
+            // Listening before trying: a release between the try and the wait is not missed.
+            let released = waiters.notified();
+            let (rejection, report, holder_left) = match self.attempt(resource, &timing) {
+                Ok(lock) => return Ok(lock),
+                Err(refused) => refused,
+            };
+            let now = Instant::now();
+            let out_of_attempts = policy.attempts_limit().is_some_and(|max| attempts >= max);
+            if out_of_attempts || give_up_at.is_some_and(|at| now >= at) {
+                let elapsed = now.saturating_duration_since(started);
+                let failure = Failure::new(Operation::Acquire, resource, attempts, elapsed, report);
+                return Err(rejection.error(failure));
+            }
+            let wait_left = give_up_at.map(|at| at.saturating_duration_since(now));
+            let delay = policy.delay_before_next(&self.client.jitter, holder_left, wait_left);
+            tokio::select! {
+                () = tokio::time::sleep(delay) => {}
+                () = released => {}
+            }
+        }
+    }
+
+    /// One acquire round on the map.
+    fn attempt(
+        &self,
+        resource: &[u8],
+        timing: &Timing,
+    ) -> Result<MemoryLock, (Rejection, Report, Option<Duration>)> {
+        let now = Instant::now();
+        let mut state = self.store.state();
+        if state.outage {
+            return Err((Rejection::Outage, timed_out(timing), None));
+        }
+        if let Some(key) = state.live(resource, now) {
+            let left = key.expires.saturating_duration_since(now);
+            let held = NodeOutcome::HeldByOther {
+                expires_in: Some(left),
+            };
+            return Err((Rejection::Busy, one_line(held), Some(left)));
+        }
+        state.owners = state.owners.wrapping_add(1);
+        let owner = state.owners;
+        state.keys.insert(
+            resource.to_vec(),
+            Key {
+                owner,
+                expires: now + timing.ttl,
+            },
+        );
+        let fencing_token = self.client.config.fencing.then(|| {
+            let fence = state.fences.entry(resource.to_vec()).or_insert(0);
+            *fence = fence.saturating_add(1);
+            *fence
+        });
+        Ok(MemoryLock {
+            store: self.store.clone(),
+            client: self.client.clone(),
+            resource: resource.to_vec(),
+            owner,
+            ttl: timing.ttl,
+            deadline: now + timing.validity_span(),
+            fencing_token,
+            released: false,
+        })
+    }
+}
+
+impl fmt::Debug for MemoryLocks {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let state = self.store.state();
+        f.debug_struct("MemoryLocks")
+            .field("keys", &state.keys.len())
+            .field("outage", &state.outage)
+            .finish_non_exhaustive()
+    }
+}
+
+/// A report of the one node.
+fn one_line(outcome: NodeOutcome) -> Report {
+    Report::new(vec![NodeReport::new(
+        NodeId::new(0, Arc::from(NODE)),
+        outcome,
+        Duration::ZERO,
+    )])
+}
+
+/// The report of an outage: the node timed out.
+fn timed_out(timing: &Timing) -> Report {
+    one_line(NodeOutcome::Failed(NodeError::TimedOut(
+        timing.per_node_timeout,
+    )))
+}
+
+/// A lock of [`MemoryLocks`]: valid until `ttl − drift` after its acquire or last extend, on
+/// tokio's clock. Dropping it without release deletes its key at once (the real lock
+/// schedules that delete).
+#[must_use = "a lock should be released with `release().await`"]
+pub struct MemoryLock {
+    store: Arc<Store>,
+    client: Arc<Client>,
+    resource: Vec<u8>,
+    owner: u64,
+    ttl: Duration,
+    deadline: Instant,
+    fencing_token: Option<u64>,
+    released: bool,
+}
+
+impl MemoryLock {
+    fn failure(&self, rejection: Rejection, operation: Operation, report: Report) -> Error {
+        rejection.error(Failure::new(
+            operation,
+            &self.resource,
+            1,
+            Duration::ZERO,
+            report,
+        ))
+    }
+
+    /// As [`Lock::extend`](crate::Lock::extend).
+    ///
+    /// # Errors
+    /// [`Error::Expired`] once the deadline has passed or the key is gone or someone else's;
+    /// [`Error::NoQuorum`] during an outage (the deadline stays); [`Error::Config`] for an
+    /// invalid `ttl`.
+    ///
+    /// # Cancel safety
+    /// Cancel safe: it completes without waiting.
+    pub async fn extend(&mut self, ttl: Duration) -> Result<()> {
+        let timing = self.client.config.timing(ttl)?;
+        if self.expired() {
+            return Err(self.failure(Rejection::Gone, Operation::Extend, Report::default()));
+        }
+        let now = Instant::now();
+        let mut state = self.store.state();
+        if state.outage {
+            drop(state);
+            return Err(self.failure(Rejection::Outage, Operation::Extend, timed_out(&timing)));
+        }
+        match state.live(&self.resource, now) {
+            Some(key) if key.owner == self.owner => {
+                key.expires = now + timing.ttl;
+                drop(state);
+                self.ttl = timing.ttl;
+                self.deadline = now + timing.validity_span();
+                Ok(())
+            }
+            _ => {
+                let gone = state
+                    .not_ours(&self.resource, self.owner, now)
+                    .unwrap_or(NodeOutcome::Missing);
+                drop(state);
+                Err(self.failure(Rejection::Gone, Operation::Extend, one_line(gone)))
+            }
+        }
+    }
+
+    /// As [`Lock::release`](crate::Lock::release): deletes the key if it is still ours.
+    ///
+    /// # Errors
+    /// [`Error::Expired`] if the deadline had passed before the release, or the key was gone
+    /// or someone else's; [`Error::NoQuorum`] during an outage (the key then expires with its
+    /// ttl).
+    ///
+    /// # Cancel safety
+    /// Cancel safe: it completes without waiting.
+    pub async fn release(mut self) -> Result<Report> {
+        self.released = true;
+        let expired_before = self.expired();
+        if self.store.state().outage {
+            let timing = self.client.config.timing(self.ttl)?;
+            // A release that began after the deadline is an expiry whatever the answers.
+            let rejection = if expired_before {
+                Rejection::Gone
+            } else {
+                Rejection::Outage
+            };
+            return Err(self.failure(rejection, Operation::Release, timed_out(&timing)));
+        }
+        let outcome = self.store.delete(&self.resource, self.owner);
+        let deleted = matches!(outcome, NodeOutcome::Released);
+        let report = one_line(outcome);
+        if expired_before || !deleted {
+            return Err(self.failure(Rejection::Gone, Operation::Release, report));
+        }
+        Ok(report)
+    }
+
+    fn expired(&self) -> bool {
+        Instant::now() >= self.deadline
+    }
+}
+
+impl Drop for MemoryLock {
+    fn drop(&mut self) {
+        // During an outage the real lock's background release reaches no master either: the
+        // key stays until its ttl.
+        if !self.released && !self.store.state().outage {
+            self.store.delete(&self.resource, self.owner);
+        }
+    }
+}
+
+impl fmt::Debug for MemoryLock {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("MemoryLock")
+            .field("resource", &HeldLock::resource_display(self))
+            .field("ttl", &self.ttl)
+            .field("fencing_token", &self.fencing_token)
+            .field("remaining", &HeldLock::remaining(self))
+            .finish_non_exhaustive()
+    }
+}
+
+impl Leased for MemoryLock {
+    fn release(self: Box<Self>) -> BoxFuture<'static, Result<Report>> {
+        Box::pin(MemoryLock::release(*self))
+    }
+}
+
+impl Renewable for MemoryLock {
+    fn ttl(&self) -> Duration {
+        self.ttl
+    }
+
+    fn valid_until(&self) -> Instant {
+        self.deadline
+    }
+
+    fn lease_deadline(&self) -> LeaseDeadline {
+        LeaseDeadline::Tokio(self.deadline)
+    }
+
+    fn is_expired(&self) -> bool {
+        self.expired()
+    }
+
+    fn extend(&mut self, ttl: Duration) -> impl Future<Output = Result<()>> + Send {
+        MemoryLock::extend(self, ttl)
+    }
+}
+
+impl HeldLock for MemoryLock {
+    fn resource(&self) -> &[u8] {
+        &self.resource
+    }
+
+    fn resource_display(&self) -> String {
+        resource::display(&self.resource)
+    }
+
+    fn ttl(&self) -> Duration {
+        self.ttl
+    }
+
+    fn valid_until(&self) -> Instant {
+        self.deadline
+    }
+
+    fn remaining(&self) -> Duration {
+        self.deadline.saturating_duration_since(Instant::now())
+    }
+
+    fn is_expired(&self) -> bool {
+        self.expired()
+    }
+
+    fn fencing_token(&self) -> Option<u64> {
+        self.fencing_token
+    }
+
+    fn extend(&mut self, ttl: Duration) -> impl Future<Output = Result<()>> + Send {
+        MemoryLock::extend(self, ttl)
+    }
+
+    fn release(self) -> impl Future<Output = Result<Report>> + Send {
+        MemoryLock::release(self)
+    }
+
+    fn into_lease(self, options: LeaseOptions) -> Lease {
+        let resource = HeldLock::resource_display(&self);
+        lease::lease(self, resource, options)
+    }
+}
+
+impl LockService for MemoryLocks {
+    type Lock = MemoryLock;
+
+    async fn try_acquire(
+        &self,
+        resource: impl AsRef<[u8]> + Send,
+        ttl: Duration,
+    ) -> Result<MemoryLock> {
+        self.acquire_checked(resource.as_ref(), ttl, &RetryPolicy::once())
+            .await
+    }
+
+    async fn acquire(
+        &self,
+        resource: impl AsRef<[u8]> + Send,
+        ttl: Duration,
+    ) -> Result<MemoryLock> {
+        self.acquire_checked(resource.as_ref(), ttl, &self.client.config.retry)
+            .await
+    }
+
+    async fn acquire_within(
+        &self,
+        resource: impl AsRef<[u8]> + Send,
+        ttl: Duration,
+        max_wait: Duration,
+    ) -> Result<MemoryLock> {
+        let policy = self.client.config.retry.within(max_wait);
+        self.acquire_checked(resource.as_ref(), ttl, &policy).await
+    }
+
+    async fn acquire_with(
+        &self,
+        resource: impl AsRef<[u8]> + Send,
+        ttl: Duration,
+        policy: &RetryPolicy,
+    ) -> Result<MemoryLock> {
+        self.acquire_checked(resource.as_ref(), ttl, policy).await
+    }
+
+    async fn with_lock<F, Fut, T>(
+        &self,
+        resource: impl AsRef<[u8]> + Send,
+        ttl: Duration,
+        work: F,
+    ) -> Result<T>
+    where
+        F: FnOnce(LeaseSignal) -> Fut + Send,
+        Fut: Future<Output = T> + Send,
+        T: Send,
+    {
+        let policy = self.client.config.retry.clone();
+        self.with_lock_using(resource, ttl, &policy, LeaseOptions::default(), work)
+            .await
+    }
+
+    async fn with_lock_using<F, Fut, T>(
+        &self,
+        resource: impl AsRef<[u8]> + Send,
+        ttl: Duration,
+        policy: &RetryPolicy,
+        lease: LeaseOptions,
+        work: F,
+    ) -> Result<T>
+    where
+        F: FnOnce(LeaseSignal) -> Fut + Send,
+        Fut: Future<Output = T> + Send,
+        T: Send,
+    {
+        let resource = resource.as_ref();
+        let lease = self
+            .acquire_checked(resource, ttl, policy)
+            .await?
+            .into_lease(lease);
+        lease::work_under(lease, self.client_address(), resource.to_vec(), work).await
+    }
+}
+
+/// The double's outcomes, in virtual time (`start_paused`: timers run as time is advanced or
+/// as every task waits). Each test names the mutation of this file that makes it fail (run,
+/// and recorded in `tests/MUTATIONS.md`).
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::LostReason;
+
+    const TTL: Duration = Duration::from_secs(10);
+    /// `ttl × 1 % + 2 ms`, the default drift.
+    const DRIFT: Duration = Duration::from_millis(102);
+
+    /// Mutation: a lock valid for the whole ttl (no drift taken off) is not expired yet at
+    /// `ttl − drift`. Mutation: a key freed at its expiry (`<=`), 1 ms before Redis frees it.
+    #[tokio::test(start_paused = true)]
+    async fn a_lock_expires_at_ttl_minus_drift_and_its_key_at_ttl() {
+        let a = MemoryLocks::new();
+        let b = a.another_client();
+        let mut lock = a.try_acquire("r", TTL).await.expect("free");
+        assert_eq!(HeldLock::remaining(&lock), TTL - DRIFT);
+        tokio::time::advance(TTL - DRIFT).await;
+        assert!(HeldLock::is_expired(&lock), "expired at ttl − drift");
+        let late = lock.extend(TTL).await.expect_err("expired");
+        assert!(late.is_expired(), "{late}");
+        let busy = b
+            .try_acquire("r", TTL)
+            .await
+            .expect_err("the key lives to ttl");
+        assert!(busy.is_conflict(), "{busy}");
+        tokio::time::advance(DRIFT).await;
+        let busy = b
+            .try_acquire("r", TTL)
+            .await
+            .expect_err("alive at its expiry");
+        assert!(busy.is_conflict(), "{busy}");
+        tokio::time::advance(Duration::from_millis(1)).await;
+        let taken = b.try_acquire("r", TTL).await.expect("the key expired");
+        let overlapped = lock
+            .release()
+            .await
+            .expect_err("released after its deadline");
+        assert!(overlapped.is_expired(), "{overlapped}");
+        assert!(
+            a.is_held("r"),
+            "an expired release never deletes the new holder's key"
+        );
+        taken.release().await.expect("released");
+        assert!(!a.is_held("r"), "nothing left behind");
+    }
+
+    /// Mutation: a waiter that does not listen for releases waits out its retry delay
+    /// (50–200 ms) instead of taking the lock the moment it is released.
+    #[tokio::test(start_paused = true)]
+    async fn a_waiter_takes_the_lock_when_it_is_released() {
+        let a = MemoryLocks::new();
+        let b = a.another_client();
+        let lock = a.try_acquire("r", TTL).await.expect("free");
+        let started = Instant::now();
+        let waiter = tokio::spawn(async move {
+            let lock = b.acquire("r", TTL).await;
+            (lock, started.elapsed())
+        });
+        tokio::time::sleep(Duration::from_millis(10)).await;
+        lock.release().await.expect("released");
+        let (taken, waited) = waiter.await.expect("waiter");
+        let taken = taken.expect("woken by the release");
+        assert_eq!(waited, Duration::from_millis(10), "virtual time");
+        taken.release().await.expect("released");
+    }
+
+    /// Mutation: a `forget` that leaves the key in place: the lease is never lost.
+    #[tokio::test(start_paused = true)]
+    async fn a_forgotten_key_loses_the_lease_at_its_next_renewal() {
+        let locks = MemoryLocks::new();
+        let lease = locks
+            .try_acquire("r", TTL)
+            .await
+            .expect("free")
+            .into_lease(LeaseOptions::default());
+        let started = Instant::now();
+        assert!(locks.forget("r"));
+        let lost = tokio::time::timeout(TTL, lease.lost()).await;
+        match lost.expect("lost before the ttl") {
+            LostReason::Gone(e) => assert!(e.is_expired(), "{e}"),
+            other => panic!("lost for another reason: {other}"),
+        }
+        let at = started.elapsed();
+        assert!(
+            at >= TTL / 3 && at <= TTL / 3 + Duration::from_millis(1),
+            "at the first renewal (tokio's timers round to 1 ms): {at:?}"
+        );
+        let after = lease.release().await.expect_err("gone");
+        assert!(after.is_expired(), "{after}");
+    }
+
+    /// Mutation: an outage reported as an expiry (`Rejection::Gone`) loses the lease at its
+    /// first renewal instead of at its deadline, and calls the extend's error an expiry.
+    #[tokio::test(start_paused = true)]
+    async fn an_outage_is_no_quorum_and_a_lease_survives_it_until_its_deadline() {
+        let locks = MemoryLocks::new();
+        let mut lock = locks.try_acquire("r", TTL).await.expect("free");
+        locks.set_outage(true);
+        let down = lock.extend(TTL).await.expect_err("outage");
+        assert!(down.is_no_quorum(), "{down}");
+        let refused = locks.try_acquire("s", TTL).await.expect_err("outage");
+        assert!(refused.is_no_quorum(), "{refused}");
+        let report = refused.report().expect("a report");
+        assert!(
+            report.to_string().contains("memory") && report.failures().count() == 1,
+            "{report}"
+        );
+        let started = Instant::now();
+        let lease = lock.into_lease(LeaseOptions::default());
+        let reason = lease.lost().await;
+        assert!(
+            matches!(reason, LostReason::DeadlinePassed),
+            "lost at the deadline: {reason}"
+        );
+        assert_eq!(started.elapsed(), TTL - DRIFT);
+        locks.set_outage(false);
+        drop(lease);
+        // The renewal task is aborted; it drops the lock when the runtime next runs it.
+        tokio::time::sleep(Duration::from_millis(1)).await;
+        assert!(
+            !locks.is_held("r"),
+            "a dropped lease's lock deletes its key"
+        );
+    }
+
+    /// A lease over a reachable key renews it and is never lost.
+    #[tokio::test(start_paused = true)]
+    async fn a_lease_renews_its_key() {
+        let a = MemoryLocks::new();
+        let b = a.another_client();
+        let lease = a
+            .try_acquire("r", TTL)
+            .await
+            .expect("free")
+            .into_lease(LeaseOptions::default());
+        tokio::time::sleep(TTL * 5).await;
+        assert!(!lease.is_lost());
+        let busy = b.try_acquire("r", TTL).await.expect_err("still held");
+        assert!(busy.is_conflict(), "{busy}");
+        lease.release().await.expect("released");
+        assert!(!a.is_held("r"));
+    }
+
+    /// Mutation: an acquire that does not check the caller's scope (`held_here`) refuses the
+    /// work's own acquire as busy, not `HeldByCaller`. Mutation: a `forget` that leaves the key
+    /// in place never loses the lease, and the work runs on for ever.
+    #[tokio::test(start_paused = true)]
+    async fn with_lock_refuses_the_caller_and_cancels_work_on_a_loss() {
+        let locks = MemoryLocks::new();
+        let inner = locks
+            .with_lock("r", TTL, async |_signal| {
+                locks.try_acquire("r", TTL).await.map(drop)
+            })
+            .await
+            .expect("the outer lock");
+        let inner = inner.expect_err("held by the caller");
+        assert!(inner.is_held_by_caller(), "{inner}");
+
+        let lost = locks.with_lock("r", TTL, async |_signal| {
+            locks.forget("r");
+            std::future::pending::<()>().await;
+        });
+        let lost = tokio::time::timeout(TTL, lost)
+            .await
+            .expect("the work is cancelled before the ttl")
+            .expect_err("lost");
+        assert!(lost.is_lease_lost(), "{lost}");
+    }
+
+    /// Mutation: a fence counter that is not raised (set to 1 at every grant) hands a later
+    /// holder a token no greater than an earlier one's.
+    #[tokio::test(start_paused = true)]
+    async fn fencing_tokens_increase_per_resource_across_clients() {
+        let a = MemoryLocks::new().with_fencing();
+        let b = a.another_client();
+        let mut seen = Vec::new();
+        for client in [&a, &b, &a, &b] {
+            let lock = client.try_acquire("r", TTL).await.expect("free");
+            seen.push(lock.fencing_token().expect("fenced"));
+            lock.release().await.expect("released");
+        }
+        assert_eq!(seen, [1, 2, 3, 4]);
+        let other = a.try_acquire("s", TTL).await.expect("free");
+        assert_eq!(other.fencing_token(), Some(1));
+        assert_eq!(
+            MemoryLocks::new()
+                .try_acquire("r", TTL)
+                .await
+                .expect("free")
+                .fencing_token(),
+            None
+        );
+        drop(other);
+    }
+
+    /// Bad input is the real client's typed error, and leaves nothing behind.
+    #[tokio::test(start_paused = true)]
+    async fn bad_input_is_typed_and_leaves_nothing() {
+        let locks = MemoryLocks::new();
+        for (resource, ttl) in [
+            (&b""[..], TTL),
+            (&b"r"[..], Duration::ZERO),
+            (&b"r"[..], Duration::from_millis(5)),
+            (&b"r"[..], crate::MAX_TTL + Duration::from_secs(1)),
+        ] {
+            let e = locks.try_acquire(resource, ttl).await.expect_err("invalid");
+            assert!(e.is_config(), "{e}");
+        }
+        let none = RetryPolicy::default().max_attempts(Some(0));
+        let e = locks
+            .acquire_with("r", TTL, &none)
+            .await
+            .expect_err("no attempt");
+        assert!(e.is_config(), "{e}");
+        assert!(MemoryLocks::new().with_retry(none).is_err());
+        let mut lock = locks.try_acquire("r", TTL).await.expect("free");
+        let e = lock.extend(Duration::ZERO).await.expect_err("invalid");
+        assert!(e.is_config(), "{e}");
+        assert!(!HeldLock::is_expired(&lock), "the lock keeps its deadline");
+        drop(lock);
+        assert!(
+            !locks.is_held("r"),
+            "a dropped lock deletes its key at once"
+        );
+    }
+
+    /// The retry policy is the real client's: a busy lock is given up after its attempts.
+    #[tokio::test(start_paused = true)]
+    async fn a_busy_lock_is_given_up_after_the_policys_attempts() {
+        let a = MemoryLocks::new();
+        let b = a
+            .another_client()
+            .with_retry(RetryPolicy::default().max_attempts(Some(3)))
+            .expect("valid");
+        let lock = a.try_acquire("r", TTL).await.expect("free");
+        let busy = b.acquire("r", TTL).await.expect_err("held");
+        assert!(busy.is_conflict());
+        assert_eq!(busy.failure().map(Failure::attempts), Some(3));
+        let within = b
+            .acquire_within("r", TTL, Duration::from_secs(1))
+            .await
+            .expect_err("held");
+        let waited = within.failure().map(Failure::elapsed).expect("failure");
+        // The last round is at the end of the wait (tokio's timers round up to 1 ms).
+        assert!(
+            waited >= Duration::from_secs(1) && waited <= Duration::from_millis(1001),
+            "{waited:?}"
+        );
+        lock.release().await.expect("released");
+    }
+
+    /// Mutation: a release that began after the deadline reported as an outage when no node
+    /// answers (the outage checked first): the real client says `Expired` whatever the
+    /// answers. Mutation: a drop that deletes the key during an outage frees the lock for
+    /// another client, which the real client's unreachable masters never do.
+    #[tokio::test(start_paused = true)]
+    async fn an_outage_neither_hides_an_expiry_nor_frees_a_dropped_lock() {
+        let a = MemoryLocks::new();
+        let b = a.another_client();
+        let late = a.try_acquire("late", TTL).await.expect("free");
+        let dropped = a.try_acquire("dropped", TTL).await.expect("free");
+        a.set_outage(true);
+        tokio::time::advance(TTL - DRIFT).await;
+        let e = late.release().await.expect_err("after its deadline");
+        assert!(e.is_expired(), "{e}");
+        drop(dropped);
+        a.set_outage(false);
+        let busy = b.try_acquire("dropped", TTL).await.expect_err("still held");
+        assert!(busy.is_conflict(), "{busy}");
+    }
+
+    /// Mutation: a release that wakes every resource's waiters (`State::wake` notifying them
+    /// all): a waiter for `r` is woken by each release of `s`, spends an attempt each time,
+    /// and gives up long before its policy's wait.
+    #[tokio::test(start_paused = true)]
+    async fn only_a_release_of_its_resource_wakes_a_waiter() {
+        let a = MemoryLocks::new();
+        let b = a
+            .another_client()
+            .with_retry(RetryPolicy::default().max_attempts(Some(3)))
+            .expect("valid");
+        let held = a.try_acquire("r", TTL).await.expect("free");
+        let waiter = tokio::spawn(async move { b.acquire("r", TTL).await.map(drop) });
+        for _ in 0..10 {
+            tokio::task::yield_now().await;
+            let other = a.try_acquire("s", TTL).await.expect("free");
+            other.release().await.expect("released");
+        }
+        let e = waiter.await.expect("waiter").expect_err("r stays held");
+        let failure = e.failure().expect("failure");
+        assert_eq!(failure.attempts(), 3);
+        assert!(
+            failure.elapsed() >= RetryPolicy::DEFAULT_DELAY * 2,
+            "two retry delays, not woken by the releases of s: {:?}",
+            failure.elapsed()
+        );
+        held.release().await.expect("released");
+    }
+
+    /// Mutation: a settings change that makes a new identity (`self.id = Arc::default()` in
+    /// `settings`, as `Arc::make_mut` of the identity did in the first version): the
+    /// configured clone is another client, whose acquire inside `with_lock` is a conflict
+    /// instead of `HeldByCaller`. Mutation: a retry seed that is not used draws other delays
+    /// on the replay.
+    #[tokio::test(start_paused = true)]
+    async fn settings_keep_the_client_and_a_seed_replays_the_delays() {
+        let locks = MemoryLocks::new();
+        let same = locks
+            .clone()
+            .with_retry(RetryPolicy::default().max_attempts(Some(2)))
+            .expect("valid");
+        let inner = locks
+            .with_lock("r", TTL, async |_signal| {
+                same.try_acquire("r", TTL).await.map(drop)
+            })
+            .await
+            .expect("outer lock");
+        assert!(inner.expect_err("refused").is_held_by_caller());
+
+        let waited = async |seed| {
+            let a = MemoryLocks::new();
+            let b = a.another_client().with_retry_seed(seed);
+            let _held = a.try_acquire("r", TTL).await.expect("free");
+            let e = b.acquire("r", TTL).await.expect_err("held");
+            e.failure().map(Failure::elapsed).expect("failure")
+        };
+        let first = waited(7).await;
+        assert_eq!(waited(7).await, first);
+        assert_ne!(waited(8).await, first, "another seed, other delays");
+    }
+}

@@ -1,0 +1,537 @@
+//! Waiting for a busy lock without spinning: release notifications over pub/sub.
+//!
+//! The release script publishes on the resource's channel on every node. A node that handed
+//! the lock to a queued waiter (`scripts::RELEASE`) names it in the message
+//! (`<release id>:<waiter id>`): only that waiter is woken, in whichever process it waits, and
+//! the lock is reserved for it on that node meanwhile. A node that had no live waiter queued
+//! deleted the key and names nobody: each process wakes **one** waiter, the one that has
+//! waited longest. A release's messages from the other nodes are recognised by their payload
+//! and dropped. A waiting acquire subscribes on every node (one shared pub/sub connection per
+//! node for all waiters of a `RedLock`, subscriptions counted per channel). Timed retries stay
+//! as the fallback, so a lost message only costs a delay.
+
+use std::collections::{HashMap, VecDeque};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, Weak};
+use std::time::Duration;
+
+use crate::voters::node_source::NodeSource;
+use futures::StreamExt;
+use redis::aio::PubSubSink;
+use tokio::sync::{Notify, watch};
+
+/// How long one background (re)connection of a pub/sub connection may take.
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(1);
+/// The wait between two reconnection attempts of a pub/sub connection.
+const RECONNECT_DELAY: Duration = Duration::from_millis(100);
+/// How long a waiter waits for a SUBSCRIBE to be confirmed before relying on timed retries.
+const SUBSCRIBE_TIMEOUT: Duration = Duration::from_millis(200);
+/// How long a channel stays subscribed after its last waiter left: a process that waits for
+/// the same lock again soon (a worker in a loop) does not subscribe and unsubscribe on every
+/// node each time.
+const LINGER: Duration = Duration::from_secs(2);
+/// How many recent release ids a channel remembers, to drop the other nodes' copies of a
+/// release message even when two releases' messages interleave.
+const RECENT_RELEASES: usize = 4;
+
+/// How many hex digits name a client in waiter ids and channels (32 random bits: the
+/// clients waiting for one resource at once are few).
+const CLIENT_ID_DIGITS: usize = 8;
+
+/// Release notifications for one `RedLock`.
+#[derive(Debug)]
+pub(crate) struct ReleaseWatch {
+    clients: Vec<NodeSource>,
+    shared: Arc<Shared>,
+    started: std::sync::Once,
+    /// Dropped with the watch: the per-node tasks end.
+    _alive: watch::Sender<()>,
+    alive: watch::Receiver<()>,
+}
+
+/// The waiters of one channel: how many, how to wake them, and the releases already seen.
+#[derive(Debug)]
+struct Waiters {
+    /// Waiters now; the channel stays subscribed for [`LINGER`] after the last one leaves.
+    count: usize,
+    /// Moves on each time the last waiter leaves, so a lingering unsubscribe knows whether
+    /// the channel was used again meanwhile.
+    generation: u64,
+    /// Its lingering unsubscribe is under way: a new waiter subscribes again itself.
+    closing: bool,
+    /// Wakes the longest-waiting waiter (a release that named nobody).
+    notify: Arc<Notify>,
+    /// Each queued waiter's place in the lock's queue and own wake-up, by waiter id (a
+    /// release that handed the lock to it).
+    named: HashMap<Vec<u8>, (u64, Arc<Notify>)>,
+    recent: VecDeque<Vec<u8>>,
+}
+
+impl Waiters {
+    /// A release message: wakes the waiter it names if that waiter is ours, or, when it names
+    /// nobody, the longest-waiting waiter; once per release and waiter.
+    fn released(&mut self, payload: &[u8]) {
+        if self.recent.iter().any(|seen| seen == payload) {
+            return;
+        }
+        if self.recent.len() == RECENT_RELEASES {
+            self.recent.pop_front();
+        }
+        self.recent.push_back(payload.to_vec());
+        if self.count == 0 {
+            // Lingering: nobody to wake, and no wake-up to keep for a later waiter.
+            return;
+        }
+        match payload.iter().position(|&b| b == b':') {
+            Some(colon) => {
+                let waiter = payload.get(colon + 1..).unwrap_or_default();
+                if let Some((_, notify)) = self.named.get(waiter) {
+                    notify.notify_one();
+                }
+            }
+            None => self.wake_first(),
+        }
+    }
+
+    /// A release that named nobody: wakes the waiter first in the lock's queue (the one the
+    /// nodes would have handed the lock to), or, with none queued, the longest waiting.
+    fn wake_first(&self) {
+        match self.named.values().min_by_key(|(place, _)| *place) {
+            Some((_, notify)) => notify.notify_one(),
+            None => self.notify.notify_one(),
+        }
+    }
+}
+
+#[derive(Debug, Default)]
+struct Shared {
+    /// This `RedLock`'s id among the clients waiting on the same masters: a release that hands
+    /// the lock to one of its waiters publishes on the channel `<release channel>:<client>`,
+    /// which only this client subscribes to.
+    client: Vec<u8>,
+    channels: Mutex<HashMap<Vec<u8>, Waiters>>,
+    /// How many channels have waiters: while none do, releases and new acquires never touch
+    /// the `channels` lock.
+    waited_channels: AtomicUsize,
+    /// One sink per node, while its pub/sub connection is up.
+    sinks: Mutex<Vec<Option<PubSubSink>>>,
+}
+
+/// A waiter's interest in one channel; unsubscribes when the last one is dropped.
+#[derive(Debug)]
+pub(crate) struct Subscription {
+    shared: Weak<Shared>,
+    channel: Vec<u8>,
+    notify: Arc<Notify>,
+    waiter: Vec<u8>,
+    named: Arc<Notify>,
+}
+
+impl ReleaseWatch {
+    pub(crate) fn new(clients: Vec<NodeSource>) -> Self {
+        let (tx, rx) = watch::channel(());
+        let shared = Arc::new(Shared {
+            client: crate::core::token::Token::generate()
+                .release_id()
+                .get(..CLIENT_ID_DIGITS)
+                .unwrap_or_default()
+                .as_bytes()
+                .to_vec(),
+            channels: Mutex::new(HashMap::new()),
+            waited_channels: AtomicUsize::new(0),
+            sinks: Mutex::new(vec![None; clients.len()]),
+        });
+        Self {
+            clients,
+            shared,
+            started: std::sync::Once::new(),
+            _alive: tx,
+            alive: rx,
+        }
+    }
+
+    /// A new waiter id: `<client>.<random>`, so a release names the client's own channel
+    /// (`scripts::RELEASE`).
+    pub(crate) fn new_waiter_id(&self) -> String {
+        let mut id = String::from_utf8_lossy(&self.shared.client).into_owned();
+        id.push('.');
+        id.push_str(&crate::core::token::Token::generate().release_id());
+        id
+    }
+
+    /// Registers interest in `channel` as waiter `waiter` (the id its queued rounds give the
+    /// nodes, empty for a waiter that does not queue) with `place` in the lock's queue,
+    /// subscribing on every connected node if it is the first waiter. Never fails: a node
+    /// that cannot subscribe leaves its waiters on timed retries.
+    pub(crate) async fn subscribe(
+        &self,
+        channel: Vec<u8>,
+        waiter: &str,
+        place: u64,
+    ) -> Subscription {
+        self.start();
+        let waiter = waiter.as_bytes().to_vec();
+        let named = Arc::new(Notify::new());
+        let (notify, first) = {
+            let mut channels = lock(&self.shared.channels);
+            let mut new = false;
+            let entry = channels.entry(channel.clone()).or_insert_with(|| {
+                new = true;
+                Waiters {
+                    count: 0,
+                    generation: 0,
+                    closing: false,
+                    notify: Arc::new(Notify::new()),
+                    named: HashMap::new(),
+                    recent: VecDeque::with_capacity(RECENT_RELEASES),
+                }
+            });
+            if !waiter.is_empty() {
+                entry.named.insert(waiter.clone(), (place, named.clone()));
+            }
+            entry.count += 1;
+            if entry.count == 1 {
+                self.shared.waited_channels.fetch_add(1, Ordering::AcqRel);
+            }
+            // A lingering channel is still subscribed, unless its unsubscribe is under way.
+            (entry.notify.clone(), new || entry.closing)
+        };
+        if first {
+            self.wait_for_listeners().await;
+            let sinks: Vec<PubSubSink> =
+                lock(&self.shared.sinks).iter().flatten().cloned().collect();
+            let channels = node_channels(&channel, &self.shared.client);
+            let confirmations = sinks.into_iter().map(|mut sink| {
+                let channels = channels.clone();
+                async move {
+                    let _ = tokio::time::timeout(SUBSCRIBE_TIMEOUT, sink.subscribe(channels)).await;
+                }
+            });
+            futures::future::join_all(confirmations).await;
+        }
+        Subscription {
+            shared: Arc::downgrade(&self.shared),
+            channel,
+            notify,
+            waiter,
+            named,
+        }
+    }
+
+    /// True while some acquire of this `RedLock` waits on `channel`: a new one should queue
+    /// behind it rather than race it.
+    pub(crate) fn has_waiters(&self, channel: &[u8]) -> bool {
+        self.shared.waited_channels.load(Ordering::Acquire) > 0
+            && lock(&self.shared.channels)
+                .get(channel)
+                .is_some_and(|w| w.count > 0)
+    }
+
+    /// A release made through this `RedLock`: wakes its longest waiter now, as a message
+    /// naming nobody would.
+    pub(crate) fn released(&self, channel: &[u8], id: &[u8]) {
+        if self.shared.waited_channels.load(Ordering::Acquire) == 0 {
+            return;
+        }
+        if let Some(waiters) = lock(&self.shared.channels).get_mut(channel) {
+            waiters.released(id);
+        }
+    }
+
+    /// Waits (at most [`SUBSCRIBE_TIMEOUT`]) until a majority of the nodes' pub/sub
+    /// connections are up: the first waiter of a new client would otherwise subscribe nowhere,
+    /// then queue, and miss a hand-off published before the listeners connect.
+    async fn wait_for_listeners(&self) {
+        let needed = self.clients.len() / 2 + 1;
+        let up = || lock(&self.shared.sinks).iter().flatten().count() >= needed;
+        let deadline = tokio::time::Instant::now() + SUBSCRIBE_TIMEOUT;
+        while !up() && tokio::time::Instant::now() < deadline {
+            tokio::time::sleep(Duration::from_millis(2)).await;
+        }
+    }
+
+    fn start(&self) {
+        self.started.call_once(|| {
+            for (index, source) in self.clients.iter().enumerate() {
+                tokio::spawn(listen(
+                    index,
+                    source.clone(),
+                    Arc::downgrade(&self.shared),
+                    self.alive.clone(),
+                ));
+            }
+        });
+    }
+}
+
+impl Subscription {
+    /// Resolves when a release wakes this waiter: one that handed the lock to it, or one that
+    /// named nobody while it was this process's longest waiter. Call it (and poll or `enable`
+    /// it) before the round whose failure it waits after: a release published meanwhile is
+    /// then not missed. A hand-off to this waiter is never missed anyway (its wake-up is kept
+    /// until taken).
+    pub(crate) fn woken(&self) -> impl Future<Output = ()> + Send + 'static {
+        let (notify, named) = (self.notify.clone(), self.named.clone());
+        async move {
+            let any = notify.notified();
+            let mine = named.notified();
+            tokio::select! {
+                () = any => {}
+                () = mine => {}
+            }
+        }
+    }
+}
+
+impl Drop for Subscription {
+    fn drop(&mut self) {
+        let Some(shared) = self.shared.upgrade() else {
+            return;
+        };
+        let last = {
+            let mut channels = lock(&shared.channels);
+            match channels.get_mut(&self.channel) {
+                Some(entry) => {
+                    entry.named.remove(&self.waiter);
+                    entry.count = entry.count.saturating_sub(1);
+                    if entry.count == 0 {
+                        entry.generation = entry.generation.wrapping_add(1);
+                        shared.waited_channels.fetch_sub(1, Ordering::AcqRel);
+                        Some(entry.generation)
+                    } else {
+                        None
+                    }
+                }
+                None => None,
+            }
+        };
+        let Some(generation) = last else { return };
+        let channel = std::mem::take(&mut self.channel);
+        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+            lock(&shared.channels).remove(&channel);
+            return;
+        };
+        let weak = self.shared.clone();
+        drop(shared);
+        runtime.spawn(async move {
+            tokio::time::sleep(LINGER).await;
+            let Some(shared) = weak.upgrade() else { return };
+            let unused = |channels: &HashMap<Vec<u8>, Waiters>| {
+                channels
+                    .get(&channel)
+                    .is_some_and(|w| w.count == 0 && w.generation == generation)
+            };
+            {
+                let mut channels = lock(&shared.channels);
+                if !unused(&channels) {
+                    return;
+                }
+                if let Some(entry) = channels.get_mut(&channel) {
+                    entry.closing = true;
+                }
+            }
+            let sinks: Vec<PubSubSink> = lock(&shared.sinks).iter().flatten().cloned().collect();
+            let channels = node_channels(&channel, &shared.client);
+            for mut sink in sinks.iter().cloned() {
+                let _ = tokio::time::timeout(SUBSCRIBE_TIMEOUT, sink.unsubscribe(channels.clone()))
+                    .await;
+            }
+            let came_back = {
+                let mut waiting = lock(&shared.channels);
+                if unused(&waiting) {
+                    waiting.remove(&channel);
+                    false
+                } else {
+                    if let Some(entry) = waiting.get_mut(&channel) {
+                        entry.closing = false;
+                    }
+                    true
+                }
+            };
+            // A waiter that came meanwhile subscribed too, but perhaps before our unsubscribe
+            // landed: subscribing twice is harmless, missing its messages is not.
+            if came_back {
+                for mut sink in sinks {
+                    let _ =
+                        tokio::time::timeout(SUBSCRIBE_TIMEOUT, sink.subscribe(channels.clone()))
+                            .await;
+                }
+            }
+        });
+    }
+}
+
+/// Keeps node `index`'s pub/sub connection up, re-subscribing the channels that have waiters,
+/// and wakes the waiters of every message's channel. Ends when the watch is dropped.
+async fn listen(
+    index: usize,
+    source: NodeSource,
+    shared: Weak<Shared>,
+    mut alive: watch::Receiver<()>,
+) {
+    let mut switched_away: Option<String> = None;
+    loop {
+        let connected = tokio::select! {
+            _ = alive.changed() => return,
+            // A Sentinel-resolved voter's master is looked up again at every connection, and
+            // the listener moves when the sentinels switch it (below).
+            c = tokio::time::timeout(source.lookup_budget(CONNECT_TIMEOUT), async {
+                let client = source.client().await?;
+                let address = client.get_connection_info().addr().to_string();
+                Ok::<_, redis::RedisError>((client.get_async_pubsub().await?, address))
+            }) => c,
+        };
+        if let Ok(Ok((pubsub, address))) = connected {
+            // Found the master a switch took us from: the sentinels disagree for now, and
+            // comparing at once would reconnect in a loop (as in `node::supervise`).
+            let compare = switched_away.take().as_deref() != Some(address.as_str());
+            let switched = source.switched_from(&address, compare);
+            tokio::pin!(switched);
+            let (mut sink, mut stream) = pubsub.split();
+            // The sink first, then the channels wanted so far: a channel added in between is
+            // subscribed by its first waiter through the sink, one added before by us here
+            // (twice is harmless; never is not).
+            let (wanted, client): (Vec<Vec<u8>>, Vec<u8>) = match shared.upgrade() {
+                Some(s) => {
+                    set_sink(&s, index, Some(sink.clone()));
+                    (
+                        lock(&s.channels).keys().cloned().collect(),
+                        s.client.clone(),
+                    )
+                }
+                None => return,
+            };
+            for channel in wanted {
+                let channels = node_channels(&channel, &client);
+                let _ = tokio::time::timeout(SUBSCRIBE_TIMEOUT, sink.subscribe(channels)).await;
+            }
+            loop {
+                let message = tokio::select! {
+                    _ = alive.changed() => return,
+                    m = stream.next() => m,
+                    // Messages are published on the new master now: reconnect there.
+                    () = &mut switched => {
+                        switched_away = Some(address.clone());
+                        break;
+                    }
+                };
+                let Some(message) = message else { break };
+                let Some(s) = shared.upgrade() else { return };
+                let Ok(mut channel) = message.get_channel::<Vec<u8>>() else {
+                    continue;
+                };
+                // A hand-off to one of ours comes on `<channel>:<client>`.
+                if channel.ends_with(&s.client)
+                    && channel.len() > s.client.len()
+                    && channel.get(channel.len() - s.client.len() - 1) == Some(&b':')
+                {
+                    channel.truncate(channel.len() - s.client.len() - 1);
+                }
+                if let Some(waiters) = lock(&s.channels).get_mut(&channel) {
+                    waiters.released(message.get_payload_bytes());
+                }
+            }
+            match shared.upgrade() {
+                Some(s) => set_sink(&s, index, None),
+                None => return,
+            }
+        }
+        tokio::select! {
+            _ = alive.changed() => return,
+            _ = tokio::time::sleep(RECONNECT_DELAY) => {}
+        }
+    }
+}
+
+/// What a waited-for release channel is on the nodes: the channel every release publishes on
+/// (a release that handed the lock to nobody), and this client's own (`<channel>:<client>`,
+/// a release that handed it to one of our waiters).
+fn node_channels(channel: &[u8], client: &[u8]) -> Vec<Vec<u8>> {
+    let mut own = channel.to_vec();
+    own.push(b':');
+    own.extend_from_slice(client);
+    vec![channel.to_vec(), own]
+}
+
+fn set_sink(shared: &Shared, index: usize, sink: Option<PubSubSink>) {
+    if let Some(slot) = lock(&shared.sinks).get_mut(index) {
+        *slot = sink;
+    }
+}
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+}
+
+#[cfg(test)]
+mod tests {
+    use futures::FutureExt;
+
+    use super::*;
+
+    fn woken(notify: &Notify) -> bool {
+        notify.notified().now_or_never().is_some()
+    }
+
+    fn waiting(ids: &[&str]) -> (Waiters, Vec<Arc<Notify>>) {
+        let named: Vec<Arc<Notify>> = ids.iter().map(|_| Arc::new(Notify::new())).collect();
+        let waiters = Waiters {
+            count: ids.len(),
+            generation: 0,
+            closing: false,
+            notify: Arc::new(Notify::new()),
+            named: ids
+                .iter()
+                .zip(&named)
+                .enumerate()
+                .map(|(place, (id, n))| (id.as_bytes().to_vec(), (place as u64, n.clone())))
+                .collect(),
+            recent: VecDeque::new(),
+        };
+        (waiters, named)
+    }
+
+    /// Mutation: waking the longest waiter for a message that names someone (the behaviour
+    /// before the hand-off) wakes a waiter whose round can only fail.
+    #[test]
+    fn a_message_naming_a_waiter_wakes_only_that_waiter_once() {
+        let (mut waiters, named) = waiting(&["c.a", "c.b"]);
+        waiters.released(b"r1:c.b");
+        waiters.released(b"r1:c.b");
+        assert!(!woken(&named[0]));
+        assert!(woken(&named[1]));
+        assert!(
+            !woken(&named[1]),
+            "the same release's other messages are dropped"
+        );
+        assert!(!woken(&waiters.notify), "nobody else");
+        waiters.released(b"r2:other.x");
+        assert!(!named.iter().any(|n| woken(n)) && !woken(&waiters.notify));
+    }
+
+    /// Mutation: waking the longest waiter of the `Notify` (the order in which waiters last
+    /// went to sleep) instead of the first in the queue.
+    #[test]
+    fn a_message_naming_nobody_wakes_the_first_queued_waiter_once() {
+        let (mut waiters, named) = waiting(&["c.a", "c.b"]);
+        waiters.released(b"r1");
+        waiters.released(b"r1");
+        assert!(woken(&named[0]));
+        assert!(!woken(&named[0]));
+        assert!(!woken(&named[1]) && !woken(&waiters.notify));
+        // With nobody queued (fenced waiters), the longest waiting.
+        let (mut unqueued, _) = waiting(&[]);
+        unqueued.count = 1;
+        unqueued.released(b"r2");
+        assert!(woken(&unqueued.notify));
+    }
+
+    /// Mutation: dropping the `count == 0` check keeps a wake-up for the next waiter, which
+    /// then runs a round for a release long past.
+    #[test]
+    fn a_lingering_channel_keeps_no_wake_up() {
+        let (mut waiters, _) = waiting(&[]);
+        waiters.released(b"r1");
+        assert!(!woken(&waiters.notify));
+    }
+}
