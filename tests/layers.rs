@@ -1,5 +1,5 @@
-//! The library's layers point one way (DEVELOPERS.md, "Layers point one way"; the layers are
-//! described in DESIGN.md): pure core → voters (I/O) → fan-out engine → protocol → API. Each
+//! The library's layers point one way (DESIGN.md §1, "The shape"): pure core → voters
+//! (I/O) → fan-out engine → protocol → API. Each
 //! layer is a folder of `src/`, so a module's layer is the folder it is in, and a new file
 //! needs no edit here. This test reads every module, takes every `crate::` path outside
 //! `#[cfg(test)]` modules and comments (names re-exported by `lib.rs` resolve to their
@@ -302,69 +302,47 @@ fn crate_paths(code: &str) -> Vec<Vec<String>> {
         if code[..at].ends_with(|c: char| c.is_alphanumeric() || c == '_' || c == '$') {
             continue;
         }
-        expand(&code[at + "crate::".len()..], &mut Vec::new(), &mut found);
+        expand(&code[at + "crate::".len()..], &[], &mut found);
     }
     found
 }
 
-/// Expands the use tree at the start of `text` under `prefix` into `found`; returns how much
-/// of `text` it read.
-fn expand(text: &str, prefix: &mut Vec<String>, found: &mut Vec<Vec<String>>) -> usize {
-    let depth = prefix.len();
-    let mut at = 0;
-    loop {
-        let rest = &text[at..];
-        let trimmed = rest.trim_start();
-        at += rest.len() - trimmed.len();
-        if let Some(group) = trimmed.strip_prefix('{') {
-            at += 1;
-            let mut inner = &group[..];
-            loop {
-                let read = expand(inner, prefix, found);
-                at += read;
-                inner = &inner[read..];
-                let trimmed = inner.trim_start();
-                at += inner.len() - trimmed.len();
-                inner = trimmed;
-                match inner.chars().next() {
-                    Some(',') => {
-                        at += 1;
-                        inner = &inner[1..];
-                        if inner.trim_start().starts_with('}') {
-                            let skip = inner.len() - inner.trim_start().len() + 1;
-                            at += skip;
-                            break;
-                        }
-                    }
-                    Some('}') => {
-                        at += 1;
-                        break;
-                    }
-                    _ => break,
-                }
+/// Reads the use tree at the start of `text` below `prefix`, adds each of its paths to
+/// `found`, and returns the text after it.
+fn expand<'a>(text: &'a str, prefix: &[String], found: &mut Vec<Vec<String>>) -> &'a str {
+    let text = text.trim_start();
+    if let Some(mut rest) = text.strip_prefix('{') {
+        loop {
+            let after = expand(rest, prefix, found).trim_start();
+            let after = after.strip_prefix(',').unwrap_or(after).trim_start();
+            if let Some(closed) = after.strip_prefix('}') {
+                return closed;
             }
-            prefix.truncate(depth);
-            return at;
-        }
-        let ident: String = trimmed
-            .chars()
-            .take_while(|c| c.is_alphanumeric() || *c == '_')
-            .collect();
-        if ident.is_empty() {
-            if prefix.len() > depth {
-                found.push(prefix.clone());
+            if after.len() == rest.len() {
+                // Not a use tree after all: stop here.
+                return after;
             }
-            prefix.truncate(depth);
-            return at;
+            rest = after;
         }
-        at += ident.len();
-        prefix.push(ident);
-        if text[at..].starts_with("::") {
-            at += 2;
-        } else {
-            found.push(prefix.clone());
-            prefix.truncate(depth);
-            return at;
+    }
+    let ident = text
+        .find(|c: char| !(c.is_alphanumeric() || c == '_'))
+        .unwrap_or(text.len());
+    if ident == 0 {
+        // `*`, or the end of the path.
+        if !prefix.is_empty() {
+            found.push(prefix.to_vec());
+        }
+        return text.strip_prefix('*').unwrap_or(text);
+    }
+    let mut path = prefix.to_vec();
+    path.push(text[..ident].to_owned());
+    let rest = &text[ident..];
+    match rest.strip_prefix("::") {
+        Some(below) => expand(below, &path, found),
+        None => {
+            found.push(path);
+            rest
         }
     }
 }
