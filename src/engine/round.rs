@@ -1,6 +1,9 @@
 //! One quorum round: the same script sent to every node at once, decided at the majority.
 
+use std::future::Future;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::task::Poll;
 use std::time::{Duration, Instant};
 
 use futures::StreamExt;
@@ -12,7 +15,7 @@ use crate::core::quorum::{Awake, Deadline, Decision, Tally, Vote};
 use crate::core::report::{NodeOutcome, NodeReport, Report};
 use crate::core::settings::Timing;
 use crate::core::telemetry;
-use crate::core::verdict::{self, RoundKind, Verdict};
+use crate::core::verdict::{self, Rejection, RoundKind, Verdict};
 use crate::engine::request::{Grant, Prepared, Request};
 use crate::engine::voter::Voter;
 use crate::errors::node_error::NodeError;
@@ -159,15 +162,39 @@ pub(crate) struct Round {
 }
 
 impl Round {
+    /// Time from the round's first send to its decision.
     pub(crate) fn elapsed(&self) -> Duration {
         self.decided.saturating_duration_since(self.start)
     }
 
-    /// The local deadline of a lock this round took or renewed: `ttl − drift` after the
-    /// round's first send, brought forward by any suspend of the host since then
-    /// (`crate::core::quorum::Deadline`).
-    /// This round's one verdict (`crate::core::verdict`): `granted` is how each node answered the
-    /// round that granted or last renewed a held lock (`None` for an acquire).
+    /// The win rule of a round that takes a lock: a majority of grants, and validity left.
+    ///
+    /// - validity = `ttl − elapsed − drift`, `elapsed` counted from before the first send
+    ///   (never from the decision: a key granted early in a slow round expires that much
+    ///   sooner on its master), and at least the minimum validity;
+    /// - the lock's local deadline is then `ttl − drift` after the first send, brought
+    ///   forward by any suspend of the host since ([`Round::valid_until`]).
+    ///
+    /// # Errors
+    /// The round's [`Rejection`]: busy, an outage, or too late.
+    pub(crate) fn won(&self, timing: &Timing) -> Result<Deadline, Rejection> {
+        self.judge(RoundKind::Acquire, self.validity_left(timing), None)?;
+        Ok(self.valid_until(timing))
+    }
+
+    /// The rule of a round that renews a held lock: as [`Round::won`], judged against how
+    /// each node answered the round that granted or last renewed it (`granted`).
+    pub(crate) fn renewed(&self, timing: &Timing, granted: &[Vote]) -> Verdict {
+        self.judge(RoundKind::Renew, self.validity_left(timing), Some(granted))
+    }
+
+    /// Whether `ttl − elapsed − drift` is at least the minimum validity.
+    fn validity_left(&self, timing: &Timing) -> bool {
+        timing.validity_after(self.elapsed()).is_some()
+    }
+
+    /// This round's one verdict (`crate::core::verdict`): `granted` is how each node answered
+    /// the round that granted or last renewed a held lock (`None` for an acquire).
     pub(crate) fn judge(
         &self,
         kind: RoundKind,
@@ -183,263 +210,232 @@ impl Round {
         )
     }
 
+    /// The local deadline of a lock this round took or renewed: `ttl − drift` after the
+    /// round's first send, brought forward by any suspend of the host since then
+    /// (`crate::core::quorum::Deadline`).
     pub(crate) fn valid_until(&self, timing: &Timing) -> Deadline {
         Deadline::after(self.awake, timing.validity_span())
             .unwrap_or_else(|| Deadline::at(self.awake))
     }
 }
 
-/// Sends `request` to every node in parallel, each bounded by `per_node_timeout`.
-pub(crate) async fn run<V: Voter>(
-    nodes: &Arc<[V]>,
-    background: &TaskTracker,
-    request: Request,
-    per_node_timeout: Duration,
-    wait: Wait,
-) -> Round {
-    run_then(
-        nodes,
-        background,
-        request,
-        per_node_timeout,
-        wait,
-        None,
-        || {},
-    )
-    .await
+/// The voters a round goes to, and the tracker of what a round leaves running (its
+/// stragglers, and the deletes it no longer waits for), which `RedLock::settle` waits for.
+pub(crate) struct Fanout<'a, V> {
+    pub(crate) voters: &'a Arc<[V]>,
+    pub(crate) background: &'a TaskTracker,
 }
 
-/// As [`run`]. With `after`, a node's request is sent only once that node's straggler from an
-/// earlier round is ordered on its connection (see [`Stragglers`]). `sent` runs as soon as the
-/// requests that need not wait for a straggler are queued on their connections, before any
-/// answer. Whatever is sent on the same connections after that reaches each node behind this
-/// round's request.
-///
-/// Every request starts with the round, so one deadline (`per_node_timeout` after the start,
-/// on tokio's clock), one timer, bounds them all, instead of a timer per node. Only a request
-/// that first waits for a straggler of an earlier round carries its own timeout, started once
-/// it is sent. A node whose request times out becomes suspect ([`Voter::is_suspect`]) until it
-/// answers again.
-#[allow(clippy::too_many_arguments)]
-pub(crate) async fn run_then<V: Voter>(
-    nodes: &Arc<[V]>,
-    background: &TaskTracker,
-    request: Request,
-    per_node_timeout: Duration,
-    wait: Wait,
-    after: Option<&Stragglers>,
-    sent: impl FnOnce(),
-) -> Round {
-    let awake = Awake::now();
-    let start = awake.instant();
-    // On tokio's clock (the same as `start`'s outside tests), so the engine's timing can be
-    // tested in virtual time.
-    let deadline = tokio::time::Instant::now() + per_node_timeout;
-    let prepared = Arc::new(Prepared::new(&request));
-    let count = nodes.len();
-    let ordered = Ordered::new(count);
-    // Which requests wait for an earlier round's straggler on their node, decided once: the
-    // answer changes as those stragglers get ordered, and every use below (which set a
-    // request is in, what it waits for, whether the deadline times it out, whether it is a
-    // straggler of this round) must agree.
-    let waits: Vec<bool> = (0..count)
-        .map(|index| after.is_some_and(|a| a.unordered(index)))
-        .collect();
-    let waits = |index: usize| waits.get(index).copied().unwrap_or(false);
-    let node_request = |index: usize| {
-        let nodes = nodes.clone();
-        let tracker = background.clone();
-        let prepared = prepared.clone();
-        let after = after.filter(|_| waits(index)).cloned();
-        let mark = MarkOnDrop {
-            ordered: ordered.clone(),
-            index,
-        };
-        async move {
-            // Queued on the connection and never sent again: ordered from now on.
-            let queued = || {
-                if !prepared.resendable() {
-                    mark.ordered.mark(index);
-                }
-            };
-            let asked = match nodes.get(index) {
-                Some(node) => match &after {
-                    Some(after) => {
-                        after.ordered(index).await;
-                        let answer = if prepared.deliver_anyway {
-                            // Its own task, so the timeout only stops the waiting.
-                            let (nodes, prepared) = (nodes.clone(), prepared.clone());
-                            let delivery = tracker.spawn(async move {
-                                match nodes.get(index) {
-                                    Some(node) => node.ask(&prepared, || {}).await,
-                                    None => (NodeOutcome::NoReply, None),
-                                }
-                            });
-                            tokio::time::timeout(per_node_timeout, async {
-                                delivery.await.unwrap_or((NodeOutcome::NoReply, None))
-                            })
-                            .await
-                        } else {
-                            tokio::time::timeout(per_node_timeout, node.ask(&prepared, queued))
-                                .await
-                        };
-                        answer.unwrap_or_else(|_| timed_out(per_node_timeout))
+/// One voter's answer: its index, what it said, its grant, and the time since the round
+/// started.
+type Answer = (usize, NodeOutcome, Option<Grant>, Duration);
+
+impl<V: Voter> Fanout<'_, V> {
+    /// Sends `request` to every voter in parallel, each bounded by `per_node_timeout`, and
+    /// returns the round once `wait` says it is over.
+    ///
+    /// # Cancel safety
+    /// Dropping the future abandons the requests not yet answered, but a release's (see
+    /// `Prepared::deliver_anyway`).
+    pub(crate) async fn run(
+        &self,
+        request: Request,
+        per_node_timeout: Duration,
+        wait: Wait,
+    ) -> Round {
+        self.run_behind(request, per_node_timeout, wait, None, || {})
+            .await
+    }
+
+    /// As [`Fanout::run`], with:
+    /// - `behind`: on a voter where a request of an earlier round is still running, this
+    ///   round's request is sent only once that one is ordered on its connection (see
+    ///   [`Stragglers`]);
+    /// - `sent`: runs once the requests that need not wait are queued on their connections,
+    ///   before any answer; whatever is sent on those connections after it reaches each voter
+    ///   behind this round's request.
+    ///
+    /// Every request sent at the start is bounded by one deadline (`per_node_timeout` after
+    /// the start, on tokio's clock), one timer for them all. A request that first waits for a
+    /// straggler carries its own timeout, started once it is sent. A voter whose request times
+    /// out becomes suspect ([`Voter::is_suspect`]) until it answers again.
+    ///
+    /// # Cancel safety
+    /// As [`Fanout::run`].
+    pub(crate) async fn run_behind(
+        &self,
+        request: Request,
+        per_node_timeout: Duration,
+        wait: Wait,
+        behind: Option<&Stragglers>,
+        sent: impl FnOnce(),
+    ) -> Round {
+        let awake = Awake::now();
+        let start = awake.instant();
+        // On tokio's clock (the same as `start`'s outside tests), so the engine's timing can
+        // be tested in virtual time.
+        let deadline = tokio::time::Instant::now() + per_node_timeout;
+        let prepared = Arc::new(Prepared::new(&request));
+        let ordered = Ordered::new(self.voters.len());
+        let mut flight = self.send(&prepared, &ordered, per_node_timeout, start, behind);
+        let mut heard = Heard::new(self.voters.len());
+        // The first polls run every request up to its send on the connection; the few answers
+        // they may already give (a voter known to be down) wait in `early`.
+        let mut early = Vec::new();
+        while let Poll::Ready(Some(answer)) = futures::poll!(flight.bounded.next()) {
+            early.push(answer);
+        }
+        while let Poll::Ready(Some(answer)) = futures::poll!(flight.alone.next()) {
+            early.push(answer);
+        }
+        sent();
+        let mut early = early.into_iter();
+        let expiry = tokio::time::sleep_until(deadline);
+        tokio::pin!(expiry);
+        let counted = request.counted.as_deref();
+        while !wait.is_over(&heard, self.voters) {
+            let answer = match early.next() {
+                Some(answer) => answer,
+                None => tokio::select! {
+                    biased;
+                    Some(answer) = flight.bounded.next(), if !flight.bounded.is_empty() => answer,
+                    Some(answer) = flight.alone.next(), if !flight.alone.is_empty() => answer,
+                    () = &mut expiry, if !flight.bounded.is_empty() => {
+                        // Every request still bounded by the deadline has timed out.
+                        self.stop_waiting(&mut flight, &prepared);
+                        heard.time_out(self.voters, &flight.behind, per_node_timeout);
+                        continue;
                     }
-                    None => node.ask(&prepared, queued).await,
+                    else => break,
                 },
-                None => (NodeOutcome::NoReply, None),
             };
-            drop(mark);
-            (index, asked.0, asked.1, start.elapsed())
+            heard.record(self.voters, counted, answer);
         }
-    };
-    // Bounded by the round's deadline, and abandoned (dropped) when it passes.
-    let mut bounded: FuturesUnordered<_> = (0..count)
-        .filter(|i| !waits(*i))
-        .map(node_request)
-        .collect();
-    // Each bounded by its own timeout.
-    let mut alone: FuturesUnordered<_> =
-        (0..count).filter(|i| waits(*i)).map(node_request).collect();
-    let mut answers: Vec<Option<(NodeOutcome, Duration)>> = vec![None; count];
-    let mut tally = Tally::new(count);
-    let mut fence: Option<u64> = None;
-    let mut grants: Vec<Option<Grant>> = vec![None; count];
-    let finished = |tally: &Tally,
-                    answers: &[Option<(NodeOutcome, Duration)>],
-                    grants: &[Option<Grant>]| match &wait {
-        Wait::UntilDecided => tally.decision() != Decision::Open,
-        Wait::UntilPermitDecided => {
-            let mut counts: std::collections::HashMap<u64, usize> =
-                std::collections::HashMap::new();
-            for grant in grants.iter().flatten() {
-                *counts.entry(grant.counter).or_default() += 1;
-            }
-            let best = counts.values().copied().max().unwrap_or(0);
-            let out = answers.iter().filter(|answer| answer.is_none()).count();
-            best >= tally.quorum() || best + out < tally.quorum()
+        // An answer the first polls gave that the decision came before.
+        for (index, outcome, _, latency) in early {
+            tracing::debug!(node = index, %outcome, ?latency, "answer after the round was decided");
         }
-        Wait::UntilSettled {
-            kind,
-            validity_left,
-            granted,
-        } => {
-            let partial: Vec<Option<Vote>> = answers
-                .iter()
-                .map(|answer| answer.as_ref().map(|(outcome, _)| outcome.vote()))
-                .collect();
-            verdict::settled(*kind, *validity_left, granted.as_deref(), &partial).is_some()
+        let decided = Instant::now();
+        let pending = flight.bounded.len() + flight.alone.len();
+        telemetry::round_decided(request.operation, heard.tally.decision());
+        tracing::debug!(
+            command = request.command.name(),
+            decision = ?heard.tally.decision(),
+            elapsed = ?decided.saturating_duration_since(start),
+            pending,
+            "round decided"
+        );
+        let stragglers = (pending > 0)
+            .then(|| self.follow(flight, &heard.answers, &prepared, &ordered, deadline));
+        let report = self.report(
+            heard.answers,
+            &prepared,
+            decided.saturating_duration_since(start),
+        );
+        Round {
+            start,
+            awake,
+            decided,
+            tally: heard.tally,
+            report,
+            stragglers,
+            fence: heard.fence,
+            grants: heard.grants,
         }
-        // A suspect node is not waited for once the round is decided without it; while its
-        // answer could still decide the round, it is (bounded by the deadline).
-        Wait::ForAll => {
-            tally.decision() != Decision::Open
-                && answers
-                    .iter()
-                    .zip(nodes.iter())
-                    .all(|(answer, node)| answer.is_some() || node.is_suspect())
-        }
-    };
-    // The first polls run every request up to its send on the connection; the few answers
-    // they may already give (a node known to be down) wait in `early`.
-    let mut early = Vec::new();
-    while let std::task::Poll::Ready(Some(answer)) = futures::poll!(bounded.next()) {
-        early.push(answer);
     }
-    while let std::task::Poll::Ready(Some(answer)) = futures::poll!(alone.next()) {
-        early.push(answer);
-    }
-    sent();
-    let mut early = early.into_iter();
-    let expiry = tokio::time::sleep_until(deadline);
-    tokio::pin!(expiry);
-    while !finished(&tally, &answers, &grants) {
-        let answer = match early.next() {
-            Some(answer) => answer,
-            None => tokio::select! {
-                biased;
-                Some(answer) = bounded.next(), if !bounded.is_empty() => answer,
-                Some(answer) = alone.next(), if !alone.is_empty() => answer,
-                () = &mut expiry, if !bounded.is_empty() => {
-                    // Every request still bounded by the deadline has timed out: stop waiting
-                    // for them. A compare-and-delete is not dropped but followed in the
-                    // background until its connection takes it (see `Prepared::deliver_anyway`).
-                    let timed_out_requests = std::mem::take(&mut bounded);
-                    if prepared.deliver_anyway {
-                        deliver_in_background(background, timed_out_requests);
-                    }
-                    for (index, slot) in answers.iter_mut().enumerate() {
-                        if slot.is_none() && !waits(index) {
-                            let (outcome, _) = timed_out(per_node_timeout);
-                            record(nodes, &mut tally, index, &outcome, per_node_timeout);
-                            *slot = Some((outcome, per_node_timeout));
-                        }
-                    }
-                    continue;
-                }
-                else => break,
-            },
+
+    /// Starts one request per voter: at once, or, on a voter where a request of `behind` is
+    /// still unordered, once it is ordered.
+    fn send(
+        &self,
+        prepared: &Arc<Prepared>,
+        ordered: &Arc<Ordered>,
+        per_node_timeout: Duration,
+        start: Instant,
+        behind: Option<&Stragglers>,
+    ) -> InFlight<impl Future<Output = Answer> + Send + 'static> {
+        // Which requests wait, decided once: the answer changes as those stragglers get
+        // ordered, and every use (which set a request is in, what it waits for, whether the
+        // deadline times it out, whether it is a straggler of this round) must agree.
+        let waits: Vec<bool> = (0..self.voters.len())
+            .map(|index| behind.is_some_and(|b| b.unordered(index)))
+            .collect();
+        let ask = |index: usize| {
+            let after = behind
+                .filter(|_| waits.get(index).copied().unwrap_or(false))
+                .cloned();
+            ask_one(
+                self.voters.clone(),
+                self.background.clone(),
+                prepared.clone(),
+                MarkOnDrop {
+                    ordered: ordered.clone(),
+                    index,
+                },
+                after,
+                (per_node_timeout, start),
+            )
         };
-        let (index, mut outcome, grant, latency) = answer;
-        let counted = request
-            .counted
-            .as_ref()
-            .is_none_or(|c| c.get(index) == Some(&true));
-        if !counted && outcome.vote() == Vote::Yes {
-            outcome = NodeOutcome::LateGrant;
-        }
-        if let Some(grant) = grant {
-            fence = fence.max(Some(grant.counter));
-            if let Some(slot) = grants.get_mut(index) {
-                *slot = Some(grant);
-            }
-        }
-        record(nodes, &mut tally, index, &outcome, latency);
-        if let Some(slot) = answers.get_mut(index) {
-            *slot = Some((outcome, latency));
+        let (alone, bounded): (Vec<usize>, Vec<usize>) =
+            (0..self.voters.len()).partition(|i| waits.get(*i).copied().unwrap_or(false));
+        InFlight {
+            bounded: bounded.into_iter().map(ask).collect(),
+            alone: alone.into_iter().map(ask).collect(),
+            behind: waits,
         }
     }
-    // An answer the first polls gave that the decision came before.
-    for (index, outcome, _, latency) in early {
-        tracing::debug!(node = index, %outcome, ?latency, "answer after the round was decided");
+
+    /// Stops waiting for the requests bounded by the round's deadline. A compare-and-delete
+    /// is not dropped but followed in the background until its connection takes it (see
+    /// `Prepared::deliver_anyway`).
+    fn stop_waiting<F>(&self, flight: &mut InFlight<F>, prepared: &Prepared)
+    where
+        F: Future<Output = Answer> + Send + 'static,
+    {
+        let timed_out = std::mem::take(&mut flight.bounded);
+        if prepared.deliver_anyway {
+            deliver_in_background(self.background, timed_out);
+        }
     }
-    let decided = Instant::now();
-    let pending = bounded.len() + alone.len();
-    telemetry::round_decided(request.operation, tally.decision());
-    tracing::debug!(
-        command = request.command.name(),
-        decision = ?tally.decision(),
-        elapsed = ?decided.saturating_duration_since(start),
-        pending,
-        "round decided"
-    );
-    let stragglers = (pending > 0).then(|| {
+
+    /// Follows the requests still running at the decision in a background task, bounded as
+    /// before, and returns what later rounds need to know of them.
+    fn follow<F>(
+        &self,
+        mut flight: InFlight<F>,
+        answers: &[Option<(NodeOutcome, Duration)>],
+        prepared: &Arc<Prepared>,
+        ordered: &Ordered,
+        deadline: tokio::time::Instant,
+    ) -> Stragglers
+    where
+        F: Future<Output = Answer> + Send + 'static,
+    {
         let pending_nodes: Arc<[bool]> = answers.iter().map(Option::is_none).collect();
         let (finished, done) = watch::channel(false);
-        let unseeded = Arc::new(std::sync::atomic::AtomicBool::new(false));
-        let late_unseeded = unseeded.clone();
-        let not_done = Arc::new(std::sync::atomic::AtomicBool::new(false));
-        let late_not_done = not_done.clone();
-        let late_prepared = prepared.clone();
-        let (nodes, deliver_anyway) = (nodes.clone(), prepared.deliver_anyway);
-        let tracker = background.clone();
+        let unseeded = Arc::new(AtomicBool::new(false));
+        let not_done = Arc::new(AtomicBool::new(false));
+        let (late_unseeded, late_not_done) = (unseeded.clone(), not_done.clone());
+        let prepared = prepared.clone();
+        let voters = self.voters.clone();
+        let tracker = self.background.clone();
         let mut unanswered = pending_nodes.to_vec();
-        background.spawn(async move {
+        self.background.spawn(async move {
             let expiry = tokio::time::sleep_until(deadline);
             tokio::pin!(expiry);
             loop {
                 let (index, outcome, _, latency) = tokio::select! {
-                    Some(answer) = bounded.next(), if !bounded.is_empty() => answer,
-                    Some(answer) = alone.next(), if !alone.is_empty() => answer,
-                    () = &mut expiry, if !bounded.is_empty() => {
-                        let timed_out_requests = std::mem::take(&mut bounded);
-                        if deliver_anyway {
-                            deliver_in_background(&tracker, timed_out_requests);
+                    Some(answer) = flight.bounded.next(), if !flight.bounded.is_empty() => answer,
+                    Some(answer) = flight.alone.next(), if !flight.alone.is_empty() => answer,
+                    () = &mut expiry, if !flight.bounded.is_empty() => {
+                        let timed_out = std::mem::take(&mut flight.bounded);
+                        if prepared.deliver_anyway {
+                            deliver_in_background(&tracker, timed_out);
                         }
-                        for (node, unanswered) in nodes.iter().zip(&unanswered) {
+                        for (voter, unanswered) in voters.iter().zip(&unanswered) {
                             if *unanswered {
-                                node.set_suspect(true);
-                                late_not_done.store(true, std::sync::atomic::Ordering::Release);
+                                voter.set_suspect(true);
+                                late_not_done.store(true, Ordering::Release);
                             }
                         }
                         continue;
@@ -451,10 +447,10 @@ pub(crate) async fn run_then<V: Voter>(
                 }
                 tracing::debug!(node = index, %outcome, ?latency, "answer after the round was decided");
                 if matches!(outcome, NodeOutcome::Failed(NodeError::Unseeded)) {
-                    late_unseeded.store(true, std::sync::atomic::Ordering::Release);
+                    late_unseeded.store(true, Ordering::Release);
                 }
-                if !late_prepared.is_done(&outcome) {
-                    late_not_done.store(true, std::sync::atomic::Ordering::Release);
+                if !prepared.is_done(&outcome) {
+                    late_not_done.store(true, Ordering::Release);
                 }
             }
             finished.send_replace(true);
@@ -466,28 +462,183 @@ pub(crate) async fn run_then<V: Voter>(
             unseeded,
             not_done,
         }
-    });
-    let report = nodes
-        .iter()
-        .zip(answers)
-        .map(|(node, answer)| {
-            let (outcome, latency) = answer.unwrap_or((
-                NodeOutcome::NoReply,
-                decided.saturating_duration_since(start),
-            ));
-            NodeReport::new(node.id().clone(), outcome, latency)
-                .with_server(node.server(prepared.key()))
-        })
-        .collect();
-    Round {
-        start,
-        awake,
-        decided,
-        tally,
-        report: Report::new(report),
-        stragglers,
-        fence,
-        grants,
+    }
+
+    /// The round's report: each voter's answer, or no reply by the decision (`elapsed`).
+    fn report(
+        &self,
+        answers: Vec<Option<(NodeOutcome, Duration)>>,
+        prepared: &Prepared,
+        elapsed: Duration,
+    ) -> Report {
+        let lines = self
+            .voters
+            .iter()
+            .zip(answers)
+            .map(|(voter, answer)| {
+                let (outcome, latency) = answer.unwrap_or((NodeOutcome::NoReply, elapsed));
+                NodeReport::new(voter.id().clone(), outcome, latency)
+                    .with_server(voter.server(prepared.key()))
+            })
+            .collect();
+        Report::new(lines)
+    }
+}
+
+/// One voter's request of a round, as a future that answers with its index. `after`: the
+/// straggler of an earlier round it waits behind (then it carries its own timeout).
+fn ask_one<V: Voter>(
+    voters: Arc<[V]>,
+    background: TaskTracker,
+    prepared: Arc<Prepared>,
+    mark: MarkOnDrop,
+    after: Option<Stragglers>,
+    (per_node_timeout, start): (Duration, Instant),
+) -> impl Future<Output = Answer> + Send + 'static {
+    let index = mark.index;
+    async move {
+        // Queued on the connection and never sent again: ordered from now on.
+        let queued = || {
+            if !prepared.resendable() {
+                mark.ordered.mark(index);
+            }
+        };
+        let asked = match (voters.get(index), &after) {
+            (None, _) => (NodeOutcome::NoReply, None),
+            (Some(voter), None) => voter.ask(&prepared, queued).await,
+            (Some(voter), Some(after)) => {
+                after.ordered(index).await;
+                let answer = if prepared.deliver_anyway {
+                    // Its own task, so the timeout only stops the waiting.
+                    let (voters, prepared) = (voters.clone(), prepared.clone());
+                    let delivery = background.spawn(async move {
+                        match voters.get(index) {
+                            Some(voter) => voter.ask(&prepared, || {}).await,
+                            None => (NodeOutcome::NoReply, None),
+                        }
+                    });
+                    tokio::time::timeout(per_node_timeout, async {
+                        delivery.await.unwrap_or((NodeOutcome::NoReply, None))
+                    })
+                    .await
+                } else {
+                    tokio::time::timeout(per_node_timeout, voter.ask(&prepared, queued)).await
+                };
+                answer.unwrap_or_else(|_| timed_out(per_node_timeout))
+            }
+        };
+        drop(mark);
+        (index, asked.0, asked.1, start.elapsed())
+    }
+}
+
+/// The requests of a round still in flight.
+struct InFlight<F> {
+    /// Sent at the start: bounded by the round's one deadline, abandoned when it passes.
+    bounded: FuturesUnordered<F>,
+    /// Each sent behind a straggler of an earlier round, bounded by its own timeout.
+    alone: FuturesUnordered<F>,
+    /// Per voter, whether its request is in `alone`.
+    behind: Vec<bool>,
+}
+
+/// What a round has heard so far.
+struct Heard {
+    /// Per voter: its answer and when it came.
+    answers: Vec<Option<(NodeOutcome, Duration)>>,
+    tally: Tally,
+    /// The highest fence counter among the answers.
+    fence: Option<u64>,
+    /// Per voter, what its grant said.
+    grants: Vec<Option<Grant>>,
+}
+
+impl Heard {
+    fn new(count: usize) -> Self {
+        Self {
+            answers: vec![None; count],
+            tally: Tally::new(count),
+            fence: None,
+            grants: vec![None; count],
+        }
+    }
+
+    /// Takes one voter's answer. A grant from a voter not `counted` (see
+    /// `Request::counted`) is a late grant: no vote.
+    fn record<V: Voter>(&mut self, voters: &[V], counted: Option<&[bool]>, answer: Answer) {
+        let (index, mut outcome, grant, latency) = answer;
+        let counts = counted.is_none_or(|c| c.get(index) == Some(&true));
+        if !counts && outcome.vote() == Vote::Yes {
+            outcome = NodeOutcome::LateGrant;
+        }
+        if let Some(grant) = grant {
+            self.fence = self.fence.max(Some(grant.counter));
+            if let Some(slot) = self.grants.get_mut(index) {
+                *slot = Some(grant);
+            }
+        }
+        record(voters, &mut self.tally, index, &outcome, latency);
+        if let Some(slot) = self.answers.get_mut(index) {
+            *slot = Some((outcome, latency));
+        }
+    }
+
+    /// Every voter not heard from whose request was bounded by the deadline (not `behind` a
+    /// straggler) has timed out.
+    fn time_out<V: Voter>(&mut self, voters: &[V], behind: &[bool], per_node_timeout: Duration) {
+        for (index, slot) in self.answers.iter_mut().enumerate() {
+            if slot.is_none() && !behind.get(index).copied().unwrap_or(false) {
+                let (outcome, _) = timed_out(per_node_timeout);
+                record(voters, &mut self.tally, index, &outcome, per_node_timeout);
+                *slot = Some((outcome, per_node_timeout));
+            }
+        }
+    }
+}
+
+impl Wait {
+    /// Whether what was `heard` ends the round.
+    fn is_over<V: Voter>(&self, heard: &Heard, voters: &[V]) -> bool {
+        let tally = &heard.tally;
+        match self {
+            Wait::UntilDecided => tally.decision() != Decision::Open,
+            Wait::UntilPermitDecided => {
+                let mut counts: std::collections::HashMap<u64, usize> =
+                    std::collections::HashMap::new();
+                for grant in heard.grants.iter().flatten() {
+                    *counts.entry(grant.counter).or_default() += 1;
+                }
+                let best = counts.values().copied().max().unwrap_or(0);
+                let out = heard
+                    .answers
+                    .iter()
+                    .filter(|answer| answer.is_none())
+                    .count();
+                best >= tally.quorum() || best + out < tally.quorum()
+            }
+            Wait::UntilSettled {
+                kind,
+                validity_left,
+                granted,
+            } => {
+                let partial: Vec<Option<Vote>> = heard
+                    .answers
+                    .iter()
+                    .map(|answer| answer.as_ref().map(|(outcome, _)| outcome.vote()))
+                    .collect();
+                verdict::settled(*kind, *validity_left, granted.as_deref(), &partial).is_some()
+            }
+            // A suspect voter is not waited for once the round is decided without it; while
+            // its answer could still decide the round, it is (bounded by the deadline).
+            Wait::ForAll => {
+                tally.decision() != Decision::Open
+                    && heard
+                        .answers
+                        .iter()
+                        .zip(voters.iter())
+                        .all(|(answer, voter)| answer.is_some() || voter.is_suspect())
+            }
+        }
     }
 }
 
@@ -640,6 +791,13 @@ mod tests {
             .collect()
     }
 
+    fn fanout<'a>(nodes: &'a Arc<[Scripted]>, tracker: &'a TaskTracker) -> Fanout<'a, Scripted> {
+        Fanout {
+            voters: nodes,
+            background: tracker,
+        }
+    }
+
     fn acquire() -> Request {
         Request::new(
             Operation::Acquire,
@@ -691,7 +849,9 @@ mod tests {
         ]);
         let tracker = TaskTracker::new();
         let t0 = Virtual::now();
-        let round = run(&nodes, &tracker, acquire(), TIMEOUT, Wait::UntilDecided).await;
+        let round = fanout(&nodes, &tracker)
+            .run(acquire(), TIMEOUT, Wait::UntilDecided)
+            .await;
         assert_at(t0, Virtual::now(), Duration::from_millis(1));
         assert_eq!(round.tally.decision(), Decision::Won);
         assert!(round.stragglers.is_some(), "two requests still out");
@@ -723,7 +883,9 @@ mod tests {
         ]);
         let tracker = TaskTracker::new();
         let t0 = Virtual::now();
-        let round = run(&nodes, &tracker, acquire(), TIMEOUT, Wait::UntilDecided).await;
+        let round = fanout(&nodes, &tracker)
+            .run(acquire(), TIMEOUT, Wait::UntilDecided)
+            .await;
         assert_at(t0, Virtual::now(), TIMEOUT);
         assert_eq!(round.tally.decision(), Decision::Lost);
         let outcomes = outcomes(&round);
@@ -743,13 +905,17 @@ mod tests {
         let nodes = voters(vec![fast(), fast(), fast(), fast(), vec![yes(30), yes(30)]]);
         let tracker = TaskTracker::new();
         let t0 = Virtual::now();
-        let round = run(&nodes, &tracker, acquire(), TIMEOUT, Wait::ForAll).await;
+        let round = fanout(&nodes, &tracker)
+            .run(acquire(), TIMEOUT, Wait::ForAll)
+            .await;
         assert_at(t0, Virtual::now(), Duration::from_millis(30));
         assert_eq!(round.report.votes(), vec![Vote::Yes; 5]);
 
         nodes[4].set_suspect(true);
         let t1 = Virtual::now();
-        let round = run(&nodes, &tracker, acquire(), TIMEOUT, Wait::ForAll).await;
+        let round = fanout(&nodes, &tracker)
+            .run(acquire(), TIMEOUT, Wait::ForAll)
+            .await;
         assert_at(t1, Virtual::now(), Duration::from_millis(1));
         assert_eq!(
             round.report.votes()[4],
@@ -776,7 +942,9 @@ mod tests {
         nodes[4].set_suspect(true);
         let tracker = TaskTracker::new();
         let t0 = Virtual::now();
-        let round = run(&nodes, &tracker, acquire(), TIMEOUT, Wait::ForAll).await;
+        let round = fanout(&nodes, &tracker)
+            .run(acquire(), TIMEOUT, Wait::ForAll)
+            .await;
         assert_at(t0, Virtual::now(), Duration::from_millis(30));
         assert_eq!(round.tally.decision(), Decision::Won);
     }
@@ -795,7 +963,7 @@ mod tests {
             validity_left: true,
             granted: None,
         };
-        let round = run(&nodes, &tracker, release(), TIMEOUT, wait).await;
+        let round = fanout(&nodes, &tracker).run(release(), TIMEOUT, wait).await;
         assert_at(t0, Virtual::now(), Duration::from_millis(1));
         assert_eq!(round.tally.decision(), Decision::Won);
         tracker.close();
@@ -826,19 +994,14 @@ mod tests {
         // Voters 0 to 3 answer the first round, voter 4 (suspect, so not waited for) is its
         // one straggler: a script, ordered only once answered, at 30 ms.
         nodes[4].set_suspect(true);
-        let first = run(&nodes, &tracker, release(), TIMEOUT, Wait::ForAll).await;
+        let first = fanout(&nodes, &tracker)
+            .run(release(), TIMEOUT, Wait::ForAll)
+            .await;
         let stragglers = first.stragglers.expect("voter 4 still out");
         assert_at(t0, Virtual::now(), Duration::from_millis(1));
-        let second = run_then(
-            &nodes,
-            &tracker,
-            release(),
-            TIMEOUT,
-            Wait::ForAll,
-            Some(&stragglers),
-            || {},
-        )
-        .await;
+        let second = fanout(&nodes, &tracker)
+            .run_behind(release(), TIMEOUT, Wait::ForAll, Some(&stragglers), || {})
+            .await;
         // Voter 3 timed out at the deadline (51 ms); voter 4's request, sent at 30 ms,
         // answered at 70 ms.
         assert_at(t0, Virtual::now(), Duration::from_millis(70));
@@ -869,17 +1032,13 @@ mod tests {
             ]);
             let tracker = TaskTracker::new();
             let t0 = Virtual::now();
-            let round = run(&nodes, &tracker, first, TIMEOUT, Wait::UntilDecided).await;
+            let round = fanout(&nodes, &tracker)
+                .run(first, TIMEOUT, Wait::UntilDecided)
+                .await;
             let stragglers = round.stragglers.expect("two requests still out");
-            let delete = run_then(
-                &nodes,
-                &tracker,
-                release(),
-                TIMEOUT,
-                Wait::ForAll,
-                Some(&stragglers),
-                || {},
-            );
+            let fanout = fanout(&nodes, &tracker);
+            let delete =
+                fanout.run_behind(release(), TIMEOUT, Wait::ForAll, Some(&stragglers), || {});
             let _ = delete.await;
             let sent = nodes[4].sent_at.lock().expect("lock").clone();
             assert_eq!(sent.len(), 2);

@@ -22,14 +22,14 @@ use crate::core::resource::{self, KeyLayout};
 use crate::core::retry::RetryPolicy;
 use crate::core::settings::Timing;
 use crate::core::token::Token;
-use crate::core::verdict::{Rejection, RoundKind};
-use crate::engine::request::{Command, InParts, Request};
-use crate::engine::round::{self, Round, Stragglers, Wait};
+use crate::core::verdict::Rejection;
+use crate::engine::request::{Command, Request};
+use crate::engine::round::{Round, Wait};
 use crate::errors::error::{Error, Failure, Operation};
-use crate::errors::node_error::NodeError;
-use crate::protocol::confirm::confirm_fence;
-use crate::protocol::release::{Delete, hand_over_arguments, release_everywhere};
-use crate::protocol::reseed;
+use crate::protocol::cleanup::Cleanup;
+use crate::protocol::fencing;
+use crate::protocol::queue::Queue;
+use crate::protocol::release::Delete;
 use crate::protocol::shared::Shared;
 use crate::scripts;
 use crate::voters::waiting::Subscription;
@@ -120,24 +120,28 @@ pub(crate) async fn acquire(
         // A last attempt does not join the queue: it would only have to leave it again.
         let will_retry = policy.attempts_limit().is_none_or(|max| attempts < max)
             && deadline.is_none_or(|d| Instant::now() < d);
-        let failed = match round(
+        let tried = round(
             shared,
-            resource,
-            &key,
+            (resource, &key),
             timing,
             fencing,
             queues.then_some((&mut queue, policy)),
             will_retry,
-        )
-        .await
-        {
-            Ok((round, token, fencing_token)) => {
+        );
+        let failed = match tried.await {
+            Ok(won) => {
+                let Won {
+                    round,
+                    token,
+                    deadline,
+                    fencing_token,
+                } = won;
                 tracing::debug!(attempts, elapsed = ?round.elapsed(), fencing_token, "acquired");
                 if let Some(queue) = queue.take() {
                     queue.leave_after(&round);
                 }
                 return Ok(Acquired {
-                    deadline: round.valid_until(timing),
+                    deadline,
                     key,
                     token,
                     timing: *timing,
@@ -196,7 +200,7 @@ pub(crate) async fn acquire(
         // A wake-up given while the round ran is kept for the first to wait (`Notify`).
         let watch = queue
             .as_ref()
-            .and_then(|q| q.subscription.as_ref())
+            .and_then(Queue::subscription)
             .or(subscription.as_ref());
         let woken = async {
             match watch {
@@ -211,210 +215,6 @@ pub(crate) async fn acquire(
     }
 }
 
-/// A waiting acquire's place in the lock's queue on the nodes (`scripts::QUEUED_ACQUIRE`): a
-/// release hands the lock to the first live waiter, so waiters are served in turn and a
-/// releaser's next acquire cannot take the lock from them. It joins with the cleanup of its
-/// first refused round (`scripts::UNDO_AND_QUEUE`) and leaves when dropped: on success, on
-/// giving up, or cancelled, a tracked background round (`RedLock::settle` waits for it)
-/// removes it from every node.
-#[derive(Debug)]
-struct Queue {
-    shared: Arc<Shared>,
-    key: Vec<u8>,
-    /// `<client>.<random>`, drawn when it first listens. Not secret: release messages name it.
-    waiter: String,
-    /// How long a registration stays live without another round.
-    live_ms: u64,
-    /// Its place in the queue: when it first listened (its first refusal, or its arrival
-    /// behind this client's waiters), in µs of this host's wall clock. Sent to
-    /// every node, so every node orders the waiters alike (the server's clocks would differ
-    /// by a millisecond here and there, splitting the hand-off between two waiters); clocks
-    /// that differ between hosts only shift whose turn comes first, never exclusion.
-    place: u64,
-    per_node_timeout: Duration,
-    /// Whether any round may have queued it on a node (then dropping it must leave).
-    joined: bool,
-    /// Its release messages, subscribed before it first joins: a hand-off to it is never
-    /// published before it listens.
-    subscription: Option<Subscription>,
-    /// Its requests of the last round still running on some node (a suspect one the
-    /// cleanup did not wait for): the leaving round goes behind them.
-    after: Option<Stragglers>,
-}
-
-impl Queue {
-    fn new(shared: &Arc<Shared>, key: &[u8], timing: &Timing, policy: &RetryPolicy) -> Self {
-        // Live across the longest sleep between two rounds, twice, and their rounds.
-        let live = policy
-            .longest_delay()
-            .saturating_add(timing.per_node_timeout)
-            .saturating_mul(2)
-            .max(Duration::from_millis(100));
-        Self {
-            shared: shared.clone(),
-            key: key.to_vec(),
-            // Both drawn when it first listens: an acquire that wins its first round (the
-            // common case) never pays for them.
-            waiter: String::new(),
-            live_ms: u64::try_from(live.as_millis()).unwrap_or(u64::MAX),
-            place: 0,
-            per_node_timeout: timing.per_node_timeout,
-            joined: false,
-            subscription: None,
-            after: None,
-        }
-    }
-
-    /// Listens for the hand-offs to this waiter (and, as its client's waiter with this
-    /// place, for the releases that name nobody).
-    ///
-    /// # Cancel safety
-    /// Dropped part-way, it has joined nowhere.
-    async fn listen(&mut self, shared: &Shared, channel: &[u8]) -> &Subscription {
-        if self.waiter.is_empty() {
-            self.waiter = shared.releases.new_waiter_id();
-            self.place = std::time::SystemTime::now()
-                .duration_since(std::time::UNIX_EPOCH)
-                .map_or(0, |d| u64::try_from(d.as_micros()).unwrap_or(u64::MAX));
-        }
-        let watch = match self.subscription.take() {
-            Some(watch) => watch,
-            None => {
-                shared
-                    .releases
-                    .subscribe(channel.to_vec(), &self.waiter, self.place)
-                    .await
-            }
-        };
-        self.subscription.insert(watch)
-    }
-
-    /// Listens, then counts as joined: the cleanup under way (`UNDO_AND_QUEUE`) queues it,
-    /// and its next rounds are `QUEUED_ACQUIRE`.
-    ///
-    /// # Cancel safety
-    /// Dropped part-way, it has joined nowhere yet.
-    async fn join(&mut self, shared: &Shared, channel: &[u8]) {
-        self.listen(shared, channel).await;
-        self.joined = true;
-    }
-
-    /// The queue's keys, and the waiter's id and liveness, as a queued script's arguments.
-    fn arguments(&self) -> (Vec<Vec<u8>>, Vec<Vec<u8>>) {
-        (
-            resource::queue_keys(&self.key).into(),
-            vec![
-                self.waiter.clone().into_bytes(),
-                self.live_ms.to_string().into_bytes(),
-                self.place.to_string().into_bytes(),
-            ],
-        )
-    }
-}
-
-impl Queue {
-    /// The round that takes this waiter out of the queue on every node, passing on a lock
-    /// already reserved for it (`scripts::DEQUEUE`).
-    fn leave_request(&self) -> Request {
-        let (keys, _) = self.arguments();
-        Request::for_waiter(
-            Operation::Release,
-            &scripts::DEQUEUE,
-            &self.key,
-            &self.waiter,
-            NodeOutcome::Released,
-        )
-        .with_extra_keys(keys)
-        .in_parts(InParts::LeaveQueue)
-        .with_payload(hand_over_arguments(
-            &self.key,
-            &Token::generate().release_id(),
-            self.per_node_timeout,
-        ))
-    }
-
-    /// The leaving round, on each node behind this waiter's requests still running there
-    /// (`after`): a queued round or cleanup that landed after it would queue the waiter again.
-    fn leave_round(&self, after: Option<Stragglers>) -> impl Future<Output = ()> + Send + 'static {
-        let request = self.leave_request();
-        let shared = self.shared.clone();
-        let timeout = self.per_node_timeout;
-        async move {
-            round::run_then(
-                &shared.nodes,
-                &shared.background,
-                request,
-                timeout,
-                Wait::ForAll,
-                after.as_ref(),
-                || {},
-            )
-            .await;
-        }
-    }
-
-    /// Leaves the queue after `won`, the round that took the lock, in the background (not to
-    /// delay the holder): each node that granted it has already dropped this waiter
-    /// (`QUEUED_ACQUIRE`), so only when a node did not, or a straggler of the round does not,
-    /// is a round needed to leave.
-    fn leave_after(mut self, won: &Round) {
-        if !std::mem::take(&mut self.joined) {
-            return;
-        }
-        let answered_all_granted = won
-            .report
-            .iter()
-            .all(|r| matches!(r.outcome(), NodeOutcome::Granted | NodeOutcome::NoReply));
-        let stragglers = won.stragglers.clone();
-        if answered_all_granted && stragglers.is_none() {
-            return;
-        }
-        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
-            return;
-        };
-        let leave = self.leave_round(stragglers.clone());
-        self.shared.spawn_cleanup(&runtime, async move {
-            if answered_all_granted
-                && let Some(stragglers) = stragglers
-                && stragglers.all_done().await
-            {
-                return;
-            }
-            leave.await;
-        });
-    }
-
-    /// Leaves the queue now, waiting for every node but a suspect one (each bounded by the
-    /// per-node timeout): an acquire that gives up returns only once no release can hand it
-    /// the lock any more.
-    ///
-    /// # Cancel safety
-    /// Dropped part-way, `Drop` sends the leaving round again in the background.
-    async fn leave(mut self) {
-        if self.joined {
-            let after = self.after.take();
-            self.leave_round(after).await;
-            self.joined = false;
-        }
-    }
-}
-
-impl Drop for Queue {
-    /// Leaves the queue in the background: when the acquire was cancelled (or its `leave`
-    /// was).
-    fn drop(&mut self) {
-        if !self.joined {
-            return;
-        }
-        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
-            return;
-        };
-        let after = self.after.take();
-        let leave = self.leave_round(after);
-        self.shared.spawn_cleanup(&runtime, leave);
-    }
-}
-
 /// A round that did not produce a lock.
 struct FailedRound {
     rejection: Rejection,
@@ -426,19 +226,20 @@ struct FailedRound {
 }
 
 /// One attempt: the round, its verdict, the fencing confirm, and the cleanup when it failed.
-/// A won round gives the round, its token and the confirmed fencing token. With `queue` (an
-/// acquire that may queue: its queue, made when first needed, and its policy), the round is
-/// the queued acquire once the waiter has joined, and a failed round's cleanup joins (or keeps
-/// its place) unless this was the last attempt.
+/// With `queue` (an acquire that may queue: its queue, made when first needed, and its
+/// policy), the round is the queued acquire once the waiter has joined, and a failed round's
+/// cleanup joins (or keeps its place) unless this was the last attempt.
+///
+/// # Cancel safety
+/// Dropped mid-round, its `Cleanup` deletes the key in the background.
 async fn round(
     shared: &Arc<Shared>,
-    resource: &[u8],
-    key: &[u8],
+    (resource, key): (&[u8], &[u8]),
     timing: &Timing,
     fencing: bool,
     mut queue: Option<(&mut Option<Queue>, &RetryPolicy)>,
     will_retry: bool,
-) -> Result<(Round, Token, Option<u64>), FailedRound> {
+) -> Result<Won, FailedRound> {
     let token = Token::generate();
     let mut cleanup = Cleanup::arm(
         shared.clone(),
@@ -447,110 +248,54 @@ async fn round(
         timing.per_node_timeout,
         Delete::Silent,
     );
-    let seed_keys = fencing.then(|| resource::fence_keys(&shared.config.key_prefix, resource));
-    let request = match &seed_keys {
-        Some(keys) => {
-            let mut extra = vec![keys.counter.clone(), keys.marker.clone()];
-            extra.extend(keys.legacy.clone());
-            let command = Command::Script(&scripts::ACQUIRE_FENCED);
-            Request::new(
-                Operation::Acquire,
-                command,
-                key,
-                &token,
-                NodeOutcome::Granted,
-            )
-            .with_extra_keys(extra)
-        }
-        None => match queue
-            .as_ref()
-            .and_then(|(slot, _)| slot.as_ref())
-            .filter(|q| q.joined)
-        {
-            Some(queue) => {
-                let (keys, arguments) = queue.arguments();
-                Request::new(
-                    Operation::Acquire,
-                    Command::Script(&scripts::QUEUED_ACQUIRE),
-                    key,
-                    &token,
-                    NodeOutcome::Granted,
-                )
-                .with_extra_keys(keys)
-                .with_payload(arguments)
-            }
-            None => Request::new(
-                Operation::Acquire,
-                Command::SetIfAbsent,
-                key,
-                &token,
-                NodeOutcome::Granted,
-            ),
-        },
+    let fence_keys = fencing.then(|| resource::fence_keys(&shared.config.key_prefix, resource));
+    let joined = queue
+        .as_ref()
+        .and_then(|(slot, _)| slot.as_ref())
+        .filter(|q| q.is_joined());
+    let request = match (&fence_keys, joined) {
+        (Some(keys), _) => fencing::acquire_request(key, &token, keys),
+        (None, Some(queue)) => queued_request(key, &token, queue),
+        (None, None) => Request::new(
+            Operation::Acquire,
+            Command::SetIfAbsent,
+            key,
+            &token,
+            NodeOutcome::Granted,
+        ),
     }
     .with_number(timing.ttl_ms)
     .settled_nodes_only();
-    let round = round::run(
-        &shared.nodes,
-        &shared.background,
-        request,
-        timing.per_node_timeout,
-        Wait::UntilDecided,
-    )
-    .await;
+    let round = shared
+        .fanout()
+        .run(request, timing.per_node_timeout, Wait::UntilDecided)
+        .await;
     cleanup.after(round.stragglers.clone());
-    // Masters that started since their counter was seeded gave no vote: re-seed them, in the
-    // background when the round is won anyway, before the next try when it is not.
-    // (The scripts read each server's term themselves: no reconnect is needed first.) The
-    // sweeper looks at the masters' records too: a master that restarted or failed over is
-    // re-seeded on every slot, not only this one.
-    let unseeded = round
-        .report
-        .iter()
-        .any(|r| matches!(r.outcome(), NodeOutcome::Failed(NodeError::Unseeded)));
-    if unseeded {
-        shared.fence_sweep.wake();
-    }
-    let verdict = round.judge(
-        RoundKind::Acquire,
-        timing.validity_after(round.elapsed()).is_some(),
-        None,
-    );
-    let (rejection, mut report) = match verdict {
+    let unseeded = fencing && fencing::found_unseeded(shared, &round);
+    let (rejection, mut report) = match round.won(timing) {
         Err(rejection) => (rejection, round.report),
-        Ok(()) => {
-            let confirmed = match (&seed_keys, round.fence) {
-                (None, _) => Ok(None),
-                (Some(keys), Some(fence)) => {
-                    confirm_fence(shared, key, keys, &token, fence, &round, timing)
-                        .await
-                        .map(|()| Some(fence))
-                }
-                // A fenced round won without any counter: impossible with our script.
-                (Some(_), None) => Err((Rejection::Outage, Report::default())),
+        Ok(deadline) => {
+            let confirmed = match &fence_keys {
+                None => Ok(None),
+                Some(keys) => fencing::confirm(shared, (key, &token), keys, &round, timing)
+                    .await
+                    .map(Some),
             };
             match confirmed {
                 Ok(fencing_token) => {
                     cleanup.disarm();
-                    // Re-seed in the background what answered "unseeded", before the decision
-                    // or (a restarted master is often the slow one) after it.
-                    let late = round.stragglers.clone().filter(|_| fencing);
-                    if let Some(keys) = seed_keys.filter(|_| unseeded || late.is_some()) {
-                        let shared = shared.clone();
+                    if let Some(keys) = fence_keys {
                         let timeout = timing.per_node_timeout;
-                        tokio::spawn(async move {
-                            let late_unseeded = match late {
-                                Some(stragglers) => stragglers.unseeded().await,
-                                None => false,
-                            };
-                            if unseeded || late_unseeded {
-                                reseed::reseed(&shared.nodes, &keys, timeout).await;
-                            }
-                        });
+                        fencing::reseed_after_win(shared, keys, unseeded, &round, timeout);
                     }
-                    return Ok((round, token, fencing_token));
+                    return Ok(Won {
+                        round,
+                        token,
+                        deadline,
+                        fencing_token,
+                    });
                 }
-                Err(failed) => failed,
+                Err(lost) => lost,
             }
         }
     };
@@ -564,33 +309,42 @@ async fn round(
         _ => cleanup.run().await,
     };
     // A waiter that may have joined leaves behind these requests too.
-    if let Some(queue) = queue.and_then(|(slot, _)| slot.as_mut())
-        && still_running.is_some()
+    if let (Some(queue), Some(stragglers)) =
+        (queue.and_then(|(slot, _)| slot.as_mut()), still_running)
     {
-        queue.after = still_running;
+        queue.leave_behind(stragglers);
     }
     report.learn_expiries(&undone);
-    // A re-seed by another acquire of this slot fenced off our confirmation: no fault of the
-    // masters, so worth another round at once.
-    let fenced_off = report.iter().any(|r| {
-        matches!(
-            r.outcome(),
-            NodeOutcome::Failed(NodeError::SeededSinceGrant)
-        )
-    });
-    let retry_now = match seed_keys.filter(|_| unseeded) {
-        Some(keys) => {
-            let reseeded = reseed::reseed(&shared.nodes, &keys, timing.per_node_timeout).await;
-            // Enough masters seeded now (by this re-seed or another client's): try again.
-            reseeded.marked() >= shared.quorum()
-        }
-        None => fenced_off,
-    };
+    let unseeded_keys = fence_keys.as_ref().filter(|_| unseeded);
+    let retry_now =
+        fencing::retry_now(shared, unseeded_keys, &report, timing.per_node_timeout).await;
     Err(FailedRound {
         rejection,
         report,
         retry_now,
     })
+}
+
+/// A won round: the lock's round, token, deadline and confirmed fencing token.
+struct Won {
+    round: Round,
+    token: Token,
+    deadline: Deadline,
+    fencing_token: Option<u64>,
+}
+
+/// The acquire of a waiter that joined the lock's queue (`scripts::QUEUED_ACQUIRE`).
+fn queued_request(key: &[u8], token: &Token, queue: &Queue) -> Request {
+    let (keys, arguments) = queue.arguments();
+    Request::new(
+        Operation::Acquire,
+        Command::Script(&scripts::QUEUED_ACQUIRE),
+        key,
+        token,
+        NodeOutcome::Granted,
+    )
+    .with_extra_keys(keys)
+    .with_payload(arguments)
 }
 
 /// The policy's next delay, never past the holder's expiry as the nodes reported it
@@ -652,111 +406,4 @@ fn holder_expires_in(report: &Report) -> Option<Duration> {
             _ => None,
         })
         .min()
-}
-
-// Step 4: undoing a round that did not produce a lock, even when its caller goes away.
-
-/// While armed, owns the duty to delete one round's key from every node.
-///
-/// [`Cleanup::run`] does it inline; if the guard is dropped while armed (the acquire future was
-/// cancelled mid-round), it spawns the same compare-and-delete on the current tokio runtime.
-/// Compare-and-delete only removes a key that still holds this round's token, so running it
-/// twice, or after the key expired, is harmless.
-#[derive(Debug)]
-pub(crate) struct Cleanup {
-    armed: Option<Arc<Shared>>,
-    key: Vec<u8>,
-    token: Token,
-    per_node_timeout: Duration,
-    after: Option<Stragglers>,
-    /// What the delete does besides: [`Delete::Silent`] for a failed round (or
-    /// [`Delete::SilentAndQueue`] once [`queue_as`](Self::queue_as) says so),
-    /// [`Delete::Release`] for a dropped lock.
-    delete: Delete,
-}
-
-impl Cleanup {
-    pub(crate) fn arm(
-        shared: Arc<Shared>,
-        key: Vec<u8>,
-        token: Token,
-        per_node_timeout: Duration,
-        delete: Delete,
-    ) -> Self {
-        Self {
-            armed: Some(shared),
-            key,
-            token,
-            per_node_timeout,
-            after: None,
-            delete,
-        }
-    }
-
-    /// [`run`](Self::run) also joins `queue` (the spawned cleanup of a dropped future does
-    /// not: the queue's own `Drop` leaves it).
-    fn queue_as(&mut self, queue: &Queue) {
-        let (keys, arguments) = queue.arguments();
-        self.delete = Delete::SilentAndQueue { keys, arguments };
-    }
-
-    /// Requests of the round still running in the background: on their nodes, the delete is
-    /// sent only after them.
-    pub(crate) fn after(&mut self, stragglers: Option<Stragglers>) {
-        self.after = stragglers;
-    }
-
-    /// The keys now belong to a lock that will release them itself.
-    pub(crate) fn disarm(mut self) {
-        self.armed = None;
-    }
-
-    /// Deletes the keys now, waiting for every node (each bounded by the per-node timeout),
-    /// and returns the compare-and-delete's report (on nodes where another owner holds the
-    /// key, it says for how much longer) and its requests still running on suspect nodes. If this future is dropped part-way, `Drop` spawns the
-    /// cleanup again.
-    pub(crate) async fn run(mut self) -> (Report, Option<Stragglers>) {
-        let Some(shared) = &self.armed else {
-            return (Report::default(), None);
-        };
-        let round = release_everywhere(
-            shared,
-            &self.key,
-            &self.token,
-            self.per_node_timeout,
-            self.after.as_ref(),
-            &self.delete,
-        )
-        .await;
-        tracing::debug!(report = %round.report, "cleaned up after a failed round");
-        self.armed = None;
-        (round.report, round.stragglers)
-    }
-}
-
-impl Drop for Cleanup {
-    fn drop(&mut self) {
-        let Some(shared) = self.armed.take() else {
-            return;
-        };
-        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
-            tracing::warn!(
-                "acquire cancelled with no tokio runtime left; its keys expire with their ttl"
-            );
-            return;
-        };
-        let key = std::mem::take(&mut self.key);
-        let token = self.token.clone();
-        let timeout = self.per_node_timeout;
-        let after = self.after.take();
-        // Silent even if the round would have queued: the acquire is gone.
-        let delete = match &self.delete {
-            Delete::SilentAndQueue { .. } => Delete::Silent,
-            other => other.clone(),
-        };
-        let tracker = shared.clone();
-        tracker.spawn_cleanup(&runtime, async move {
-            release_everywhere(&shared, &key, &token, timeout, after.as_ref(), &delete).await;
-        });
-    }
 }

@@ -20,11 +20,12 @@ use crate::core::report::{NodeOutcome, Report};
 use crate::core::retry::RetryPolicy;
 use crate::core::settings::Timing;
 use crate::core::token::Token;
-use crate::core::verdict::{Rejection, RoundKind};
+use crate::core::verdict::Rejection;
 use crate::engine::request::{Command, Request};
-use crate::engine::round::{self, Round, Wait};
+use crate::engine::round::{Round, Wait};
 use crate::errors::error::{Error, Operation};
-use crate::protocol::acquire::{Acquired, Cleanup, give_up_or_wait};
+use crate::protocol::acquire::{Acquired, give_up_or_wait};
+use crate::protocol::cleanup::Cleanup;
 use crate::protocol::release::Delete;
 use crate::protocol::shared::Shared;
 use crate::scripts;
@@ -113,18 +114,13 @@ async fn round_for_all(
     .with_extra_keys(others.to_vec())
     .with_number(timing.ttl_ms)
     .settled_nodes_only();
-    let round = round::run(
-        &shared.nodes,
-        &shared.background,
-        request,
-        timing.per_node_timeout,
-        Wait::UntilDecided,
-    )
-    .await;
+    let round = shared
+        .fanout()
+        .run(request, timing.per_node_timeout, Wait::UntilDecided)
+        .await;
     cleanup.after(round.stragglers.clone());
-    let validity_left = timing.validity_after(round.elapsed()).is_some();
-    match round.judge(RoundKind::Acquire, validity_left, None) {
-        Ok(()) => {
+    match round.won(timing) {
+        Ok(_) => {
             cleanup.disarm();
             Ok((round, token))
         }

@@ -7,7 +7,7 @@ use crate::core::settings::Timing;
 use crate::core::token::Token;
 use crate::core::verdict::{Rejection, RoundKind};
 use crate::engine::request::{Command, Request};
-use crate::engine::round::{self, Round, Wait};
+use crate::engine::round::{Round, Wait};
 use crate::errors::error::Operation;
 use crate::protocol::shared::Shared;
 use crate::scripts;
@@ -51,14 +51,10 @@ pub(crate) async fn confirm_fence(
             .map(|grant| grant.map(|g| g.epoch))
             .collect(),
     );
-    let confirm = round::run(
-        &shared.nodes,
-        &shared.background,
-        request,
-        timing.per_node_timeout,
-        Wait::UntilDecided,
-    )
-    .await;
+    let confirm = shared
+        .fanout()
+        .run(request, timing.per_node_timeout, Wait::UntilDecided)
+        .await;
     let elapsed = confirm.decided.saturating_duration_since(acquired.start);
     confirm
         .judge(

@@ -3,9 +3,9 @@
 use crate::core::report::{NodeOutcome, Report};
 use crate::core::settings::Timing;
 use crate::core::token::Token;
-use crate::core::verdict::{Rejection, RoundKind};
+use crate::core::verdict::Rejection;
 use crate::engine::request::{Command, Request};
-use crate::engine::round::{self, Round, Stragglers, Wait};
+use crate::engine::round::{Round, Stragglers, Wait};
 use crate::errors::error::Operation;
 use crate::errors::node_error::NodeError;
 use crate::protocol::shared::Shared;
@@ -67,21 +67,11 @@ pub(crate) async fn extend(
     .with_extra_keys(companions)
     .with_number(timing.ttl_ms)
     .readding_on(readd_on);
-    let round = round::run_then(
-        &shared.nodes,
-        &shared.background,
-        request,
-        timing.per_node_timeout,
-        wait,
-        after,
-        || {},
-    )
-    .await;
-    let verdict = round.judge(
-        RoundKind::Renew,
-        timing.validity_after(round.elapsed()).is_some(),
-        Some(&granted.votes()),
-    );
+    let round = shared
+        .fanout()
+        .run_behind(request, timing.per_node_timeout, wait, after, || {})
+        .await;
+    let verdict = round.renewed(timing, &granted.votes());
     (round, verdict)
 }
 

@@ -9,7 +9,7 @@ use crate::core::token::Token;
 use crate::core::verdict::{Rejection, RoundKind};
 use crate::engine::query::query_everywhere;
 use crate::engine::request::{Command, Request};
-use crate::engine::round::{self, Round, Wait};
+use crate::engine::round::{Round, Wait};
 use crate::errors::error::Operation;
 use crate::protocol::shared::Shared;
 use crate::scripts;
@@ -77,14 +77,10 @@ pub(crate) async fn write(
     )
     .with_extra_keys(vec![info_key.to_vec()])
     .with_payload(vec![info.to_vec()]);
-    let round = round::run(
-        &shared.nodes,
-        &shared.background,
-        request,
-        per_node_timeout,
-        Wait::UntilDecided,
-    )
-    .await;
+    let round = shared
+        .fanout()
+        .run(request, per_node_timeout, Wait::UntilDecided)
+        .await;
     // Which nodes granted the lock is not known here (the lease keeps it): every node counts as
     // a grantor, so a refusal is evidence and a timeout is not. Validity is the lease's
     // business; the write only needs a majority.

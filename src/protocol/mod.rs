@@ -6,11 +6,14 @@
 
 pub(crate) mod acquire;
 pub(crate) mod acquire_many;
+pub(crate) mod cleanup;
 pub(crate) mod confirm;
 pub(crate) mod extend;
 pub(crate) mod fence_sweep;
+pub(crate) mod fencing;
 pub(crate) mod leader_info;
 pub(crate) mod permit;
+pub(crate) mod queue;
 pub(crate) mod release;
 pub(crate) mod reseed;
 pub(crate) mod shared;

@@ -34,11 +34,12 @@ use crate::core::resource;
 use crate::core::retry::RetryPolicy;
 use crate::core::settings::Timing;
 use crate::core::token::Token;
-use crate::core::verdict::{Rejection, RoundKind};
+use crate::core::verdict::Rejection;
 use crate::engine::request::{Command, Grant, Request};
-use crate::engine::round::{self, Round, Wait};
+use crate::engine::round::{Round, Wait};
 use crate::errors::error::{Error, Operation};
-use crate::protocol::acquire::{Acquired, Cleanup, give_up_or_wait};
+use crate::protocol::acquire::{Acquired, give_up_or_wait};
+use crate::protocol::cleanup::Cleanup;
 use crate::protocol::release::Delete;
 use crate::protocol::shared::Shared;
 use crate::scripts;
@@ -206,14 +207,10 @@ async fn permit_round(
     // Decided on the permits' own counts: the engine's tally counts a grant of any permit,
     // and stopping at two grants of different permits would fail a round whose next answer
     // (a suspect master's too) makes one of them a majority.
-    let mut round = round::run(
-        &shared.nodes,
-        &shared.background,
-        request,
-        timing.per_node_timeout,
-        Wait::UntilPermitDecided,
-    )
-    .await;
+    let mut round = shared
+        .fanout()
+        .run(request, timing.per_node_timeout, Wait::UntilPermitDecided)
+        .await;
     cleanup.after(round.stragglers.clone());
     let chosen = most_granted(&round, count);
     round.report = for_permit(&round, chosen);
@@ -226,10 +223,8 @@ async fn permit_round(
     // engine's sum over permits, and no fence (the grants' numbers are permits, not counters).
     round.tally = tally;
     round.fence = None;
-    let validity_left = timing.validity_after(round.elapsed()).is_some();
-    let verdict = round.judge(RoundKind::Acquire, validity_left, None);
-    match (verdict, chosen) {
-        (Ok(()), Some(index)) => {
+    match (round.won(timing), chosen) {
+        (Ok(_), Some(index)) => {
             cleanup.disarm();
             let index = usize::try_from(index).unwrap_or(usize::MAX);
             // Grants of other permits go back in the background: those made now, and those a

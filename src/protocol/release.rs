@@ -7,7 +7,7 @@ use crate::core::resource::{self, KeyLayout};
 use crate::core::token::Token;
 use crate::core::verdict::{Rejection, RoundKind};
 use crate::engine::request::{Command, InParts, Request};
-use crate::engine::round::{self, Round, Stragglers, Wait};
+use crate::engine::round::{Round, Stragglers, Wait};
 use crate::errors::error::Operation;
 use crate::protocol::shared::Shared;
 use crate::scripts;
@@ -192,20 +192,14 @@ async fn delete_everywhere(
             .collect(),
         Delete::Silent | Delete::SilentAndQueue { .. } | Delete::GiveBack { .. } => Vec::new(),
     };
-    round::run_then(
-        &shared.nodes,
-        &shared.background,
-        request,
-        per_node_timeout,
-        wait,
-        after,
-        || {
+    shared
+        .fanout()
+        .run_behind(request, per_node_timeout, wait, after, || {
             for channel in &channels {
                 shared.releases.released(channel, release_id.as_bytes());
             }
-        },
-    )
-    .await
+        })
+        .await
 }
 
 /// The arguments after the first of a script that hands the lock over (`scripts::hand_over!`,

@@ -10,6 +10,7 @@ use tokio_util::task::TaskTracker;
 
 use crate::core::retry::Jitter;
 use crate::core::settings::Config;
+use crate::engine::round::Fanout;
 use crate::errors::error::Error;
 use crate::protocol::fence_sweep::{self, FenceSweep};
 use crate::voters::node::Node;
@@ -79,6 +80,15 @@ impl Shared {
     }
 
     /// How many nodes must agree.
+    /// The client's voters, for a round: every round goes to all of them, and leaves what
+    /// it still runs to the client's tracker.
+    pub(crate) fn fanout(&self) -> Fanout<'_, Node> {
+        Fanout {
+            voters: &self.nodes,
+            background: &self.background,
+        }
+    }
+
     pub(crate) fn quorum(&self) -> usize {
         crate::core::quorum::quorum(self.nodes.len())
     }

@@ -103,8 +103,8 @@ async fn one_paused_master_does_not_delay_the_decision() {
 /// timeout. The deletes queued for it are tracked: settling cannot finish while it sleeps, and
 /// does once it wakes, when they run behind the acquires' `SET`s: nothing of ours is left.
 ///
-/// Mutations: waiting for suspect nodes too (dropping `|| node.is_suspect()` from `Wait::ForAll`'s end
-/// in `round::run_then`) makes the paused node's line a timeout and fails this test; spawning
+/// Mutations: waiting for suspect nodes too (dropping `|| voter.is_suspect()` from
+/// `Wait::ForAll` in `Wait::is_over`) makes the paused node's line a timeout and fails this test; spawning
 /// the engine's background deliveries untracked (`tokio::spawn` in `deliver_in_background`)
 /// fails it with "settled while paused".
 #[tokio::test]

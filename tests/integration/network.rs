@@ -184,7 +184,7 @@ async fn a_healed_black_hole_delivers_in_order() {
 /// it; each release's per-node timeout fires while it is still queued behind the full buffers.
 ///
 /// Mutation: dropping the timed-out requests of a release round (no
-/// `deliver_in_background` in `round::run_then`) makes this fail with keys left behind.
+/// `deliver_in_background` in `Fanout::stop_waiting`) makes this fail with keys left behind.
 #[tokio::test]
 async fn releases_queued_behind_a_stalled_master_are_delivered_when_it_heals() {
     const LOCKS: usize = 4_000;
