@@ -79,75 +79,31 @@ pub(crate) async fn acquire(
         // Every slot seeded on every master, ahead of need (`crate::protocol::fence_sweep`).
         shared.start_fence_sweep();
     }
-    let deadline = policy.wait_limit().and_then(|w| started.checked_add(w));
+    let mut waiting = Waiting::new(shared, (&key, timing), policy, fencing, started);
+    waiting.behind_this_clients_waiters().await;
     let mut attempts = 0u32;
-    let mut subscription: Option<Subscription> = None;
     let mut reseed_retries_left = RESEED_RETRIES;
-    let channel = resource::release_channel(&key);
-    let waits = shared.config.wait_for_release && policy.attempts_limit() != Some(1);
-    // A waiting acquire queues on the nodes for its turn (`Queue`); a fenced one does not
-    // (its round is the fenced script) and races for the lock when it is released. The queue
-    // is made only once needed: an acquire that wins its first round (the common case) never
-    // pays for it.
-    let queues = waits && !fencing && shared.config.key_layout == KeyLayout::Tagged;
-    let mut queue: Option<Queue> = None;
-    if waits && shared.releases.has_waiters(&channel) {
-        // Others of this client already wait for this resource: wait behind them, without a
-        // round, until a release wakes this one (the client's first in the queue) or its
-        // timer fires. Its first refused round then queues it on the nodes, in its place: no
-        // round at all while this client's waiters take the lock from each other.
-        let watch = if queues {
-            queue
-                .get_or_insert_with(|| Queue::new(shared, &key, timing, policy))
-                .listen(shared, &channel)
-                .await
-        } else {
-            subscription.insert(
-                shared
-                    .releases
-                    .subscribe(channel.clone(), "", u64::MAX)
-                    .await,
-            )
-        };
-        let delay = retry_delay(shared, policy, deadline, Instant::now(), None);
-        tokio::select! {
-            () = tokio::time::sleep(delay) => {}
-            () = watch.woken() => tracing::debug!("woken by a release, first in line"),
-        }
-    }
     loop {
         attempts = attempts.saturating_add(1);
         // A last attempt does not join the queue: it would only have to leave it again.
         let will_retry = policy.attempts_limit().is_none_or(|max| attempts < max)
-            && deadline.is_none_or(|d| Instant::now() < d);
-        let tried = round(
-            shared,
-            (resource, &key),
-            timing,
-            fencing,
-            queues.then_some((&mut queue, policy)),
-            will_retry,
-        );
+            && waiting.deadline.is_none_or(|d| Instant::now() < d);
+        let queue = waiting.queues.then_some((&mut waiting.queue, policy));
+        let tried = round(shared, (resource, &key), timing, fencing, queue, will_retry);
         let failed = match tried.await {
             Ok(won) => {
-                let Won {
-                    round,
-                    token,
-                    deadline,
-                    fencing_token,
-                } = won;
-                tracing::debug!(attempts, elapsed = ?round.elapsed(), fencing_token, "acquired");
-                if let Some(queue) = queue.take() {
-                    queue.leave_after(&round);
+                tracing::debug!(attempts, elapsed = ?won.round.elapsed(), fencing_token = won.fencing_token, "acquired");
+                if let Some(queue) = waiting.queue.take() {
+                    queue.leave_after(&won.round);
                 }
                 return Ok(Acquired {
-                    deadline,
+                    deadline: won.deadline,
                     key,
-                    token,
+                    token: won.token,
                     timing: *timing,
-                    round,
+                    round: won.round,
                     attempts,
-                    fencing_token,
+                    fencing_token: won.fencing_token,
                 });
             }
             Err(failed) => failed,
@@ -162,46 +118,137 @@ pub(crate) async fn acquire(
             continue;
         }
         let out_of_attempts = policy.attempts_limit().is_some_and(|max| attempts >= max);
-        let now = Instant::now();
-        let past_deadline = deadline.is_some_and(|d| now >= d);
-        if out_of_attempts || past_deadline {
-            if let Some(queue) = queue.take() {
+        if out_of_attempts || waiting.deadline.is_some_and(|d| Instant::now() >= d) {
+            if let Some(queue) = waiting.queue.take() {
                 queue.leave().await;
             }
+            let elapsed = started.elapsed();
             let failure = Failure::new(
                 Operation::Acquire,
                 resource,
                 attempts,
-                started.elapsed(),
+                elapsed,
                 failed.report,
             );
             return Err(failed.rejection.error(failure));
         }
-        let delay = retry_delay(
+        waiting.until_next_round(&failed.report, attempts).await;
+    }
+}
+
+/// How an acquire waits between its rounds: a random delay, never past the holder's expiry
+/// as the nodes reported it nor past the call's wait, cut short by a release of the lock
+/// (pub/sub, or directly when the releaser is a handle of the same client).
+struct Waiting<'a> {
+    shared: &'a Arc<Shared>,
+    policy: &'a RetryPolicy,
+    key: &'a [u8],
+    timing: &'a Timing,
+    /// The lock's release channel.
+    channel: Vec<u8>,
+    /// When the call's wait ends.
+    deadline: Option<Instant>,
+    /// Whether a release wakes it at all (a single attempt never waits).
+    waits: bool,
+    /// Whether it queues on the nodes for its turn (`Queue`). A fenced acquire does not (its
+    /// round is the fenced script) and races for the lock when it is released.
+    queues: bool,
+    /// Its place in the lock's queue, made only once needed (by a round, or to wait behind
+    /// this client's waiters): an acquire that wins its first round (the common case) never
+    /// pays for it.
+    queue: Option<Queue>,
+    /// Release messages, for an acquire that does not queue.
+    subscription: Option<Subscription>,
+}
+
+impl<'a> Waiting<'a> {
+    fn new(
+        shared: &'a Arc<Shared>,
+        (key, timing): (&'a [u8], &'a Timing),
+        policy: &'a RetryPolicy,
+        fencing: bool,
+        started: Instant,
+    ) -> Self {
+        let waits = shared.config.wait_for_release && policy.attempts_limit() != Some(1);
+        Self {
             shared,
             policy,
-            deadline,
-            now,
-            holder_expires_in(&failed.report),
+            key,
+            timing,
+            channel: resource::release_channel(key),
+            deadline: policy.wait_limit().and_then(|w| started.checked_add(w)),
+            waits,
+            queues: waits && !fencing && shared.config.key_layout == KeyLayout::Tagged,
+            queue: None,
+            subscription: None,
+        }
+    }
+
+    /// When others of this client already wait for this resource: waits behind them, without
+    /// a round, until a release wakes this one (the client's first in the queue) or its timer
+    /// fires. Its first refused round then queues it on the nodes, in its place: no round at
+    /// all while this client's waiters take the lock from each other.
+    ///
+    /// # Cancel safety
+    /// Dropped part-way, it has joined no queue on the nodes.
+    async fn behind_this_clients_waiters(&mut self) {
+        if !self.waits || !self.shared.releases.has_waiters(&self.channel) {
+            return;
+        }
+        let watch = if self.queues {
+            let (shared, key, timing, policy) = (self.shared, self.key, self.timing, self.policy);
+            self.queue
+                .get_or_insert_with(|| Queue::new(shared, key, timing, policy))
+                .listen(shared, &self.channel)
+                .await
+        } else {
+            self.subscription.insert(
+                self.shared
+                    .releases
+                    .subscribe(self.channel.clone(), "", u64::MAX)
+                    .await,
+            )
+        };
+        let delay = retry_delay(
+            self.shared,
+            self.policy,
+            self.deadline,
+            Instant::now(),
+            None,
         );
-        let held = failed
-            .report
+        tokio::select! {
+            () = tokio::time::sleep(delay) => {}
+            () = watch.woken() => tracing::debug!("woken by a release, first in line"),
+        }
+    }
+
+    /// Sleeps until the next round after one that failed with `report`.
+    ///
+    /// # Cancel safety
+    /// Dropped part-way, nothing is left to undo (a queue leaves when dropped).
+    async fn until_next_round(&mut self, report: &Report, attempts: u32) {
+        let now = Instant::now();
+        let holder_left = holder_expires_in(report);
+        let delay = retry_delay(self.shared, self.policy, self.deadline, now, holder_left);
+        let held = report
             .iter()
             .any(|r| matches!(r.outcome(), NodeOutcome::HeldByOther { .. }));
-        if held && subscription.is_none() && !queues && shared.config.wait_for_release {
-            subscription = Some(
-                shared
-                    .releases
-                    .subscribe(channel.clone(), "", u64::MAX)
-                    .await,
-            );
+        if held
+            && self.subscription.is_none()
+            && !self.queues
+            && self.shared.config.wait_for_release
+        {
+            let channel = self.channel.clone();
+            let subscribed = self.shared.releases.subscribe(channel, "", u64::MAX).await;
+            self.subscription = Some(subscribed);
         }
         tracing::debug!(attempts, ?delay, "acquire round failed, retrying");
         // A wake-up given while the round ran is kept for the first to wait (`Notify`).
-        let watch = queue
+        let watch = self
+            .queue
             .as_ref()
             .and_then(Queue::subscription)
-            .or(subscription.as_ref());
+            .or(self.subscription.as_ref());
         let woken = async {
             match watch {
                 Some(watch) => watch.woken().await,

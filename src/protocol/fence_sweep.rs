@@ -205,53 +205,8 @@ pub(crate) async fn sweep(scope: &Scope<'_>, force: bool) -> Swept {
         let start = rand::rng().random_range(0..slots.len());
         slots.rotate_left(start);
     }
-    let quorum = crate::core::quorum::quorum(nodes.len());
     for chunk in slots.chunks(SLOTS_AT_ONCE) {
-        let markers: Vec<&[u8]> = chunk.iter().map(|keys| keys.marker.as_slice()).collect();
-        let asked_now = &asked;
-        // Per master, per slot of the chunk: whether its marker names the master's term.
-        let states: Vec<Vec<Option<bool>>> =
-            join_all(nodes.iter().zip(asked_now).map(|(node, asked)| {
-                let markers = &markers;
-                async move {
-                    if *asked {
-                        markers_state(node, markers, timeout).await
-                    } else {
-                        vec![None; markers.len()]
-                    }
-                }
-            }))
-            .await;
-        let seen = join_all(chunk.iter().enumerate().map(|(j, keys)| {
-            let state = |s: &Vec<Option<bool>>| s.get(j).copied().flatten();
-            let answered: Vec<bool> = states.iter().map(|s| state(s).is_some()).collect();
-            let marked: Vec<bool> = states.iter().map(|s| state(s) == Some(true)).collect();
-            async move {
-                if marked == answered {
-                    return (marked, answered.clone(), answered);
-                }
-                // Neither a marked majority nor every master: the re-seed could not trust its
-                // readings (`reseed::seed_value`), so it is not run (its readings would move
-                // epochs on for nothing, fencing off others' confirmations).
-                let marked_now = marked.iter().filter(|m| **m).count();
-                if marked_now < quorum && answered.contains(&false) {
-                    return (marked, answered.clone(), answered);
-                }
-                // Some master that answered is not seeded for this slot: re-seed it
-                // (which also moves the marked masters' epochs on, so only here).
-                let reseeded = reseed::reseed_among(nodes, keys, timeout, &answered).await;
-                // A master the trusted re-seed could not mark refused the write (or left its
-                // term): it is not asked again in this sweep, as one that did not answer.
-                let still_asked = answered
-                    .iter()
-                    .zip(&reseeded.marked_nodes)
-                    .map(|(answered, marked)| *answered && *marked)
-                    .collect();
-                (reseeded.marked_nodes, answered, still_asked)
-            }
-        }))
-        .await;
-        for (marked, answered, still_asked) in seen {
+        for (marked, answered, still_asked) in sweep_chunk(nodes, chunk, &asked, timeout).await {
             if marked.iter().zip(&answered).any(|(m, a)| *a && !m) {
                 slots_left += 1;
             }
@@ -264,23 +219,7 @@ pub(crate) async fn sweep(scope: &Scope<'_>, force: bool) -> Swept {
             }
         }
     }
-    let records = join_all(records.into_iter().zip(nodes.iter()).zip(complete).map(
-        |((record, node), complete)| {
-            let record_key = &record_key;
-            async move {
-                match record {
-                    Record::Stale(term) if complete => {
-                        mark_seeded(node, record_key, &term, timeout).await
-                    }
-                    // No record on a Cluster voter: what this sweep saw of every slot.
-                    Record::NotKept if complete => Record::Seeded,
-                    Record::NotKept => Record::Stale(String::new()),
-                    other => other,
-                }
-            }
-        },
-    ))
-    .await;
+    let records = record_seeded(nodes, records, &complete, &record_key, timeout).await;
     let seeded = records.iter().filter(|r| **r == Record::Seeded).count();
     tracing::info!(
         seeded,
@@ -292,6 +231,85 @@ pub(crate) async fn sweep(scope: &Scope<'_>, force: bool) -> Swept {
         records,
         slots_left,
     }
+}
+
+/// Sweeps one chunk of slots on the masters `asked`: per slot, which masters are marked for
+/// their current term at the end, which answered, and which are still worth asking (one the
+/// trusted re-seed could not mark refused the write, or left its term).
+async fn sweep_chunk(
+    nodes: &[Node],
+    chunk: &[FenceKeys],
+    asked: &[bool],
+    timeout: Duration,
+) -> Vec<(Vec<bool>, Vec<bool>, Vec<bool>)> {
+    let quorum = crate::core::quorum::quorum(nodes.len());
+    let markers: Vec<&[u8]> = chunk.iter().map(|keys| keys.marker.as_slice()).collect();
+    // Per master, per slot of the chunk: whether its marker names the master's term.
+    let states: Vec<Vec<Option<bool>>> = join_all(nodes.iter().zip(asked).map(|(node, asked)| {
+        let markers = &markers;
+        async move {
+            if *asked {
+                markers_state(node, markers, timeout).await
+            } else {
+                vec![None; markers.len()]
+            }
+        }
+    }))
+    .await;
+    join_all(chunk.iter().enumerate().map(|(j, keys)| {
+        let state = |s: &Vec<Option<bool>>| s.get(j).copied().flatten();
+        let answered: Vec<bool> = states.iter().map(|s| state(s).is_some()).collect();
+        let marked: Vec<bool> = states.iter().map(|s| state(s) == Some(true)).collect();
+        async move {
+            if marked == answered {
+                return (marked, answered.clone(), answered);
+            }
+            // Neither a marked majority nor every master: the re-seed could not trust its
+            // readings (`reseed::seed_value`), so it is not run (its readings would move
+            // epochs on for nothing, fencing off others' confirmations).
+            let marked_now = marked.iter().filter(|m| **m).count();
+            if marked_now < quorum && answered.contains(&false) {
+                return (marked, answered.clone(), answered);
+            }
+            // Some master that answered is not seeded for this slot: re-seed it
+            // (which also moves the marked masters' epochs on, so only here).
+            let reseeded = reseed::reseed_among(nodes, keys, timeout, &answered).await;
+            // A master the trusted re-seed could not mark refused the write (or left its
+            // term): it is not asked again in this sweep, as one that did not answer.
+            let still_asked = answered
+                .iter()
+                .zip(&reseeded.marked_nodes)
+                .map(|(answered, marked)| *answered && *marked)
+                .collect();
+            (reseeded.marked_nodes, answered, still_asked)
+        }
+    }))
+    .await
+}
+
+/// Records, on each master whose record was stale and that is now seeded on every slot
+/// (`complete`), that it is seeded for its term; the records after that.
+async fn record_seeded(
+    nodes: &[Node],
+    records: Vec<Record>,
+    complete: &[bool],
+    record_key: &[u8],
+    timeout: Duration,
+) -> Vec<Record> {
+    join_all(records.into_iter().zip(nodes.iter()).zip(complete).map(
+        |((record, node), complete)| async move {
+            match record {
+                Record::Stale(term) if *complete => {
+                    mark_seeded(node, record_key, &term, timeout).await
+                }
+                // No record on a Cluster voter: what this sweep saw of every slot.
+                Record::NotKept if *complete => Record::Seeded,
+                Record::NotKept => Record::Stale(String::new()),
+                other => other,
+            }
+        },
+    ))
+    .await
 }
 
 /// Whether each of `markers` names `node`'s current term: one request on a server that is no

@@ -331,170 +331,236 @@ struct Supervised {
     id: NodeId,
 }
 
-/// Keeps one server connected until every caller's handle is gone.
+/// Keeps one server connected until every caller's handle is gone:
+/// - connects (looking a Sentinel-resolved master up first), asks the server its identity and
+///   age, claims its `run_id` (one server, one vote) and loads our scripts;
+/// - publishes the link, and waits until a caller reports it broken or the sentinels switch
+///   the master;
+/// - on a failed attempt, waits (doubling, from `RECONNECT_MIN_DELAY` to `RECONNECT_MAX_DELAY`)
+///   or until a caller wants it.
 async fn supervise(fixed: Supervised, tx: watch::Sender<Link>, broken: Arc<BrokenSignal>) {
-    let Supervised {
-        source,
-        config,
-        connect_timeout,
-        ask_uptime,
-        serves,
-        servers,
-        id,
-    } = fixed;
-    let mut delay = RECONNECT_MIN_DELAY;
-    let mut generation = 0u64;
-    let mut run_id: Option<String> = None;
-    // The grace start of the server last connected to: kept while its `run_id` and
-    // replication id stay.
-    let mut started: Option<KeptStart> = None;
-    let mut server: Option<String> = None;
-    // The master a switch of the sentinels took this voter away from: when the reconnect
-    // finds it again, the sentinels disagree for now, and comparing at once would loop.
-    let mut switched_away: Option<String> = None;
+    let mut supervisor = Supervisor {
+        fixed,
+        broken,
+        delay: RECONNECT_MIN_DELAY,
+        generation: 0,
+        run_id: None,
+        started: None,
+        server: None,
+        switched_away: None,
+    };
     loop {
-        let attempt = async {
-            // A Sentinel-resolved voter looks its master up at every connection; the lookup
-            // (which also asks the named master its role) is bounded like a connection.
-            let budget = source.lookup_budget(connect_timeout);
-            let client = tokio::time::timeout(budget, source.client())
-                .await
-                .map_err(|_| NodeError::TimedOut(budget))?
-                .map_err(NodeError::Unreachable)?;
-            let address = client.get_connection_info().addr().to_string();
-            if source.follows_failovers() && server.as_deref() != Some(address.as_str()) {
-                tracing::info!(node = %id, master = %address, "the sentinels name this voter's master");
-                server = Some(address.clone());
-            }
-            let mut conn = client
-                .get_multiplexed_async_connection_with_config(&config)
-                .await
-                .map_err(NodeError::Unreachable)?;
-            // Always asked: the fenced acquire needs the server's run_id, and one server must not
-            // vote under two names. Only with a restart grace is an answer required; without
-            // one, a server that refuses INFO still serves plain locks (its fenced acquires
-            // report `NodeError::Unidentified`), and only the builder's address check guards it.
-            let age = match server_age(&mut conn).await {
-                Ok(age) => Some(age),
-                Err(err) if ask_uptime || breaks_connection(&err) => {
-                    return Err(NodeError::Unreachable(err));
-                }
-                Err(err) => {
-                    tracing::warn!(node = %id, error = %err, "INFO server refused: cannot check that this node is not another node's server under a second name");
-                    None
-                }
-            };
-            // Before the connection carries any request: one server, one vote.
-            if let Some(run_id) = age.as_ref().and_then(|age| age.run_id.as_deref()) {
-                servers
-                    .claim(&id, run_id)
-                    .map_err(|other| NodeError::SameServer {
-                        other,
-                        run_id: run_id.to_owned(),
-                    })?;
-            }
-            load_scripts(&mut conn, &id)
-                .await
-                .map_err(NodeError::Unreachable)?;
-            Ok::<_, NodeError>((conn, age, address))
-        };
         let result = tokio::select! {
             _ = tx.closed() => return,
-            result = attempt => result,
+            result = supervisor.connect() => result,
         };
-        match result {
+        let serving = match result {
             Ok((conn, age, address)) => {
-                let this_run_id = age
-                    .as_ref()
-                    .and_then(|age| age.run_id.as_deref().map(Arc::from));
-                let this_role_replica = age.as_ref().is_some_and(|age| age.replica);
-                let this_replid = age
-                    .as_ref()
-                    .and_then(|age| age.replid.as_deref().map(Arc::from));
-                let up_since = age.filter(|_| ask_uptime).map(|age| {
-                    let since =
-                        grace_start(started.as_ref(), Instant::now(), run_id.as_deref(), &age);
-                    if age.uptime.is_none() {
-                        tracing::warn!(node = %id, "INFO server has no usable uptime_in_seconds: the restart grace starts now");
-                    }
-                    started = age.run_id.clone().map(|run_id| KeptStart {
-                        run_id,
-                        replid: age.replid.clone(),
-                        since,
-                    });
-                    run_id = age.run_id.or(run_id.take());
-                    since
-                });
-                generation += 1;
-                delay = RECONNECT_MIN_DELAY;
-                tracing::debug!(node = %id, generation, up_for = ?up_since.map(|t| t.elapsed()), "connected");
-                tx.send_replace(Link::Ready(Ready {
-                    conn,
-                    generation,
-                    up_since,
-                    run_id: this_run_id,
-                    server: (serves != Serves::Fixed).then(|| Arc::from(address.as_str())),
-                    signal: broken.clone(),
-                    replica: serves == Serves::Shard && this_role_replica,
-                    replid: this_replid,
-                }));
-                // A Sentinel-resolved voter also reconnects when the sentinels switch its
-                // master, rather than voting on the demoted server until it refuses writes.
-                let compare = switched_away.take().as_deref() != Some(address.as_str());
-                let switched = source.switched_from(&address, compare);
-                tokio::pin!(switched);
-                loop {
-                    tokio::select! {
-                        _ = tx.closed() => return,
-                        _ = broken.notify.notified() => {}
-                        () = &mut switched => {
-                            tracing::info!(node = %id, "the sentinels switched this voter's master");
-                            switched_away = Some(address.clone());
-                            break;
-                        }
-                    }
-                    if broken.generation.load(Ordering::Acquire) >= generation {
-                        break;
-                    }
-                }
-                if broken.retired.load(Ordering::Acquire) >= generation {
-                    tracing::debug!(node = %id, "reconnecting to read the server's role again");
-                } else if switched_away.is_none() {
-                    tracing::warn!(node = %id, "connection lost, reconnecting");
-                }
-                tx.send_replace(Link::Connecting);
+                tx.send_replace(Link::Ready(supervisor.ready(conn, age, &address)));
+                supervisor.serve(&tx, address).await
+            }
+            Err(err) => supervisor.back_off(&tx, err).await,
+        };
+        if serving.is_none() {
+            return;
+        }
+    }
+}
+
+/// A supervisor's state across its connections.
+struct Supervisor {
+    fixed: Supervised,
+    broken: Arc<BrokenSignal>,
+    /// The wait before the next attempt after a failed one.
+    delay: Duration,
+    /// How many connections were made; a caller's report of a broken link names one.
+    generation: u64,
+    /// The `run_id` of the server last connected to.
+    run_id: Option<String>,
+    /// The grace start of the server last connected to: kept while its `run_id` and
+    /// replication id stay.
+    started: Option<KeptStart>,
+    /// The master the sentinels named last (a Sentinel-resolved voter).
+    server: Option<String>,
+    /// The master a switch of the sentinels took this voter away from: when the reconnect
+    /// finds it again, the sentinels disagree for now, and comparing at once would loop.
+    switched_away: Option<String>,
+}
+
+impl Supervisor {
+    /// One connection attempt: the connection, the server's age (when it answered), and its
+    /// address.
+    ///
+    /// # Cancel safety
+    /// Dropped part-way, the connection being made is dropped with it.
+    async fn connect(
+        &mut self,
+    ) -> Result<(MultiplexedConnection, Option<ServerAge>, String), NodeError> {
+        let Supervised {
+            source,
+            config,
+            connect_timeout,
+            ask_uptime,
+            servers,
+            id,
+            ..
+        } = &self.fixed;
+        // A Sentinel-resolved voter looks its master up at every connection; the lookup
+        // (which also asks the named master its role) is bounded like a connection.
+        let budget = source.lookup_budget(*connect_timeout);
+        let client = tokio::time::timeout(budget, source.client())
+            .await
+            .map_err(|_| NodeError::TimedOut(budget))?
+            .map_err(NodeError::Unreachable)?;
+        let address = client.get_connection_info().addr().to_string();
+        if source.follows_failovers() && self.server.as_deref() != Some(address.as_str()) {
+            tracing::info!(node = %id, master = %address, "the sentinels name this voter's master");
+            self.server = Some(address.clone());
+        }
+        let mut conn = client
+            .get_multiplexed_async_connection_with_config(config)
+            .await
+            .map_err(NodeError::Unreachable)?;
+        // Always asked: the fenced acquire needs the server's run_id, and one server must not
+        // vote under two names. Only with a restart grace is an answer required; without one,
+        // a server that refuses INFO still serves plain locks (its fenced acquires report
+        // `NodeError::Unidentified`), and only the builder's address check guards it.
+        let age = match server_age(&mut conn).await {
+            Ok(age) => Some(age),
+            Err(err) if *ask_uptime || breaks_connection(&err) => {
+                return Err(NodeError::Unreachable(err));
             }
             Err(err) => {
-                let newly_same = matches!(err, NodeError::SameServer { .. })
-                    && !matches!(&*tx.borrow(), Link::Down(NodeError::SameServer { .. }));
-                if newly_same {
-                    // A misconfiguration (or a name that moved): loud once, quiet on retries.
-                    tracing::error!(node = %id, error = %err, "node does not vote");
-                } else {
-                    tracing::debug!(node = %id, error = %err, retry_in = ?delay, "connection attempt failed");
+                tracing::warn!(node = %id, error = %err, "INFO server refused: cannot check that this node is not another node's server under a second name");
+                None
+            }
+        };
+        // Before the connection carries any request: one server, one vote.
+        if let Some(run_id) = age.as_ref().and_then(|age| age.run_id.as_deref()) {
+            servers
+                .claim(id, run_id)
+                .map_err(|other| NodeError::SameServer {
+                    other,
+                    run_id: run_id.to_owned(),
+                })?;
+        }
+        load_scripts(&mut conn, id)
+            .await
+            .map_err(NodeError::Unreachable)?;
+        Ok((conn, age, address))
+    }
+
+    /// The link a new connection makes, its restart grace counted from when its server
+    /// started (or kept, for the same server: `grace_start`).
+    fn ready(
+        &mut self,
+        conn: MultiplexedConnection,
+        age: Option<ServerAge>,
+        address: &str,
+    ) -> Ready {
+        let id = &self.fixed.id;
+        let run_id = age
+            .as_ref()
+            .and_then(|age| age.run_id.as_deref().map(Arc::from));
+        let replica = age.as_ref().is_some_and(|age| age.replica);
+        let replid = age
+            .as_ref()
+            .and_then(|age| age.replid.as_deref().map(Arc::from));
+        let up_since = age.filter(|_| self.fixed.ask_uptime).map(|age| {
+            let now = Instant::now();
+            let since = grace_start(self.started.as_ref(), now, self.run_id.as_deref(), &age);
+            if age.uptime.is_none() {
+                tracing::warn!(node = %id, "INFO server has no usable uptime_in_seconds: the restart grace starts now");
+            }
+            self.started = age.run_id.clone().map(|run_id| KeptStart {
+                run_id,
+                replid: age.replid.clone(),
+                since,
+            });
+            self.run_id = age.run_id.or(self.run_id.take());
+            since
+        });
+        self.generation += 1;
+        self.delay = RECONNECT_MIN_DELAY;
+        tracing::debug!(node = %id, generation = self.generation, up_for = ?up_since.map(|t| t.elapsed()), "connected");
+        let serves = self.fixed.serves;
+        Ready {
+            conn,
+            generation: self.generation,
+            up_since,
+            run_id,
+            server: (serves != Serves::Fixed).then(|| Arc::from(address)),
+            signal: self.broken.clone(),
+            replica: serves == Serves::Shard && replica,
+            replid,
+        }
+    }
+
+    /// Waits while the link serves: until a caller reports this connection broken, or the
+    /// sentinels switch this voter's master (rather than voting on the demoted server until
+    /// it refuses writes). `None` once every caller is gone.
+    async fn serve(&mut self, tx: &watch::Sender<Link>, address: String) -> Option<()> {
+        let id = &self.fixed.id;
+        let compare = self.switched_away.take().as_deref() != Some(address.as_str());
+        let switched = self.fixed.source.switched_from(&address, compare);
+        tokio::pin!(switched);
+        loop {
+            tokio::select! {
+                _ = tx.closed() => return None,
+                _ = self.broken.notify.notified() => {}
+                () = &mut switched => {
+                    tracing::info!(node = %id, "the sentinels switched this voter's master");
+                    self.switched_away = Some(address.clone());
+                    break;
                 }
-                tx.send_replace(Link::Down(err));
-                let earliest = tokio::time::Instant::now() + RECONNECT_MIN_DELAY;
-                // A cluster's master that is down may have left the cluster for good: its link
-                // tries again only when a request wants it, not on a timer forever.
-                let timer = async {
-                    if serves == Serves::Shard {
-                        std::future::pending::<()>().await;
-                    }
-                    tokio::time::sleep(delay).await;
-                };
-                tokio::select! {
-                    _ = tx.closed() => return,
-                    () = timer => {}
-                    // Wanted by a caller: retry early, but never more often than the minimum.
-                    _ = async {
-                        broken.wanted.notified().await;
-                        tokio::time::sleep_until(earliest).await;
-                    } => {}
-                }
-                delay = (delay * 2).min(RECONNECT_MAX_DELAY);
+            }
+            if self.broken.generation.load(Ordering::Acquire) >= self.generation {
+                break;
             }
         }
+        if self.broken.retired.load(Ordering::Acquire) >= self.generation {
+            tracing::debug!(node = %id, "reconnecting to read the server's role again");
+        } else if self.switched_away.is_none() {
+            tracing::warn!(node = %id, "connection lost, reconnecting");
+        }
+        tx.send_replace(Link::Connecting);
+        Some(())
+    }
+
+    /// After a failed attempt: publishes the error and waits before the next. `None` once
+    /// every caller is gone.
+    async fn back_off(&mut self, tx: &watch::Sender<Link>, err: NodeError) -> Option<()> {
+        let id = &self.fixed.id;
+        let newly_same = matches!(err, NodeError::SameServer { .. })
+            && !matches!(&*tx.borrow(), Link::Down(NodeError::SameServer { .. }));
+        if newly_same {
+            // A misconfiguration (or a name that moved): loud once, quiet on retries.
+            tracing::error!(node = %id, error = %err, "node does not vote");
+        } else {
+            tracing::debug!(node = %id, error = %err, retry_in = ?self.delay, "connection attempt failed");
+        }
+        tx.send_replace(Link::Down(err));
+        let earliest = tokio::time::Instant::now() + RECONNECT_MIN_DELAY;
+        // A cluster's master that is down may have left the cluster for good: its link tries
+        // again only when a request wants it, not on a timer forever.
+        let (serves, delay) = (self.fixed.serves, self.delay);
+        let timer = async {
+            if serves == Serves::Shard {
+                std::future::pending::<()>().await;
+            }
+            tokio::time::sleep(delay).await;
+        };
+        tokio::select! {
+            _ = tx.closed() => return None,
+            () = timer => {}
+            // Wanted by a caller: retry early, but never more often than the minimum.
+            _ = async {
+                self.broken.wanted.notified().await;
+                tokio::time::sleep_until(earliest).await;
+            } => {}
+        }
+        self.delay = (self.delay * 2).min(RECONNECT_MAX_DELAY);
+        Some(())
     }
 }
 
