@@ -25,7 +25,7 @@
 //! # Ok(()) }
 //! ```
 //!
-//! See the README for the guarantees and the assumptions they rest on.
+//! The guarantees and the assumptions they rest on: `DESIGN.md` §8, "The assumptions".
 //!
 //! # Features
 //!
@@ -36,8 +36,8 @@
 //!   installed as rustls's process default only if the application installed none before
 //!   building a client, so an application that has both compiled in does not panic at the
 //!   first TLS connection, and one that chose its own keeps it.
-//! - `metrics`: counters, histograms and a gauge through the `metrics` facade (names in the
-//!   README).
+//! - `metrics`: counters, histograms and a gauge through the `metrics` facade (names in
+//!   [`telemetry`]).
 //! - `testing`: [`testing::MemoryLocks`], an in-memory [`LockService`] for unit tests of code
 //!   written against the [`LockService`] and [`HeldLock`] traits (enable it in
 //!   `[dev-dependencies]`).
@@ -93,6 +93,11 @@ pub use protocol::acquire_many::MAX_RESOURCES_PER_LOCK;
 pub use protocol::leader_info::Leader;
 pub use protocol::permit::MAX_PERMITS;
 pub use voters::node_source::{ClusterVoter, IntoNode, NodeSource, SentinelVoter};
+
+/// The README's examples, compiled with the documentation's.
+#[cfg(doctest)]
+#[doc = include_str!("../README.md")]
+pub struct ReadmeDoctests;
 
 /// `Result` with [`Error`].
 pub type Result<T, E = Error> = std::result::Result<T, E>;

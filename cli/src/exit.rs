@@ -19,7 +19,7 @@ pub(crate) const NOT_EXECUTABLE: u8 = 126;
 /// The command was not found (as in a shell).
 pub(crate) const NOT_FOUND: u8 = 127;
 
-/// The exit-code table for `--help` and the README.
+/// The exit-code table for `--help` and `cli/README.md`.
 pub(crate) const TABLE: &str = "\
 Exit codes:
   0        success (run, elect: the command exited 0)

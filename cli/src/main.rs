@@ -1,4 +1,4 @@
-//! `redquorum`: Redlock from the shell. See `redquorum --help` and the README.
+//! `redquorum`: Redlock from the shell. See `redquorum --help` and `cli/README.md`.
 
 mod args;
 mod child;

@@ -7,8 +7,8 @@
 //! cores. What it can show is where the servers' work goes: with standalone voters every
 //! master sees every pair; with Cluster voters a voter's pairs spread over its masters, so the
 //! busiest server's CPU per pair falls, and with it the ceiling one core per server would put
-//! on throughput. The table prints that ceiling; the README does the arithmetic for larger
-//! deployments.
+//! on throughput. The table prints that ceiling; `benches/README.md` does the arithmetic for
+//! larger deployments.
 
 use std::time::Duration;
 

@@ -97,7 +97,9 @@ impl Builder {
         self
     }
 
-    /// The prefix of every key redquorum writes (binary-safe).
+    /// The prefix of every key redquorum writes (binary-safe): a lock's key is
+    /// `prefix{resource}`, the braces a Redis Cluster hash tag, so every key of one resource
+    /// shares its slot ([`KeyLayout::Tagged`](crate::KeyLayout)).
     pub fn key_prefix(mut self, prefix: impl AsRef<[u8]>) -> Self {
         self.config.key_prefix = prefix.as_ref().to_vec();
         self
@@ -127,8 +129,15 @@ impl Builder {
     /// `uptime_in_seconds` (`INFO server`, and `INFO replication` for a promotion) on every
     /// (re)connect; a master up for less than
     /// `grace` is reported as [`NodeError::RecentlyRestarted`](crate::NodeError::RecentlyRestarted)
-    /// for acquire (extend and release still go to it). The price: after restarts, fewer masters
-    /// vote for up to `grace`, and the ACL user needs `+info`.
+    /// for acquire (extend and release still go to it). A new `run_id`, or a promotion, counts
+    /// as a start:
+    /// - a master whose `run_id` changed under the client is held out for `grace` on the
+    ///   client's monotonic clock;
+    /// - `uptime_in_seconds`, a wall-clock reading, is only a hint for a master the client never
+    ///   saw, and an unusable one starts the grace now.
+    ///
+    /// The price: after restarts, fewer masters vote for up to `grace`, and the ACL user needs
+    /// `+info`.
     pub fn restart_grace(mut self, grace: Duration) -> Self {
         self.config.restart_grace = Some(grace);
         self
@@ -136,12 +145,19 @@ impl Builder {
 
     /// Give every lock a fencing token ([`Lock::fencing_token`](crate::Lock::fencing_token)).
     ///
-    /// Each master keeps a counter per resource (`prefix{resource}:fence`, no expiry). The
-    /// acquire script increments it where it sets the key; the token is the highest counter
-    /// among the granting majority, written back (never lowered) on every master that still
-    /// holds our key, and usable only once a majority confirmed it. Any later holder's majority
-    /// shares a master with ours, whose counter is already at our token, so its token is higher:
-    /// no clock is involved. It needs counters that survive restarts (`appendfsync always`).
+    /// Each master keeps one counter per hash slot (`prefix{TAG}:slot:fence`, no expiry), next
+    /// to a marker of the server term it was seeded for. The acquire script increments it where
+    /// it sets the key; the token is the highest counter among the granting majority, written
+    /// back (never lowered) on every master that still holds our key, and usable only once a
+    /// majority of the masters that granted confirmed it. Any later holder's majority shares a
+    /// master with ours, whose counter is already at our token, so its token is higher: no
+    /// clock is involved.
+    ///
+    /// A master that restarted or failed over does not count until its counters are re-seeded
+    /// from the others: in the background for every slot, and at once for a slot an acquire
+    /// needs ([`RedLock::fence_seeding`](crate::RedLock::fence_seeding)). A majority that
+    /// loses its counters at once cannot be recovered: run the masters with
+    /// `appendfsync always`. The argument: `DESIGN.md` §5.
     ///
     /// Costs one more round trip per acquire, and the ACL user needs `+incr`.
     pub fn fencing(mut self, enabled: bool) -> Self {
@@ -158,6 +174,12 @@ impl Builder {
     /// as the nodes reported it. Timed retries remain the fallback, so a lost message only
     /// costs a delay. The ACL user needs `+publish +subscribe +unsubscribe` and the channel
     /// pattern; without them waiting degrades to timed retries.
+    ///
+    /// Waiters also queue on the masters (`prefix{resource}:queue` and `:waiters`), and a
+    /// release hands the lock to the first live one, so they take turns in arrival order
+    /// (`DESIGN.md` §7); the queue needs `+exists +time +zadd +zrange +zrem +hdel`, without
+    /// which waiters race instead. A fenced acquire waits for the message but does not queue.
+    /// Off: timed retries only.
     pub fn wait_for_release(mut self, enabled: bool) -> Self {
         self.config.wait_for_release = enabled;
         self

@@ -147,7 +147,11 @@ impl RedLock {
     /// (`127.1` beside `127.0.0.1`, a second bind address, a Unix socket, a port forward, two
     /// DNS names of one host) does not vote. Here that is an error; on the lock path the node
     /// counts as failed, with [`NodeError::SameServer`](crate::NodeError::SameServer) in the
-    /// report, until it reaches a server of its own.
+    /// report, until it reaches a server of its own. A name can move to another voter's server
+    /// later: the check runs again at each reconnect. It needs the ACL's `+info`; without it
+    /// only the builder's address check guards you, and a warning says so. Why it matters even
+    /// though `SET NX` grants a key once per server: an extension is a compare-and-set, and
+    /// would count one server once per name (`DESIGN.md` §6).
     ///
     /// # Errors
     /// - [`Error::Config`] with [`ConfigError::DuplicateNode`](crate::ConfigError::DuplicateNode)
@@ -465,9 +469,17 @@ impl Builder {
     /// Validates the configuration and creates the handle. No I/O happens here: each node is
     /// connected in the background on first use (or by [`RedLock::connect`]).
     ///
+    /// One node, and an even number of nodes, are accepted but logged as weaker: 4 nodes
+    /// tolerate one failure, like 3.
+    ///
     /// # Errors
-    /// [`Error::Config`] for no nodes, a malformed node, the same server listed twice, a drift
-    /// factor outside `[0, 1)`, a zero timeout, or a retry policy with no attempt.
+    /// [`Error::Config`] for no nodes, a malformed node, the same server listed twice
+    /// (`localhost`, `127.0.0.1`, `::1` and `::ffff:127.0.0.1` count as one host), a drift
+    /// factor outside `[0, 1)`, a zero timeout, or a retry policy with no attempt. Each call
+    /// checks its own arguments too: an empty resource or one over
+    /// [`MAX_RESOURCE_LEN`](crate::MAX_RESOURCE_LEN) bytes, a ttl over
+    /// [`MAX_TTL`](crate::MAX_TTL), or one that leaves no validity after the drift and the
+    /// per-node timeout.
     pub fn build(self) -> Result<RedLock> {
         Ok(RedLock {
             shared: Arc::new(self.into_shared()?),

@@ -1,5 +1,7 @@
 //! Counting semaphores over the same masters: at most P holders at once, each with a permit
-//! that is a lock of its own (see `permit.rs` for why, and for the rounds).
+//! that is a lock of its own (see `permit.rs` for why, and for the rounds). A semaphore never
+//! has more than P keys on a master, and needs nothing newer than Redis 7.0 (plain
+//! `SET NX PX`, no hash-field expiry).
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};

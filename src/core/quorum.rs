@@ -130,7 +130,7 @@ impl Tally {
 // round started is the time the host slept, and the deadline moves that much earlier.
 //
 // Elsewhere (no `CLOCK_BOOTTIME`), a suspend cannot be told and is not detected: the
-// README's assumptions say so.
+// assumptions (`DESIGN.md` §8) say so.
 
 /// Both clocks, read together.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -1,6 +1,11 @@
-//! Metric names. With the `metrics` feature, redquorum records these through the
+//! What redquorum tells about itself: metrics and logs.
+//!
+//! # Metrics
+//!
+//! With the `metrics` feature, redquorum records these through the
 //! [`metrics`](https://docs.rs/metrics) facade (install any recorder/exporter); without it,
-//! nothing is recorded and nothing is linked.
+//! nothing is recorded and nothing is linked. `tests/integration/metric_recording.rs` checks
+//! the counts, the gauge and the per-node histograms with a real recorder.
 //!
 //! ```
 //! assert_eq!(redquorum::telemetry::LOCKS_HELD, "redquorum_locks_held");
@@ -8,11 +13,25 @@
 //!
 //! | name | kind | labels |
 //! |---|---|---|
-//! | `redquorum_operations_total` | counter | `operation` (acquire, extend, release, connect), `outcome` (ok, conflict, no_quorum, validity_exhausted, expired, config, no_runtime, lease_lost) |
+//! | `redquorum_operations_total` | counter | `operation` (acquire, extend, release, connect), `outcome` (ok, conflict, no_quorum, validity_exhausted, expired, config, no_runtime, lease_lost, no_leader, held_by_caller) |
 //! | `redquorum_rounds_total` | counter | `operation`, `decision` (won, lost) |
 //! | `redquorum_operation_duration_seconds` | histogram | `operation`, `outcome` |
 //! | `redquorum_node_latency_seconds` | histogram | `node` (`host:port`), `outcome` (success, refused, failed) |
 //! | `redquorum_locks_held` | gauge | — |
+//!
+//! # Logs
+//!
+//! redquorum logs through [`tracing`](https://docs.rs/tracing):
+//! - a `redquorum.acquire`, `redquorum.extend` or `redquorum.release` span per call (DEBUG;
+//!   fields: the resource, and the ttl or whether the lock had expired before the release);
+//! - a `round decided` event per round (DEBUG: the decision, the time taken, the nodes still
+//!   pending);
+//! - each node's answer (TRACE);
+//! - connection losses and reconnects, per node.
+//!
+//! Neither a whole token nor a password is ever logged, and no `Debug` output of a client, a
+//! lock or an error prints a password. `tests/observability.rs` captures every span and event
+//! at TRACE and checks it.
 
 use std::time::Duration;
 

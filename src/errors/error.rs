@@ -52,7 +52,19 @@ pub enum Error {
     /// [`RedLock::with_lock`](crate::RedLock::with_lock) (or `with_lock_using`) on the same
     /// resource and client, which would otherwise wait for itself until its own lock expired.
     /// Nothing was sent. Pass the work's [`LeaseSignal`](crate::LeaseSignal) (or the lock) down
-    /// instead of taking the lock again; see the README's "Asking again for a lock you hold".
+    /// instead of taking the lock again.
+    ///
+    /// There is no nested guard with a hold count, as Redisson's per-thread reentrant `RLock`
+    /// has:
+    /// - in async Rust the [`Lock`](crate::Lock) value is the ownership, so code that needs the
+    ///   lock takes `&mut Lock` or the work's `LeaseSignal` from its caller; a second guard
+    ///   would let one of two owners release the lock under the other;
+    /// - a task is not an owner the way Redisson's thread is: one task runs many futures
+    ///   (`join!`, `select!`), and two of them asking for one lock are two waiters.
+    ///
+    /// So the scope is the work's future: a task it spawns, or a future beside it, is another
+    /// owner and waits its turn (a work that awaits such a task deadlocks, as two threads
+    /// would). A plain `Lock` held in straight-line code has no such scope: pass it on.
     HeldByCaller {
         /// The resource, with non-printable bytes escaped.
         resource: String,

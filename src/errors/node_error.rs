@@ -39,7 +39,7 @@ pub enum NodeError {
     /// have gone back and must not enter a token), or no seeding with a majority of the other
     /// masters, or every master, up has reached it yet. The client re-seeds it and tries again
     /// at once; [`RedLock::fence_seeding`](crate::RedLock::fence_seeding) (`redquorum fence`)
-    /// shows which masters are seeded (see the README's "Restarted masters").
+    /// shows which masters are seeded (see `DESIGN.md` §6, "Restarted masters").
     #[error(
         "fence counter not seeded for the server's current term (restarted, failed over, or not \
          seeded yet): seeding it needs the other masters up; `redquorum fence` shows which are \

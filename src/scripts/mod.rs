@@ -17,7 +17,7 @@
 //! A round sends `EVALSHA` and, on `NOSCRIPT` (a restarted node, a `SCRIPT FLUSH`), loads the
 //! script and sends it once more (`request::Prepared::send`). The plain acquire is not a script:
 //! `SET NX PX` is atomic on its own, and a script would cost the server about five times the
-//! CPU (measured with `redis-benchmark`; see the README's Performance section).
+//! CPU (measured with `redis-benchmark`; see `benches/README.md`).
 
 use std::sync::OnceLock;
 
@@ -188,7 +188,7 @@ macro_rules! hand_over {
 /// on the tokens as before.
 /// The publish and every queue command are `pcall`s: an ACL without `+publish` costs waiters a
 /// delay, one without the queue's commands (`+exists +time +zadd +zrange +zrem +hdel`, the
-/// README's rule before the hand-off) their turn, never the release itself. The cleanup of a
+/// deploy guide's rule before the hand-off) their turn, never the release itself. The cleanup of a
 /// failed acquire passes no channel and no queue: waking or handing
 /// to waiters there would have them retry, fail and clean up in turn, waking each other for
 /// ever while the holder holds.

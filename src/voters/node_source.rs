@@ -563,8 +563,8 @@ impl IntoNode for SentinelVoter {
 /// resource shares that slot).
 ///
 /// A cluster is **one vote**, however many shards it has: distinct resources spread over its
-/// shards, which is how lock throughput grows past one server per voter (see the README's
-/// "Which topology"). Each shard master is a server of its own for the identity check and the
+/// shards, which is how lock throughput grows past one server per voter (see the deploy
+/// guide's "Which topology", `deploy/README.md`). Each shard master is a server of its own for the identity check and the
 /// restart grace: a shard that restarted (or a replica the cluster promoted) does not vote on
 /// the slots it serves until the grace has passed. A failover inside the cluster can lose a key
 /// (replication is asynchronous), which costs this voter's vote for that resource, as a

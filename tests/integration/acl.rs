@@ -1,4 +1,4 @@
-//! The least-privilege ACL user given in the README is enough, and nothing less is.
+//! The least-privilege ACL user given in the deploy guide is enough, and nothing less is.
 
 use std::time::{Duration, Instant};
 
@@ -9,8 +9,9 @@ use redquorum_testkit::Cluster;
 
 const TTL: Duration = Duration::from_secs(10);
 
-/// The rule the README gives operators, word for word (checked below).
-pub(crate) const README_RULE: &str = "ACL SETUSER redquorum on >CHANGE-ME resetkeys ~redquorum:* resetchannels &redquorum:* -@all +eval +evalsha +script|load +set +get +mget +incr +hget +hmget +hset +hdel +hincrby +del +exists +time +zadd +zrange +zrem +pexpire +pttl +publish +subscribe +unsubscribe +info";
+/// The rule the deploy guide (`deploy/README.md`) gives operators, word for word (checked by
+/// `deploy::the_deploy_docs_give_the_tested_acl_rule`).
+pub(crate) const ACL_RULE: &str = "ACL SETUSER redquorum on >CHANGE-ME resetkeys ~redquorum:* resetchannels &redquorum:* -@all +eval +evalsha +script|load +set +get +mget +incr +hget +hmget +hset +hdel +hincrby +del +exists +time +zadd +zrange +zrem +pexpire +pttl +publish +subscribe +unsubscribe +info";
 
 fn set_user(cluster: &Cluster, rule: &str) {
     for i in 0..cluster.len() {
@@ -30,19 +31,10 @@ fn client_as_user(cluster: &Cluster) -> RedLock {
         .expect("config")
 }
 
-#[test]
-fn the_readme_gives_this_exact_rule() {
-    let readme = include_str!("../../README.md");
-    assert!(
-        readme.contains(README_RULE),
-        "README must show: {README_RULE}"
-    );
-}
-
 #[tokio::test]
 async fn the_least_privilege_user_can_acquire_extend_and_release() {
     let cluster = Cluster::start(3);
-    set_user(&cluster, README_RULE);
+    set_user(&cluster, ACL_RULE);
     let rl = client_as_user(&cluster);
     let mut lock = rl
         .try_acquire("orders:42", TTL)
@@ -74,7 +66,7 @@ async fn the_least_privilege_user_can_acquire_extend_and_release() {
 #[tokio::test]
 async fn a_rule_without_pexpire_cannot_extend() {
     let cluster = Cluster::start(3);
-    set_user(&cluster, &README_RULE.replace(" +pexpire", ""));
+    set_user(&cluster, &ACL_RULE.replace(" +pexpire", ""));
     let rl = client_as_user(&cluster);
     let mut lock = rl
         .try_acquire("r", TTL)
@@ -94,7 +86,7 @@ async fn a_rule_without_pexpire_cannot_extend() {
 #[tokio::test]
 async fn a_rule_without_info_refuses_fencing_and_says_why() {
     let cluster = Cluster::start(3);
-    set_user(&cluster, &README_RULE.replace(" +info", ""));
+    set_user(&cluster, &ACL_RULE.replace(" +info", ""));
     let plain = client_as_user(&cluster);
     let lock = plain
         .try_acquire("r", TTL)
@@ -122,7 +114,7 @@ async fn a_rule_without_info_refuses_fencing_and_says_why() {
 #[tokio::test]
 async fn the_least_privilege_user_can_fence_elect_wait_and_inspect() {
     let cluster = Cluster::start(3);
-    set_user(&cluster, README_RULE);
+    set_user(&cluster, ACL_RULE);
     let urls = cluster.urls_with("redquorum:CHANGE-ME");
     let build = || {
         RedLock::builder(&urls)
@@ -168,7 +160,7 @@ async fn the_least_privilege_user_can_fence_elect_wait_and_inspect() {
 #[tokio::test]
 async fn without_publish_a_release_still_wakes_the_waiters_of_its_own_redlock() {
     let cluster = Cluster::start(3);
-    set_user(&cluster, &README_RULE.replace(" +publish", ""));
+    set_user(&cluster, &ACL_RULE.replace(" +publish", ""));
     let urls = cluster.urls_with("redquorum:CHANGE-ME");
     let retry_every = Duration::from_secs(10);
     let rl = RedLock::builder(&urls)
@@ -208,7 +200,7 @@ async fn without_publish_a_release_still_wakes_the_waiters_of_its_own_redlock() 
     cluster.assert_no_keys_under(PREFIX);
 }
 
-/// The README's rule before the hand-off (without `+exists +time +zadd +zrange +zrem +hdel`)
+/// The deploy guide's rule before the hand-off (without `+exists +time +zadd +zrange +zrem +hdel`)
 /// still acquires, waits and releases: the queue's commands are `pcall`s, so a waiter of
 /// another client is woken by the release message that names nobody and takes the free lock,
 /// and nothing is left behind.
@@ -218,10 +210,10 @@ async fn without_publish_a_release_still_wakes_the_waiters_of_its_own_redlock() 
 #[tokio::test]
 async fn the_rule_from_before_the_hand_off_still_waits_and_releases() {
     let cluster = Cluster::start(3);
-    let old_rule = README_RULE
+    let old_rule = ACL_RULE
         .replace(" +hdel", "")
         .replace(" +exists +time +zadd +zrange +zrem", "");
-    assert_ne!(old_rule, README_RULE);
+    assert_ne!(old_rule, ACL_RULE);
     set_user(&cluster, &old_rule);
     let holder = client_as_user(&cluster);
     let waiter = client_as_user(&cluster);
@@ -259,7 +251,7 @@ async fn the_rule_from_before_the_hand_off_still_waits_and_releases() {
     cluster.assert_no_keys_under(PREFIX);
 }
 
-/// What a Redis Cluster voter needs besides the rule, as the README and the deploy guide say.
+/// What a Redis Cluster voter needs besides the rule, as the deploy guide says.
 const CLUSTER_ADDITIONS: &str = "+cluster|slots +asking";
 
 /// The rule plus `+cluster|slots +asking` serves a Cluster voter, a slot migration included
@@ -270,14 +262,14 @@ const CLUSTER_ADDITIONS: &str = "+cluster|slots +asking";
 /// cluster voter's connection fails with a permission error.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_cluster_voter_works_under_the_rule_with_cluster_slots_and_asking() {
-    let readme = include_str!("../../README.md");
+    let deploy = include_str!("../../deploy/README.md");
     assert!(
-        readme.contains(CLUSTER_ADDITIONS),
-        "README must name {CLUSTER_ADDITIONS}"
+        deploy.contains(CLUSTER_ADDITIONS),
+        "deploy/README.md must name {CLUSTER_ADDITIONS}"
     );
     let standalone = Cluster::start(2);
     let cluster = redquorum_testkit::RedisCluster::start(3);
-    let rule = format!("{README_RULE} {CLUSTER_ADDITIONS}");
+    let rule = format!("{ACL_RULE} {CLUSTER_ADDITIONS}");
     set_user(&standalone, &rule);
     set_user(cluster.servers(), &rule);
     let client = || {
@@ -321,7 +313,7 @@ async fn a_cluster_voter_works_under_the_rule_with_cluster_slots_and_asking() {
     assert_eq!(on_cluster(), Vec::<usize>::new(), "released there");
     cluster.finish_migration(slot, to);
 
-    set_user(cluster.servers(), README_RULE);
+    set_user(cluster.servers(), ACL_RULE);
     let without = client()
         .connect()
         .await

@@ -178,7 +178,7 @@ fn the_systemd_unit_delays_every_start() {
 
 #[test]
 fn the_deploy_docs_give_the_tested_acl_rule() {
-    let rule = crate::acl::README_RULE;
+    let rule = crate::acl::ACL_RULE;
     assert!(
         DEPLOY_README.contains(rule),
         "deploy/README.md must show {rule}"
@@ -194,7 +194,7 @@ fn the_deploy_docs_give_the_tested_acl_rule() {
 async fn the_commented_acl_user_in_redis_conf_loads_and_works() {
     let dir = tempfile::tempdir().expect("tempdir");
     let conf = dir.path().join("redis.conf");
-    let rule = crate::acl::README_RULE.replacen("ACL SETUSER ", "# user ", 1);
+    let rule = crate::acl::ACL_RULE.replacen("ACL SETUSER ", "# user ", 1);
     std::fs::write(&conf, REDIS_CONF.replace(&rule, &rule[2..])).expect("write");
     let cluster = Cluster::start_from_config(3, &conf);
     let rl = RedLock::builder(cluster.urls_with("redquorum:CHANGE-ME"))

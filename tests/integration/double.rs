@@ -187,7 +187,8 @@ async fn the_double_meets_the_outcomes_of_five_real_masters() {
     }
 }
 
-/// The README's example, as it is written there.
+/// A user's function written against `LockService`, as the `testing` module's documentation
+/// shows one.
 async fn nightly_report(locks: &impl LockService) -> redquorum::Result<bool> {
     match locks
         .try_acquire("nightly-report", Duration::from_secs(60))
