@@ -67,15 +67,15 @@ mod voters;
 
 pub use self::core::telemetry;
 
+pub use self::core::config::{
+    DEFAULT_CONNECT_TIMEOUT, DEFAULT_DRIFT_FACTOR, MAX_DERIVED_NODE_TIMEOUT, MAX_TTL,
+    MIN_DERIVED_NODE_TIMEOUT,
+};
 pub use self::core::node_id::NodeId;
 pub use self::core::quorum::DRIFT_FLOOR;
 pub use self::core::report::{NodeOutcome, NodeReport, Report};
 pub use self::core::resource::{DEFAULT_KEY_PREFIX, KeyLayout, MAX_RESOURCE_LEN};
 pub use self::core::retry::RetryPolicy;
-pub use self::core::settings::{
-    DEFAULT_CONNECT_TIMEOUT, DEFAULT_DRIFT_FACTOR, MAX_DERIVED_NODE_TIMEOUT, MAX_TTL,
-    MIN_DERIVED_NODE_TIMEOUT,
-};
 pub use self::core::token::Token;
 pub use api::builder::Builder;
 pub use api::election::{Election, Leadership, Leading};

@@ -64,7 +64,10 @@ fn a_moved_function_is_found_missing() {
         )),
         Ok(())
     );
-    assert!(code.resolve(&path("Prepared::nothing_like_this")).is_err());
+    assert!(
+        code.resolve(&path("EncodedRequest::nothing_like_this"))
+            .is_err()
+    );
     assert!(code.resolve(&path("NoSuchType::send")).is_err());
 }
 

@@ -12,9 +12,15 @@ use redquorum_testkit::Cluster;
 const BIN: &str = env!("CARGO_BIN_EXE_redquorum");
 
 /// The binary with `--nodes` set to `cluster`, and no environment that could point it elsewhere.
+///
+/// Each request to a master may take 200 ms, not the 10 ms the tests' short ttls derive: on a
+/// loaded machine (CI runs the model checker beside these tests) a round can take longer, and
+/// a run would then fail to start.
 fn redquorum(cluster: &Cluster, scratch: &Path) -> Command {
     let mut cmd = bare(scratch);
-    cmd.arg("--nodes").arg(cluster.urls().join(","));
+    cmd.arg("--nodes")
+        .arg(cluster.urls().join(","))
+        .env("REDQUORUM_NODE_TIMEOUT", "200ms");
     cmd
 }
 
@@ -117,12 +123,15 @@ fn read_pid(path: &Path) -> Option<u32> {
     std::fs::read_to_string(path).ok()?.trim().parse().ok()
 }
 
-/// The arguments `run --ttl 1s --kill-grace 300ms r -- sh -c SCRIPT`.
-fn short_run_args(script: &str) -> [&str; 10] {
+/// The arguments `run --ttl 1s --node-timeout 200ms --kill-grace 300ms r -- sh -c SCRIPT`.
+fn short_run_args(script: &str) -> [&str; 12] {
     [
         "run",
         "--ttl",
         "1s",
+        // As `redquorum` sets it, for the runs started without it.
+        "--node-timeout",
+        "200ms",
         "--kill-grace",
         "300ms",
         "r",
@@ -133,13 +142,25 @@ fn short_run_args(script: &str) -> [&str; 10] {
     ]
 }
 
-/// `redquorum run --ttl 1s --kill-grace 300ms r -- sh -c SCRIPT`, its stderr piped.
+/// `redquorum run --ttl 1s --node-timeout 200ms --kill-grace 300ms r -- sh -c SCRIPT`, its
+/// stderr piped.
 fn short_run(cluster: &Cluster, scratch: &Path, script: &str) -> Child {
     redquorum(cluster, scratch)
         .args(short_run_args(script))
         .stderr(Stdio::piped())
         .spawn()
         .expect("spawn")
+}
+
+/// Waits (up to 10 s) for the command `run` started to write its pid to `file`; panics with
+/// what `run` said on stderr if it did not.
+fn started(run: &mut Child, file: &Path) -> u32 {
+    if !wait_until(Duration::from_secs(10), || read_pid(file).is_some()) {
+        let _ = run.kill();
+        let _ = run.wait();
+        panic!("the command did not start within 10 s: {}", stderr_of(run));
+    }
+    read_pid(file).expect("pid")
 }
 
 /// Pauses three of the five masters, so no renewal can succeed and the lock is lost at its
@@ -373,8 +394,7 @@ fn losing_the_lock_stops_the_whole_command_and_exits_76() {
         pids.display()
     );
     let mut run = short_run(&cluster, dir.path(), &script);
-    assert!(wait_until(Duration::from_secs(10), || read_pid(&pids).is_some()));
-    let sleep_pid = read_pid(&pids).expect("pid");
+    let sleep_pid = started(&mut run, &pids);
     assert!(alive(sleep_pid));
     let (code, err) = lose_the_majority(&mut cluster, &mut run);
     assert_eq!(code, 76, "{err}");
@@ -899,8 +919,7 @@ fn ctrl_z_stops_the_command_too_and_a_lapsed_lock_never_lets_it_run_again() {
         ticks.display()
     );
     let mut supervisor = short_run(&cluster, dir.path(), &script);
-    assert!(wait_until(Duration::from_secs(10), || read_pid(&pids).is_some()));
-    let shell = read_pid(&pids).expect("pid");
+    let shell = started(&mut supervisor, &pids);
     let lines = || {
         std::fs::read_to_string(&ticks)
             .map(|t| t.lines().count())

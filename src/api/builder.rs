@@ -2,8 +2,8 @@
 
 use std::time::Duration;
 
+use crate::core::config::{Config, MAX_TTL};
 use crate::core::retry::{Jitter, RetryPolicy};
-use crate::core::settings::{Config, MAX_TTL};
 use crate::errors::config_error::ConfigError;
 use crate::errors::error::Error;
 use crate::protocol::shared::Shared;
@@ -227,7 +227,7 @@ impl Builder {
         if config.fencing {
             config.needs_tagged_keys("fencing tokens")?;
         }
-        let watch = crate::voters::waiting::ReleaseWatch::new(clients.clone());
+        let watch = crate::voters::release_watch::ReleaseWatch::new(clients.clone());
         let servers = ServerIdentities::new();
         let nodes: Vec<Node> = clients
             .into_iter()

@@ -6,8 +6,8 @@ use tokio::sync::watch;
 
 use crate::api::lease::{Lease, LeaseOptions, LeaseSignal};
 use crate::api::redlock::RedLock;
+use crate::core::config::Timing;
 use crate::core::retry::RetryPolicy;
-use crate::core::settings::Timing;
 use crate::core::token::Token;
 use crate::errors::error::{Error, Failure, LostReason, Operation};
 use crate::protocol::leader_info::{self, Leader, Reading};

@@ -12,7 +12,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::Result;
 use crate::api::lock::Lock;
-use crate::core::quorum::Deadline;
+use crate::core::clock::Deadline;
 use crate::core::report::Report;
 use crate::errors::error::{Error, LostReason};
 
@@ -87,7 +87,7 @@ impl LeaseOptions {
 
 /// What the keep-alive task and the lease's holders share.
 #[derive(Debug)]
-struct Shared {
+struct LeaseState {
     valid_until: watch::Sender<LeaseDeadline>,
     lost: watch::Sender<Option<LostReason>>,
 }
@@ -292,7 +292,7 @@ pub(crate) fn lease<L: Renewable + Leased>(
 ) -> Lease {
     let (valid_until, valid_rx) = watch::channel(lock.lease_deadline());
     let (lost, lost_rx) = watch::channel(None);
-    let shared = Arc::new(Shared { valid_until, lost });
+    let shared = Arc::new(LeaseState { valid_until, lost });
     let (stop, stop_rx) = oneshot::channel();
     let renewed = {
         let shared = shared.clone();

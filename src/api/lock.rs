@@ -8,9 +8,9 @@ use tracing::Instrument;
 use std::sync::Arc;
 
 use crate::Result;
-use crate::core::quorum::Deadline;
+use crate::core::clock::Deadline;
+use crate::core::config::Timing;
 use crate::core::report::Report;
-use crate::core::settings::Timing;
 use crate::core::telemetry;
 use crate::core::token::Token;
 use crate::core::verdict::Rejection;

@@ -4,13 +4,14 @@
 //!
 //! Knows nothing of servers, connections or rounds: everything here is tested without Redis.
 
+pub(crate) mod clock;
+pub(crate) mod config;
 pub(crate) mod held_locks;
 pub(crate) mod node_id;
 pub(crate) mod quorum;
 pub(crate) mod report;
 pub(crate) mod resource;
 pub(crate) mod retry;
-pub(crate) mod settings;
 pub mod telemetry;
 pub(crate) mod token;
 pub(crate) mod verdict;

@@ -10,13 +10,13 @@ use crate::core::report::NodeOutcome;
 use crate::core::token::Token;
 use crate::errors::error::Operation;
 use crate::errors::node_error::NodeError;
-use crate::scripts::{Lua, ScriptReply};
+use crate::scripts::{LuaScript, ScriptReply};
 
 /// The command a round runs on every node.
 #[derive(Debug, Clone, Copy)]
 pub(crate) enum Command {
     /// One of our scripts (`EVALSHA`, loaded on `NOSCRIPT` and sent again).
-    Script(&'static Lua),
+    Script(&'static LuaScript),
     /// The plain acquire: `SET key token NX PX ttl`, one native command. A refusal does not
     /// say when the holder's key expires; the cleanup after a failed round does (its
     /// compare-and-delete answers with the holder's ttl, see `Report::learn_expiries`).
@@ -72,7 +72,7 @@ pub(crate) struct Request {
 /// the master the slot leaves, some on the one it goes to (or nowhere), and the script stays
 /// refused until the whole slot has moved, which can outlast any wait. A command on one key is
 /// never refused that way, so the script is sent again in parts of one key each, each routed
-/// and redirected on its own (`Prepared::send_part`).
+/// and redirected on its own (`Part::send`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum InParts {
     /// Never: sent whole again a few times. For acquires and renewals, where a vote not had
@@ -83,9 +83,9 @@ pub(crate) enum InParts {
     /// message instead of handed the lock. `UNDO_AND_QUEUE` undoes the grant without queueing
     /// the waiter on this voter this round.
     LockKeyAlone,
-    /// `DEQUEUE`: the script on the lock key alone, which passes a reservation for the leaving
-    /// waiter on to nobody (deleted, the release published). Then the waiter is taken off the
-    /// queue's keys (`KEYS[2]`, `KEYS[3]`) by `ZREM` and `HDEL`.
+    /// `DEQUEUE`: the waiter is taken off the queue's keys (`KEYS[2]`, `KEYS[3]`) by `ZREM`
+    /// and `HDEL`, then the script runs on the lock key alone and passes a reservation for
+    /// the leaving waiter on to nobody (deleted, the release published).
     LeaveQueue,
     /// The script once for each key (`RELEASE_MANY`, `GIVE_BACK_PERMITS`: every key is handled
     /// alike), with the same arguments, except that the payload's entries from
@@ -136,7 +136,7 @@ impl Request {
     /// a token (`scripts::DEQUEUE`).
     pub(crate) fn for_waiter(
         operation: Operation,
-        script: &'static Lua,
+        script: &'static LuaScript,
         key: &[u8],
         waiter: &str,
         done: NodeOutcome,
@@ -241,7 +241,12 @@ async fn query_loading(
 
 /// `lua` on `keys`, with the request's token, number and then `payload` as its arguments:
 /// `EVALSHA`, or `EVAL` for a script sent whole.
-fn script_command(lua: &Lua, keys: &[&[u8]], request: &Request, payload: &[Vec<u8>]) -> redis::Cmd {
+fn script_command(
+    lua: &LuaScript,
+    keys: &[&[u8]],
+    request: &Request,
+    payload: &[Vec<u8>],
+) -> redis::Cmd {
     let mut cmd = if lua.is_sent_whole() {
         let mut eval = redis::cmd("EVAL");
         eval.arg(lua.code());
@@ -267,7 +272,7 @@ fn script_command(lua: &Lua, keys: &[&[u8]], request: &Request, payload: &[Vec<u
 
 /// The parts `request` (the script `lua`, with extra keys) is sent in when a cluster refuses
 /// it whole (see [`InParts`]).
-fn parts(lua: &'static Lua, request: &Request) -> Vec<Part> {
+fn parts(lua: &'static LuaScript, request: &Request) -> Vec<Part> {
     let script = (!lua.is_sent_whole()).then(|| lua.script());
     let script_part = |key: &[u8], payload: &[Vec<u8>]| Part {
         key: key.to_vec(),
@@ -279,7 +284,10 @@ fn parts(lua: &'static Lua, request: &Request) -> Vec<Part> {
         InParts::Never => Vec::new(),
         InParts::LockKeyAlone => vec![script_part(&request.key, &request.payload)],
         InParts::LeaveQueue => {
-            let mut parts = vec![script_part(&request.key, &request.payload)];
+            // Off the queue first, then the reservation passed on, as the whole script does in
+            // one step: the other order would let a release between the parts hand the lock to
+            // this waiter, still queued, after the part that passes reservations on had run.
+            let mut parts = Vec::with_capacity(3);
             let queue_keys = [
                 ("ZREM", request.extra_keys.first()),
                 ("HDEL", request.extra_keys.get(1)),
@@ -296,6 +304,7 @@ fn parts(lua: &'static Lua, request: &Request) -> Vec<Part> {
                     });
                 }
             }
+            parts.push(script_part(&request.key, &request.payload));
             parts
         }
         InParts::EachKey { per_key_payload } => {
@@ -321,8 +330,8 @@ fn parts(lua: &'static Lua, request: &Request) -> Vec<Part> {
 
 /// A request built once per round and sent to every node as is: the arguments are encoded
 /// once, not once per node.
-pub(crate) struct Prepared {
-    wire: Wire,
+pub(crate) struct EncodedRequest {
+    wire: Encoding,
     /// The request in parts of one key each, for a cluster that refuses it whole with
     /// `TRYAGAIN` (see [`InParts`]); empty when it is never sent so.
     parts: Vec<Part>,
@@ -359,7 +368,7 @@ impl Part {
         &self.key
     }
 
-    /// Sends it on `conn`, as [`Prepared::send`] sends the whole request.
+    /// Sends it on `conn`, as [`EncodedRequest::send`] sends the whole request.
     pub(crate) async fn send(
         &self,
         conn: &mut MultiplexedConnection,
@@ -369,23 +378,23 @@ impl Part {
     }
 }
 
-enum Wire {
+enum Encoding {
     Script {
         script: &'static Script,
         evalsha: redis::Cmd,
         /// The same script with its last argument `1`, for the nodes marked (extend's re-add).
         marked: Option<(Vec<bool>, redis::Cmd)>,
-        /// Append the server's `run_id` to the arguments (see `Lua::takes_run_id`).
+        /// Append the server's `run_id` to the arguments (see `LuaScript::takes_run_id`).
         run_id: bool,
         /// Append each node's own value (see `Request::epochs`).
         per_node: Option<Vec<Option<u64>>>,
-        /// Sent as `EVAL` (`Lua::sent_whole`): never `NOSCRIPT`, never sent twice.
+        /// Sent as `EVAL` (`LuaScript::sent_whole`): never `NOSCRIPT`, never sent twice.
         whole: bool,
     },
     SetIfAbsent(redis::Cmd),
 }
 
-impl Prepared {
+impl EncodedRequest {
     pub(crate) fn new(request: &Request) -> Self {
         let wire = match request.command {
             Command::Script(lua) => {
@@ -400,7 +409,7 @@ impl Prepared {
                     evalsha.arg("0");
                     (nodes.clone(), marked)
                 });
-                Wire::Script {
+                Encoding::Script {
                     script,
                     evalsha,
                     marked,
@@ -416,7 +425,7 @@ impl Prepared {
                     .arg("NX")
                     .arg("PX")
                     .arg(request.number.unwrap_or(0));
-                Wire::SetIfAbsent(set)
+                Encoding::SetIfAbsent(set)
             }
         };
         let parts = match request.command {
@@ -450,7 +459,7 @@ impl Prepared {
         asking: bool,
     ) -> redis::RedisResult<Value> {
         match &self.wire {
-            Wire::Script {
+            Encoding::Script {
                 script,
                 evalsha,
                 marked,
@@ -481,7 +490,7 @@ impl Prepared {
                 let cmd = extended.as_ref().unwrap_or(cmd);
                 query_loading(cmd, Some(script), conn, asking).await
             }
-            Wire::SetIfAbsent(set) => query(set, conn, asking).await,
+            Encoding::SetIfAbsent(set) => query(set, conn, asking).await,
         }
     }
 
@@ -510,13 +519,13 @@ impl Prepared {
     /// Whether the request may be sent a second time (a script after `NOSCRIPT`): then it is
     /// ordered on its connection only once answered, not once queued.
     pub(crate) fn resendable(&self) -> bool {
-        matches!(self.wire, Wire::Script { whole: false, .. })
+        matches!(self.wire, Encoding::Script { whole: false, .. })
     }
 
     /// Whether the request carries the server's `run_id`, so cannot go to a server that
     /// would not say it.
     pub(crate) fn needs_run_id(&self) -> bool {
-        matches!(self.wire, Wire::Script { run_id: true, .. })
+        matches!(self.wire, Encoding::Script { run_id: true, .. })
     }
 
     /// Whether `outcome` is a node doing what was asked.
@@ -526,8 +535,8 @@ impl Prepared {
 
     pub(crate) fn classify(&self, reply: Value) -> (NodeOutcome, Option<Grant>) {
         match self.wire {
-            Wire::Script { .. } => classify(reply, &self.done),
-            Wire::SetIfAbsent(_) => classify_set_if_absent(reply, &self.done),
+            Encoding::Script { .. } => classify(reply, &self.done),
+            Encoding::SetIfAbsent(_) => classify_set_if_absent(reply, &self.done),
         }
     }
 }
@@ -777,7 +786,7 @@ mod tests {
             .collect()
     }
 
-    fn release_of(lua: &'static Lua, keys: &[&str], token: &Token) -> Request {
+    fn release_of(lua: &'static LuaScript, keys: &[&str], token: &Token) -> Request {
         Request::new(
             Operation::Release,
             Command::Script(lua),
@@ -802,7 +811,7 @@ mod tests {
                 per_key_payload: Some(1),
             })
             .with_payload(payload(&["id", "c1", "c2"]));
-        let prepared = Prepared::new(&request);
+        let prepared = EncodedRequest::new(&request);
         assert_eq!(prepared.parts().len(), 2);
         let hash = crate::scripts::RELEASE_MANY.script().get_hash();
         let t = token.expose();
@@ -821,7 +830,7 @@ mod tests {
                 per_key_payload: None,
             })
             .with_payload(payload(&["channel", "id"]));
-        let prepared = Prepared::new(&give_back);
+        let prepared = EncodedRequest::new(&give_back);
         assert_eq!(
             words(&prepared.parts[1].cmd)[3..],
             ["p1", t, "channel", "id"]
@@ -829,7 +838,9 @@ mod tests {
     }
 
     #[test]
-    fn a_waiter_leaves_with_the_lock_key_alone_then_one_command_per_queue_key() {
+    /// Mutation: the script part first (as it was, found by review): a release landing between
+    /// the parts hands the lock to the leaving waiter, still queued.
+    fn a_waiter_leaves_the_queue_then_passes_its_reservation_on() {
         let request = Request::for_waiter(
             Operation::Release,
             &crate::scripts::DEQUEUE,
@@ -840,20 +851,20 @@ mod tests {
         .with_extra_keys(payload(&["k:queue", "k:waiters"]))
         .in_parts(InParts::LeaveQueue)
         .with_payload(payload(&["ch", "id", "500"]));
-        let prepared = Prepared::new(&request);
+        let prepared = EncodedRequest::new(&request);
         let hash = crate::scripts::DEQUEUE.script().get_hash();
         let parts: Vec<Vec<String>> = prepared.parts.iter().map(|p| words(&p.cmd)).collect();
         assert_eq!(
             parts,
             [
-                vec!["EVALSHA", hash, "1", "k", "c.w", "ch", "id", "500"],
                 vec!["ZREM", "k:queue", "c.w"],
                 vec!["HDEL", "k:waiters", "c.w"],
+                vec!["EVALSHA", hash, "1", "k", "c.w", "ch", "id", "500"],
             ]
         );
         assert_eq!(
             prepared.parts.iter().map(|p| p.answers).collect::<Vec<_>>(),
-            [true, false, false]
+            [false, false, true]
         );
     }
 
@@ -861,17 +872,17 @@ mod tests {
     fn only_requests_with_several_keys_that_may_be_split_have_parts() {
         let token = Token::generate();
         let never = release_of(&crate::scripts::RELEASE, &["k", "q", "w"], &token);
-        assert!(Prepared::new(&never).parts().is_empty());
+        assert!(EncodedRequest::new(&never).parts().is_empty());
         let alone =
             release_of(&crate::scripts::RELEASE, &["k"], &token).in_parts(InParts::LockKeyAlone);
         assert!(
-            Prepared::new(&alone).parts().is_empty(),
+            EncodedRequest::new(&alone).parts().is_empty(),
             "one key: never refused"
         );
         let split = release_of(&crate::scripts::RELEASE, &["k", "q", "w"], &token)
             .in_parts(InParts::LockKeyAlone)
             .with_payload(payload(&["ch", "id", "500"]));
-        let prepared = Prepared::new(&split);
+        let prepared = EncodedRequest::new(&split);
         assert_eq!(prepared.parts().len(), 1);
         assert_eq!(
             words(&prepared.parts[0].cmd)[2..],
@@ -884,7 +895,7 @@ mod tests {
     #[test]
     fn parts_answer_as_the_whole_script_would() {
         let token = Token::generate();
-        let set = Prepared::new(
+        let set = EncodedRequest::new(
             &release_of(&crate::scripts::RELEASE_MANY, &["a", "b", "c"], &token).in_parts(
                 InParts::EachKey {
                     per_key_payload: Some(1),
@@ -902,7 +913,7 @@ mod tests {
             Err("down")
         );
         // The queue's commands answer 1 or 0, never the request's answer.
-        let leave = Prepared::new(
+        let leave = EncodedRequest::new(
             &Request::for_waiter(
                 Operation::Release,
                 &crate::scripts::DEQUEUE,
@@ -913,7 +924,7 @@ mod tests {
             .with_extra_keys(payload(&["k:queue", "k:waiters"]))
             .in_parts(InParts::LeaveQueue),
         );
-        assert_eq!(leave.combine(answers([-1, 1, 0])), Ok(Value::Int(-1)));
+        assert_eq!(leave.combine(answers([1, 0, -1])), Ok(Value::Int(-1)));
     }
 
     #[test]

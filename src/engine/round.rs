@@ -11,12 +11,13 @@ use futures::stream::FuturesUnordered;
 use tokio::sync::watch;
 use tokio_util::task::TaskTracker;
 
-use crate::core::quorum::{Awake, Deadline, Decision, Tally, Vote};
+use crate::core::clock::{Awake, Deadline};
+use crate::core::config::Timing;
+use crate::core::quorum::{Decision, Tally, Vote};
 use crate::core::report::{NodeOutcome, NodeReport, Report};
-use crate::core::settings::Timing;
 use crate::core::telemetry;
 use crate::core::verdict::{self, Rejection, RoundKind, Verdict};
-use crate::engine::request::{Grant, Prepared, Request};
+use crate::engine::request::{EncodedRequest, Grant, Request};
 use crate::engine::voter::Voter;
 use crate::errors::node_error::NodeError;
 
@@ -212,7 +213,7 @@ impl Round {
 
     /// The local deadline of a lock this round took or renewed: `ttl − drift` after the
     /// round's first send, brought forward by any suspend of the host since then
-    /// (`crate::core::quorum::Deadline`).
+    /// (`crate::core::clock::Deadline`).
     pub(crate) fn valid_until(&self, timing: &Timing) -> Deadline {
         Deadline::after(self.awake, timing.validity_span())
             .unwrap_or_else(|| Deadline::at(self.awake))
@@ -236,7 +237,7 @@ impl<V: Voter> Fanout<'_, V> {
     ///
     /// # Cancel safety
     /// Dropping the future abandons the requests not yet answered, but a release's (see
-    /// `Prepared::deliver_anyway`).
+    /// `EncodedRequest::deliver_anyway`).
     pub(crate) async fn run(
         &self,
         request: Request,
@@ -275,7 +276,7 @@ impl<V: Voter> Fanout<'_, V> {
         // On tokio's clock (the same as `start`'s outside tests), so the engine's timing can
         // be tested in virtual time.
         let deadline = tokio::time::Instant::now() + per_node_timeout;
-        let prepared = Arc::new(Prepared::new(&request));
+        let prepared = Arc::new(EncodedRequest::new(&request));
         let ordered = Ordered::new(self.voters.len());
         let mut flight = self.send(&prepared, &ordered, per_node_timeout, start, behind);
         let mut heard = Heard::new(self.voters.len());
@@ -348,7 +349,7 @@ impl<V: Voter> Fanout<'_, V> {
     /// still unordered, once it is ordered.
     fn send(
         &self,
-        prepared: &Arc<Prepared>,
+        prepared: &Arc<EncodedRequest>,
         ordered: &Arc<Ordered>,
         per_node_timeout: Duration,
         start: Instant,
@@ -376,19 +377,21 @@ impl<V: Voter> Fanout<'_, V> {
                 (per_node_timeout, start),
             )
         };
-        let (alone, bounded): (Vec<usize>, Vec<usize>) =
-            (0..self.voters.len()).partition(|i| waits.get(*i).copied().unwrap_or(false));
+        let behind = |index: &usize| waits.get(*index).copied().unwrap_or(false);
+        let count = self.voters.len();
+        let bounded = (0..count).filter(|i| !behind(i)).map(&ask).collect();
+        let alone = (0..count).filter(behind).map(&ask).collect();
         InFlight {
-            bounded: bounded.into_iter().map(ask).collect(),
-            alone: alone.into_iter().map(ask).collect(),
+            bounded,
+            alone,
             behind: waits,
         }
     }
 
     /// Stops waiting for the requests bounded by the round's deadline. A compare-and-delete
     /// is not dropped but followed in the background until its connection takes it (see
-    /// `Prepared::deliver_anyway`).
-    fn stop_waiting<F>(&self, flight: &mut InFlight<F>, prepared: &Prepared)
+    /// `EncodedRequest::deliver_anyway`).
+    fn stop_waiting<F>(&self, flight: &mut InFlight<F>, prepared: &EncodedRequest)
     where
         F: Future<Output = Answer> + Send + 'static,
     {
@@ -404,7 +407,7 @@ impl<V: Voter> Fanout<'_, V> {
         &self,
         mut flight: InFlight<F>,
         answers: &[Option<(NodeOutcome, Duration)>],
-        prepared: &Arc<Prepared>,
+        prepared: &Arc<EncodedRequest>,
         ordered: &Ordered,
         deadline: tokio::time::Instant,
     ) -> Stragglers
@@ -468,7 +471,7 @@ impl<V: Voter> Fanout<'_, V> {
     fn report(
         &self,
         answers: Vec<Option<(NodeOutcome, Duration)>>,
-        prepared: &Prepared,
+        prepared: &EncodedRequest,
         elapsed: Duration,
     ) -> Report {
         let lines = self
@@ -490,7 +493,7 @@ impl<V: Voter> Fanout<'_, V> {
 fn ask_one<V: Voter>(
     voters: Arc<[V]>,
     background: TaskTracker,
-    prepared: Arc<Prepared>,
+    prepared: Arc<EncodedRequest>,
     mark: MarkOnDrop,
     after: Option<Stragglers>,
     (per_node_timeout, start): (Duration, Instant),
@@ -643,7 +646,7 @@ impl Wait {
 }
 
 /// Polls requests we no longer wait for until each is answered (or its connection breaks), so
-/// the redis crate does not skip them as abandoned (see `Prepared::deliver_anyway`).
+/// the redis crate does not skip them as abandoned (see `EncodedRequest::deliver_anyway`).
 fn deliver_in_background<F>(background: &TaskTracker, mut requests: FuturesUnordered<F>)
 where
     F: std::future::Future + Send + 'static,
@@ -751,7 +754,7 @@ mod tests {
 
         fn ask(
             &self,
-            _request: &Prepared,
+            _request: &EncodedRequest,
             queued: impl FnOnce() + Send,
         ) -> impl Future<Output = (NodeOutcome, Option<Grant>)> + Send {
             self.sent_at.lock().expect("lock").push(Virtual::now());
@@ -950,7 +953,7 @@ mod tests {
     }
 
     /// Mutation: dropping a release's request at the deadline like any other
-    /// (`Prepared::deliver_anyway` false) leaves the slow voter's delete unsent.
+    /// (`EncodedRequest::deliver_anyway` false) leaves the slow voter's delete unsent.
     #[tokio::test(start_paused = true)]
     async fn a_release_is_settled_at_the_majority_and_its_slow_deletes_still_delivered() {
         let slow = || vec![After(Duration::from_millis(200), NodeOutcome::Released)];
@@ -1015,9 +1018,9 @@ mod tests {
     /// its voter's connection: a `SET` at once (queued is enough), a script only once answered
     /// (a `NOSCRIPT` answer sends it again).
     ///
-    /// Mutation: marking a `SET` ordered only once answered (`Prepared::resendable` always
+    /// Mutation: marking a `SET` ordered only once answered (`EncodedRequest::resendable` always
     /// true) sends the delete behind it at 20 ms instead of at 1 ms; marking a
-    /// script ordered when queued (`Prepared::resendable` false) sends the delete behind the
+    /// script ordered when queued (`EncodedRequest::resendable` false) sends the delete behind the
     /// script at 1 ms instead of at 20 ms.
     #[tokio::test(start_paused = true)]
     async fn a_delete_waits_only_until_the_straggler_on_its_voter_is_ordered() {

@@ -11,7 +11,7 @@ use redis::ServerErrorKind;
 
 use crate::core::node_id::NodeId;
 use crate::core::report::NodeOutcome;
-use crate::engine::request::{Grant, Part, Prepared};
+use crate::engine::request::{EncodedRequest, Grant, Part};
 use crate::errors::node_error::NodeError;
 use crate::voters::node::Node;
 use crate::voters::server_link::breaks_connection;
@@ -50,10 +50,10 @@ pub(crate) trait Voter: Send + Sync + 'static {
     ///
     /// # Cancel safety
     /// Dropping the future abandons the request; one already queued on the connection may
-    /// still reach the server (see `Prepared::deliver_anyway`).
+    /// still reach the server (see `EncodedRequest::deliver_anyway`).
     fn ask(
         &self,
-        request: &Prepared,
+        request: &EncodedRequest,
         queued: impl FnOnce() + Send,
     ) -> impl Future<Output = (NodeOutcome, Option<Grant>)> + Send;
 }
@@ -77,7 +77,7 @@ impl Voter for Node {
 
     async fn ask(
         &self,
-        request: &Prepared,
+        request: &EncodedRequest,
         queued: impl FnOnce() + Send,
     ) -> (NodeOutcome, Option<Grant>) {
         // A request to a Cluster voter may be redirected and sent again elsewhere, so it is
@@ -121,7 +121,7 @@ fn is_try_again(err: &redis::RedisError) -> bool {
 /// As `Voter::ask`.
 async fn exchange(
     node: &Node,
-    request: &Prepared,
+    request: &EncodedRequest,
     part: Option<&Part>,
     queued: &mut Option<impl FnOnce() + Send>,
 ) -> Result<redis::Value, NodeError> {

@@ -16,15 +16,16 @@
 use std::sync::Arc;
 use std::time::Instant;
 
+use crate::core::config::Timing;
 use crate::core::report::{NodeOutcome, Report};
 use crate::core::retry::RetryPolicy;
-use crate::core::settings::Timing;
 use crate::core::token::Token;
 use crate::core::verdict::Rejection;
 use crate::engine::request::{Command, Request};
 use crate::engine::round::{Round, Wait};
 use crate::errors::error::{Error, Operation};
-use crate::protocol::acquire::{Acquired, give_up_or_wait};
+use crate::protocol::acquire::Acquired;
+use crate::protocol::between_rounds::give_up_or_wait;
 use crate::protocol::cleanup::Cleanup;
 use crate::protocol::release::Delete;
 use crate::protocol::shared::Shared;

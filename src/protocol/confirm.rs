@@ -1,9 +1,9 @@
 //! The fencing confirm: the second round of a fenced acquire.
 
+use crate::core::config::Timing;
 use crate::core::quorum::Vote;
 use crate::core::report::{NodeOutcome, Report};
 use crate::core::resource::FenceKeys;
-use crate::core::settings::Timing;
 use crate::core::token::Token;
 use crate::core::verdict::{Rejection, RoundKind};
 use crate::engine::request::{Command, Request};

@@ -1,7 +1,7 @@
 //! Extend: renewing a held lock's ttl on every node.
 
+use crate::core::config::Timing;
 use crate::core::report::{NodeOutcome, Report};
-use crate::core::settings::Timing;
 use crate::core::token::Token;
 use crate::core::verdict::Rejection;
 use crate::engine::request::{Command, Request};

@@ -386,7 +386,7 @@ async fn mark_seeded(node: &Node, key: &[u8], term: &str, timeout: Duration) -> 
 /// not answer in time, refused, or would not say its `run_id`.
 async fn run_script<T: redis::FromRedisValue>(
     node: &Node,
-    lua: &scripts::Lua,
+    lua: &scripts::LuaScript,
     keys: &[&[u8]],
     args: &[&str],
     timeout: Duration,

@@ -12,9 +12,9 @@ use std::pin::Pin;
 use std::sync::Arc;
 use std::time::Duration;
 
+use crate::core::config::Timing;
 use crate::core::report::{NodeOutcome, Report};
 use crate::core::resource::FenceKeys;
-use crate::core::settings::Timing;
 use crate::core::token::Token;
 use crate::core::verdict::Rejection;
 use crate::engine::request::{Command, Request};

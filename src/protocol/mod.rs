@@ -6,6 +6,7 @@
 
 pub(crate) mod acquire;
 pub(crate) mod acquire_many;
+pub(crate) mod between_rounds;
 pub(crate) mod cleanup;
 pub(crate) mod confirm;
 pub(crate) mod extend;

@@ -28,17 +28,18 @@ use std::time::Instant;
 
 use rand::RngExt;
 
+use crate::core::config::Timing;
 use crate::core::quorum::Tally;
 use crate::core::report::{NodeOutcome, NodeReport, Report};
 use crate::core::resource;
 use crate::core::retry::RetryPolicy;
-use crate::core::settings::Timing;
 use crate::core::token::Token;
 use crate::core::verdict::Rejection;
 use crate::engine::request::{Command, Grant, Request};
 use crate::engine::round::{Round, Wait};
 use crate::errors::error::{Error, Operation};
-use crate::protocol::acquire::{Acquired, give_up_or_wait};
+use crate::protocol::acquire::Acquired;
+use crate::protocol::between_rounds::give_up_or_wait;
 use crate::protocol::cleanup::Cleanup;
 use crate::protocol::release::Delete;
 use crate::protocol::shared::Shared;
@@ -151,7 +152,7 @@ pub(crate) async fn acquire_permit(
 }
 
 /// A permit round that did not produce a permit.
-struct FailedRound {
+struct LostRound {
     rejection: Rejection,
     report: Report,
     /// Masters granted different permits (they disagreed about which were free): worth
@@ -170,7 +171,7 @@ async fn permit_round(
     shared: &Arc<Shared>,
     keys: &[Vec<u8>],
     timing: &Timing,
-) -> Result<(Round, Token, u32), FailedRound> {
+) -> Result<(Round, Token, u32), LostRound> {
     let token = Token::generate();
     let count = keys.len();
     let first = rand::rng().random_range(0..count);
@@ -261,7 +262,7 @@ async fn permit_round(
                 .report
                 .iter()
                 .any(|line| matches!(line.outcome(), NodeOutcome::OtherPermit(_)));
-            Err(FailedRound {
+            Err(LostRound {
                 rejection,
                 report: round.report,
                 split,

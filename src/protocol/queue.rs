@@ -3,10 +3,10 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use crate::core::config::Timing;
 use crate::core::report::NodeOutcome;
 use crate::core::resource;
 use crate::core::retry::RetryPolicy;
-use crate::core::settings::Timing;
 use crate::core::token::Token;
 use crate::engine::request::{InParts, Request};
 use crate::engine::round::{Round, Stragglers, Wait};
@@ -14,7 +14,7 @@ use crate::errors::error::Operation;
 use crate::protocol::release::hand_over_arguments;
 use crate::protocol::shared::Shared;
 use crate::scripts;
-use crate::voters::waiting::Subscription;
+use crate::voters::release_watch::Subscription;
 
 /// A waiting acquire's place in the lock's queue on the nodes (`scripts::QUEUED_ACQUIRE`): a
 /// release hands the lock to the first live waiter, so waiters are served in turn and a

@@ -126,7 +126,7 @@ async fn delete_everywhere(
     wait: Wait,
 ) -> Round {
     let release_id = token.release_id();
-    let compare_and_delete = |script: &'static scripts::Lua| {
+    let compare_and_delete = |script: &'static scripts::LuaScript| {
         Request::new(
             Operation::Release,
             Command::Script(script),

@@ -8,13 +8,13 @@ use std::time::Duration;
 
 use tokio_util::task::TaskTracker;
 
+use crate::core::config::Config;
 use crate::core::retry::Jitter;
-use crate::core::settings::Config;
 use crate::engine::round::Fanout;
 use crate::errors::error::Error;
 use crate::protocol::fence_sweep::{self, FenceSweep};
 use crate::voters::node::Node;
-use crate::voters::waiting::ReleaseWatch;
+use crate::voters::release_watch::ReleaseWatch;
 
 /// The state behind a [`RedLock`](crate::RedLock) and every lock it hands out.
 #[derive(Debug)]

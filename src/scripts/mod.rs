@@ -15,7 +15,7 @@
 //! | `{-1, p, 0}` | permit acquire: the key of permit `p` was set |
 //!
 //! A round sends `EVALSHA` and, on `NOSCRIPT` (a restarted node, a `SCRIPT FLUSH`), loads the
-//! script and sends it once more (`request::Prepared::send`). The plain acquire is not a script:
+//! script and sends it once more (`request::EncodedRequest::send`). The plain acquire is not a script:
 //! `SET NX PX` is atomic on its own, and a script would cost the server about five times the
 //! CPU (measured with `redis-benchmark`; see `benches/README.md`).
 
@@ -25,19 +25,19 @@ use redis::Script;
 
 /// One of our scripts: its source, loaded on every new connection, and its [`Script`], which
 /// hashes the source once per process.
-pub(crate) struct Lua {
+pub(crate) struct LuaScript {
     code: &'static str,
     script: OnceLock<Script>,
     /// The script's last argument is the `run_id` of the server it runs on, which differs
-    /// from node to node: the round appends it per node (`request::Prepared::send`).
+    /// from node to node: the round appends it per node (`request::EncodedRequest::send`).
     takes_run_id: bool,
     /// Sent whole (`EVAL`), never by hash: a server that lost its script cache runs it all
     /// the same, so a request is never sent twice and is ordered on its connection as soon
-    /// as it is queued, like a native command (`request::Prepared::resendable`).
+    /// as it is queued, like a native command (`request::EncodedRequest::resendable`).
     sent_whole: bool,
 }
 
-impl Lua {
+impl LuaScript {
     const fn new(code: &'static str) -> Self {
         Self {
             code,
@@ -82,9 +82,9 @@ impl Lua {
     }
 }
 
-impl std::fmt::Debug for Lua {
+impl std::fmt::Debug for LuaScript {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_tuple("Lua")
+        f.debug_tuple("LuaScript")
             .field(&self.script().get_hash())
             .finish()
     }
@@ -92,7 +92,7 @@ impl std::fmt::Debug for Lua {
 
 /// Every script sent by hash, for loading them all on a new connection (`QUEUED_ACQUIRE` is
 /// sent whole).
-pub(crate) fn all() -> [&'static Lua; 16] {
+pub(crate) fn all() -> [&'static LuaScript; 16] {
     [
         &ACQUIRE_MANY,
         &EXTEND_MANY,
@@ -192,7 +192,7 @@ macro_rules! hand_over {
 /// failed acquire passes no channel and no queue: waking or handing
 /// to waiters there would have them retry, fail and clean up in turn, waking each other for
 /// ever while the holder holds.
-pub(crate) static RELEASE: Lua = Lua::new(compare_and!(hand_over!()));
+pub(crate) static RELEASE: LuaScript = LuaScript::new(compare_and!(hand_over!()));
 
 /// Lua that joins the lock's queue (`KEYS[2]`, liveness in `KEYS[3]`) as waiter `ARGV[$id]`
 /// with place `ARGV[$place]` (the waiter's own clock when it first queued, in µs: the same on
@@ -233,7 +233,7 @@ macro_rules! join_queue {
 /// the release). Held back, that release could let the next waiter's round overtake it there:
 /// refused by the key the release was about to hand over, that waiter would stay queued on
 /// the node and be handed the lock it already holds elsewhere, reserving the key for nobody.
-pub(crate) static QUEUED_ACQUIRE: Lua = Lua::sent_whole(concat!(
+pub(crate) static QUEUED_ACQUIRE: LuaScript = LuaScript::sent_whole(concat!(
     "local value = redis.call('GET', KEYS[1])\n",
     "if not value or value == 'handoff:' .. ARGV[3] then\n",
     "  redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])\n",
@@ -254,7 +254,7 @@ pub(crate) static QUEUED_ACQUIRE: Lua = Lua::sent_whole(concat!(
 /// token and answers `-1`. A client never holds part of a set on a master, so two clients
 /// asking for overlapping sets in any order cannot deadlock: each round either takes all of a
 /// master's keys or none, and a failed round gives back what it took elsewhere.
-pub(crate) static ACQUIRE_MANY: Lua = Lua::new(concat!(
+pub(crate) static ACQUIRE_MANY: LuaScript = LuaScript::new(concat!(
     "for _, key in ipairs(KEYS) do\n",
     "  local ttl = redis.call('PTTL', key)\n",
     "  if ttl == -1 then return -3 end\n",
@@ -270,7 +270,7 @@ pub(crate) static ACQUIRE_MANY: Lua = Lua::new(concat!(
 /// missing, else its holder's ttl): a master where one key of the set expired or belongs to
 /// someone else does not hold the set, and renewing the others there would extend another
 /// client's key.
-pub(crate) static EXTEND_MANY: Lua = Lua::new(concat!(
+pub(crate) static EXTEND_MANY: LuaScript = LuaScript::new(concat!(
     "for _, key in ipairs(KEYS) do\n",
     "  local value = redis.call('GET', key)\n",
     "  if value ~= ARGV[1] then\n",
@@ -289,7 +289,7 @@ pub(crate) static EXTEND_MANY: Lua = Lua::new(concat!(
 /// of the whole set: deletes every key that holds the token and publishes the release on its
 /// channel, so waiters for any of them wake; answers `-1` when every key was ours, else for
 /// the first key that was not, as `compare_and!` does. Nothing is handed over.
-pub(crate) static RELEASE_MANY: Lua = Lua::new(concat!(
+pub(crate) static RELEASE_MANY: LuaScript = LuaScript::new(concat!(
     "local answer = -1\n",
     "for i, key in ipairs(KEYS) do\n",
     "  local value = redis.call('GET', key)\n",
@@ -316,7 +316,7 @@ pub(crate) static RELEASE_MANY: Lua = Lua::new(concat!(
 /// expires). Each permit is a lock of its own: the client trusts a permit only when a majority
 /// of masters granted *that* permit, never by adding grants of different ones (see
 /// `crate::protocol::permit`). O(P) per call; the number of permits is bounded (`MAX_PERMITS`).
-pub(crate) static ACQUIRE_PERMIT: Lua = Lua::new(concat!(
+pub(crate) static ACQUIRE_PERMIT: LuaScript = LuaScript::new(concat!(
     "local shortest = -1\n",
     "for i, key in ipairs(KEYS) do\n",
     "  if redis.call('SET', key, ARGV[1], 'NX', 'PX', ARGV[2]) then\n",
@@ -333,7 +333,7 @@ pub(crate) static ACQUIRE_PERMIT: Lua = Lua::new(concat!(
 /// `ARGV[3]` a release id. Deletes each key that holds the token (the permits a failed or
 /// split permit round was granted, or all but the one it keeps) and, when it deleted any,
 /// publishes, since a permit came free; answers `-1`.
-pub(crate) static GIVE_BACK_PERMITS: Lua = Lua::new(concat!(
+pub(crate) static GIVE_BACK_PERMITS: LuaScript = LuaScript::new(concat!(
     "local given = 0\n",
     "for _, key in ipairs(KEYS) do\n",
     "  if redis.call('GET', key) == ARGV[1] then\n",
@@ -353,7 +353,7 @@ pub(crate) static GIVE_BACK_PERMITS: Lua = Lua::new(concat!(
 /// the queue (or keeps its place), so a waiter is queued from its first refusal on without a
 /// round of its own. With `KEYS[1]` alone (a half-moved cluster slot, see
 /// `request::InParts`), only undoes.
-pub(crate) static UNDO_AND_QUEUE: Lua = Lua::new(concat!(
+pub(crate) static UNDO_AND_QUEUE: LuaScript = LuaScript::new(concat!(
     "local value = redis.call('GET', KEYS[1])\n",
     "local answer = -2\n",
     "if value == ARGV[1] then\n",
@@ -377,7 +377,7 @@ pub(crate) static UNDO_AND_QUEUE: Lua = Lua::new(concat!(
 /// waits would idle the lock until it lapses, and its lapse wakes nobody. `-1`. With `KEYS[1]`
 /// alone (a half-moved cluster slot, see `request::InParts`), only passes a reservation on,
 /// to nobody: the client leaves the queue's keys with one command each.
-pub(crate) static DEQUEUE: Lua = Lua::new(concat!(
+pub(crate) static DEQUEUE: LuaScript = LuaScript::new(concat!(
     "if KEYS[2] then\n",
     "  redis.pcall('ZREM', KEYS[2], ARGV[1])\n",
     "  redis.pcall('HDEL', KEYS[3], ARGV[1])\n",
@@ -399,7 +399,7 @@ pub(crate) static DEQUEUE: Lua = Lua::new(concat!(
 /// spreads to nodes that come back and survives losing one of the first. A granting node that
 /// lost our key is not re-added: that loss is evidence the verdict must see
 /// (`crate::core::verdict`).
-pub(crate) static EXTEND: Lua = Lua::new(
+pub(crate) static EXTEND: LuaScript = LuaScript::new(
     r"
 local value = redis.call('GET', KEYS[1])
 if value == ARGV[1] then
@@ -468,7 +468,7 @@ macro_rules! fence_term {
 /// by an older version is folded into the slot's counter first (the larger wins) and deleted,
 /// so tokens never go back across the upgrade. (The plain acquire is no script: it sends
 /// `SET NX PX` and `PTTL` as two native commands, see `request::Command`.)
-pub(crate) static ACQUIRE_FENCED: Lua = Lua::with_run_id(concat!(
+pub(crate) static ACQUIRE_FENCED: LuaScript = LuaScript::with_run_id(concat!(
     fence_term!("ARGV[3]"),
     r"local seed = redis.call('HMGET', KEYS[3], 'run', 'epoch')
 if seed[1] ~= term then return -6 end
@@ -502,7 +502,7 @@ return ttl
 /// (found by review: with the epoch moved on only where marked, a holder confirmed on such a
 /// master after the reading, plus one whose confirmation an empty restart lost, could share
 /// a majority with a later holder's lower token).
-pub(crate) static SEED_READ: Lua = Lua::new(concat!(
+pub(crate) static SEED_READ: LuaScript = LuaScript::new(concat!(
     fence_term!("ARGV[1]"),
     r"local run = redis.call('HGET', KEYS[2], 'run')
 redis.call('HINCRBY', KEYS[2], 'epoch', 1)
@@ -518,7 +518,7 @@ return {redis.call('GET', KEYS[1]), run, legacy, term}
 /// the counter to at least `ARGV[1]` (never lowers it) and marks it re-seeded for that term.
 /// Should the server have restarted, or its dataset been replaced, since the reading, nothing
 /// is trusted that was learned about an earlier term.
-pub(crate) static SEED_FENCE: Lua = Lua::new(concat!(
+pub(crate) static SEED_FENCE: LuaScript = LuaScript::new(concat!(
     fence_term!("ARGV[2]"),
     r"if term ~= ARGV[3] then return -6 end
 local fence = tonumber(redis.call('GET', KEYS[1]) or '0') or 0
@@ -534,7 +534,7 @@ return -1
 /// empty, the script reads it from `INFO server`: for `redquorum status`, which sends one
 /// request to every server). Answers `{term, m1, m2, …}`: the server's current term
 /// (`fence_term!`), and for each key 1 when it names that term, else 0. Changes nothing.
-pub(crate) static FENCE_STATE: Lua = Lua::new(concat!(
+pub(crate) static FENCE_STATE: LuaScript = LuaScript::new(concat!(
     r"local run = ARGV[1]
 if not run or run == '' then
   run = string.match(redis.call('INFO', 'server'), 'run_id:(%x+)') or ''
@@ -553,7 +553,7 @@ return answer
 /// `run_id`, `ARGV[2]` the term a sweep found it in (`FENCE_STATE`). Only while the server is
 /// still in that term (else `-6`): records that every slot's counter on this server is seeded
 /// for it (`crate::protocol::fence_sweep`), so clients need not look again until the term changes.
-pub(crate) static MARK_SEEDED: Lua = Lua::new(concat!(
+pub(crate) static MARK_SEEDED: LuaScript = LuaScript::new(concat!(
     fence_term!("ARGV[1]"),
     r"if term ~= ARGV[2] then return -6 end
 redis.call('HSET', KEYS[1], 'run', term)
@@ -584,7 +584,7 @@ return -1
 /// whose grant landed after the decision holds our key too, but its counter never entered T;
 /// counting it let two holders share a token, or a later one get a lower token (`DESIGN.md`
 /// §5; `crate::model` finds it with the old rule).
-pub(crate) static CONFIRM_FENCE: Lua = Lua::with_run_id(compare_and!(concat!(
+pub(crate) static CONFIRM_FENCE: LuaScript = LuaScript::with_run_id(compare_and!(concat!(
     fence_term!("ARGV[4]"),
     "if redis.call('HGET', KEYS[3], 'run') ~= term then return -7 end \
          if ARGV[3] ~= '' and \
@@ -605,7 +605,7 @@ pub(crate) static CONFIRM_FENCE: Lua = Lua::with_run_id(compare_and!(concat!(
 /// answer is `-2`, the key's expiry (a `SET` without `PX` there left the info without any
 /// expiry: issue 29). Only a lock key without an expiry, which we never make, gives an info
 /// without one.
-pub(crate) static WRITE_LEADER_INFO: Lua = Lua::new(compare_and!(
+pub(crate) static WRITE_LEADER_INFO: LuaScript = LuaScript::new(compare_and!(
     "local ttl = redis.call('PTTL', KEYS[1]) \
          if ttl > 0 then redis.call('SET', KEYS[2], ARGV[2], 'PX', ttl) \
          elseif ttl == -1 then redis.call('SET', KEYS[2], ARGV[2]) \

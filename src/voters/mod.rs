@@ -7,10 +7,10 @@
 
 pub(crate) mod node;
 pub(crate) mod node_source;
+pub(crate) mod release_watch;
 pub(crate) mod server_identity;
 pub(crate) mod server_link;
 pub(crate) mod shards;
 pub(crate) mod slot_map;
 #[cfg(any(feature = "tls", feature = "tls-aws-lc-rs"))]
 pub(crate) mod tls;
-pub(crate) mod waiting;

@@ -18,7 +18,7 @@ use crate::core::resource::slot_of;
 use crate::errors::node_error::NodeError;
 use crate::voters::node_source::{NodeSource, Place};
 use crate::voters::server_identity::ServerIdentities;
-use crate::voters::server_link::{Ready, ServerLink, Serves};
+use crate::voters::server_link::{Connected, ServerLink, ServerRole};
 use crate::voters::shards::Shards;
 
 /// One configured voter.
@@ -45,7 +45,7 @@ enum Route {
 /// Where a request that a Cluster master redirected goes instead.
 pub(crate) struct Redirected {
     /// A connection to the master that serves the slot (`MOVED`) or is importing it (`ASK`).
-    pub(crate) ready: Ready,
+    pub(crate) ready: Connected,
     /// `ASK`: the request must follow `ASKING`, in the same write.
     pub(crate) asking: bool,
 }
@@ -126,9 +126,9 @@ impl Node {
                 restart_grace,
                 servers,
                 if source.follows_failovers() {
-                    Serves::Sentinel
+                    ServerRole::Sentinel
                 } else {
-                    Serves::Fixed
+                    ServerRole::Fixed
                 },
             ))
         };
@@ -177,7 +177,7 @@ impl Node {
     }
 
     /// A connection to send a request about `key` on (report a broken one with
-    /// [`Ready::report_broken`]): the voter's server, or the master of `key`'s slot.
+    /// [`Connected::report_broken`]): the voter's server, or the master of `key`'s slot.
     ///
     /// Fails at once while that server is known to be down; waits while a connection attempt
     /// is under way (the caller bounds that wait with its per-node timeout). Must run inside a
@@ -185,7 +185,7 @@ impl Node {
     ///
     /// # Cancel safety
     /// Cancel safe: it only waits for a connection (or the cluster's slot map).
-    pub(crate) async fn connection(&self, key: &[u8]) -> Result<Ready, NodeError> {
+    pub(crate) async fn connection(&self, key: &[u8]) -> Result<Connected, NodeError> {
         match &self.route {
             Route::One(link) => link.connection().await,
             Route::Cluster(shards) => shards.connection(slot_of(key)).await,
@@ -202,7 +202,7 @@ impl Node {
     pub(crate) async fn redirect(
         &self,
         err: &RedisError,
-        from: &Ready,
+        from: &Connected,
     ) -> Option<Result<Redirected, NodeError>> {
         let Route::Cluster(shards) = &self.route else {
             return None;
@@ -222,7 +222,7 @@ impl Node {
     /// For a Cluster voter whose master (reached through `from`) answered `err` with `MOVED`:
     /// the slot is routed to the master named from now on, and the one that answered is asked
     /// its role again before its next vote. Nothing otherwise.
-    pub(crate) fn learn(&self, err: &RedisError, from: &Ready) {
+    pub(crate) fn learn(&self, err: &RedisError, from: &Connected) {
         if let (Route::Cluster(shards), Some((address, slot))) = (&self.route, err.redirect_node())
             && err.kind() == redis::ErrorKind::Server(ServerErrorKind::Moved)
         {
@@ -233,7 +233,7 @@ impl Node {
     /// What a request sent outside a round (a re-seed, a fence sweep) learns from its error:
     /// a redirection ([`learn`](Self::learn)), or a broken connection, which the supervisor is
     /// told of so it reconnects (a round's requests do the same in `crate::engine::voter`).
-    pub(crate) fn learn_from_error(&self, err: &RedisError, from: &Ready) {
+    pub(crate) fn learn_from_error(&self, err: &RedisError, from: &Connected) {
         self.learn(err, from);
         if crate::voters::server_link::breaks_connection(err) {
             from.report_broken();
@@ -243,7 +243,7 @@ impl Node {
     /// With a restart grace configured: fails when the server `ready` reaches has been up for
     /// less than the grace, so it may have restarted empty while someone else's lock was still
     /// valid.
-    pub(crate) fn check_settled(&self, ready: &Ready) -> Result<(), NodeError> {
+    pub(crate) fn check_settled(&self, ready: &Connected) -> Result<(), NodeError> {
         let settled = ready.check_settled(self.restart_grace);
         if let (Err(NodeError::NotMaster), Route::Cluster(shards)) = (&settled, &self.route) {
             // The map named a replica: it is stale.
@@ -283,7 +283,7 @@ impl Node {
 
 /// A redirection's `host:port`, with the host of the server that answered when the cluster
 /// announces none (`cluster-preferred-endpoint-type unknown-endpoint`: `MOVED 3999 :6381`).
-fn with_host(address: &str, from: &Ready) -> String {
+fn with_host(address: &str, from: &Connected) -> String {
     match (address.strip_prefix(':'), from.server()) {
         (Some(port), Some(server)) => match crate::voters::slot_map::host_and_port(&server) {
             Some((host, _)) => format!("{host}:{port}"),

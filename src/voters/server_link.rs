@@ -37,7 +37,7 @@ enum Link {
     /// The first connection attempt, or a reconnect after a broken connection, is under way.
     Connecting,
     /// Connected.
-    Ready(Ready),
+    Connected(Connected),
     /// The last attempt failed (the server could not be reached, or it is one another node
     /// already speaks for); the supervisor retries after a backoff.
     Down(NodeError),
@@ -45,7 +45,7 @@ enum Link {
 
 /// A usable connection to a server.
 #[derive(Clone)]
-pub(crate) struct Ready {
+pub(crate) struct Connected {
     pub(crate) conn: MultiplexedConnection,
     /// Counts connections, so a report about an old one is ignored.
     pub(crate) generation: u64,
@@ -63,11 +63,11 @@ pub(crate) struct Ready {
     /// The server's address, for a voter whose server can change (Sentinel, a cluster's
     /// shard), for reports.
     server: Option<Arc<str>>,
-    /// The supervisor's signal, for [`Ready::report_broken`].
+    /// The supervisor's signal, for [`Connected::report_broken`].
     signal: Arc<BrokenSignal>,
     /// A cluster's master that said it was a replica when this connection was made: its
     /// restart grace was not computed for a term as master, so it must not vote on this
-    /// connection ([`Ready::check_settled`]).
+    /// connection ([`Connected::check_settled`]).
     replica: bool,
     /// The server's `master_replid` when this connection was made.
     replid: Option<Arc<str>>,
@@ -93,7 +93,7 @@ struct BrokenSignal {
 
 /// What a link's server is to its voter.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Serves {
+pub(crate) enum ServerRole {
     /// A standalone master: the voter's only server.
     Fixed,
     /// Whatever master the sentinels name: the server can change, so reports name it.
@@ -111,7 +111,7 @@ pub(crate) struct ServerLink {
     servers: Arc<ServerIdentities>,
     connect_timeout: Duration,
     restart_grace: Option<Duration>,
-    serves: Serves,
+    serves: ServerRole,
     handle: Mutex<Option<LinkHandle>>,
     /// Connections older than this generation must not be used: the server's role may have
     /// changed under them ([`ServerLink::recheck`]).
@@ -127,7 +127,7 @@ impl ServerLink {
         connect_timeout: Duration,
         restart_grace: Option<Duration>,
         servers: Arc<ServerIdentities>,
-        serves: Serves,
+        serves: ServerRole,
     ) -> Self {
         Self {
             id,
@@ -152,7 +152,7 @@ impl ServerLink {
     }
 
     /// Retires the connection `ready` (not a newer one): requests wait for the next.
-    fn retire(&self, ready: &Ready) {
+    fn retire(&self, ready: &Connected) {
         self.min_generation
             .fetch_max(ready.generation + 1, Ordering::AcqRel);
         ready
@@ -171,7 +171,7 @@ impl ServerLink {
     ///
     /// # Cancel safety
     /// Cancel safe: a dropped check changes nothing.
-    pub(crate) async fn verify_role(&self, ready: &Ready) {
+    pub(crate) async fn verify_role(&self, ready: &Connected) {
         let mut conn = ready.conn.clone();
         let info: Result<String, RedisError> = redis::cmd("INFO")
             .arg("replication")
@@ -187,7 +187,7 @@ impl ServerLink {
         }
     }
 
-    /// A connection to send one request on (report a broken one with [`Ready::report_broken`]).
+    /// A connection to send one request on (report a broken one with [`Connected::report_broken`]).
     ///
     /// Fails at once while the server is known to be down; waits while a connection attempt
     /// is under way (the caller bounds that wait with its per-node timeout). Must run inside a
@@ -195,7 +195,7 @@ impl ServerLink {
     ///
     /// # Cancel safety
     /// Cancel safe: it only waits for the supervisor's news.
-    pub(crate) async fn connection(&self) -> Result<Ready, NodeError> {
+    pub(crate) async fn connection(&self) -> Result<Connected, NodeError> {
         if let Some(ready) = self.ready_now() {
             return Ok(ready);
         }
@@ -204,9 +204,9 @@ impl ServerLink {
             // Cloned, so no lock is held while the watch is borrowed.
             let state = link.borrow_and_update().clone();
             match state {
-                Link::Ready(ready) if self.current(&ready) => return Ok(ready),
+                Link::Connected(ready) if self.current(&ready) => return Ok(ready),
                 // Superseded, and the reconnect is under way.
-                Link::Ready(_) => {}
+                Link::Connected(_) => {}
                 Link::Down(err) => {
                     // Fail fast, but let the supervisor know the server is wanted, so it comes
                     // back into service soon after it returns rather than after a long backoff.
@@ -224,7 +224,7 @@ impl ServerLink {
 
     /// The hot path of [`ServerLink::connection`]: the current connection, when the
     /// supervisor is alive and connected, without cloning the watch receiver.
-    pub(crate) fn ready_now(&self) -> Option<Ready> {
+    pub(crate) fn ready_now(&self) -> Option<Connected> {
         let state = {
             let guard = self.handle.lock().unwrap_or_else(|e| e.into_inner());
             let handle = guard.as_ref()?;
@@ -234,7 +234,7 @@ impl ServerLink {
             // Cloned, and the lock given up, before anything else is locked (edition 2024: the
             // borrow, a temporary of the block's tail, ends before the guard).
             match &*handle.link.borrow() {
-                Link::Ready(ready) => Some(ready.clone()),
+                Link::Connected(ready) => Some(ready.clone()),
                 Link::Connecting | Link::Down(_) => None,
             }
         };
@@ -242,7 +242,7 @@ impl ServerLink {
     }
 
     /// Whether `ready` may carry requests: not superseded by [`ServerLink::recheck`].
-    fn current(&self, ready: &Ready) -> bool {
+    fn current(&self, ready: &Connected) -> bool {
         ready.generation >= self.min_generation.load(Ordering::Acquire)
     }
 
@@ -285,7 +285,7 @@ impl ServerLink {
     }
 }
 
-impl Ready {
+impl Connected {
     /// Tells the supervisor that this connection failed, so it reconnects (once, however many
     /// requests on it report it).
     pub(crate) fn report_broken(&self) {
@@ -326,7 +326,7 @@ struct Supervised {
     config: AsyncConnectionConfig,
     connect_timeout: Duration,
     ask_uptime: bool,
-    serves: Serves,
+    serves: ServerRole,
     servers: Arc<ServerIdentities>,
     id: NodeId,
 }
@@ -356,7 +356,7 @@ async fn supervise(fixed: Supervised, tx: watch::Sender<Link>, broken: Arc<Broke
         };
         let serving = match result {
             Ok((conn, age, address)) => {
-                tx.send_replace(Link::Ready(supervisor.ready(conn, age, &address)));
+                tx.send_replace(Link::Connected(supervisor.ready(conn, age, &address)));
                 supervisor.serve(&tx, address).await
             }
             Err(err) => supervisor.back_off(&tx, err).await,
@@ -457,7 +457,7 @@ impl Supervisor {
         conn: MultiplexedConnection,
         age: Option<ServerAge>,
         address: &str,
-    ) -> Ready {
+    ) -> Connected {
         let id = &self.fixed.id;
         let run_id = age
             .as_ref()
@@ -484,14 +484,14 @@ impl Supervisor {
         self.delay = RECONNECT_MIN_DELAY;
         tracing::debug!(node = %id, generation = self.generation, up_for = ?up_since.map(|t| t.elapsed()), "connected");
         let serves = self.fixed.serves;
-        Ready {
+        Connected {
             conn,
             generation: self.generation,
             up_since,
             run_id,
-            server: (serves != Serves::Fixed).then(|| Arc::from(address)),
+            server: (serves != ServerRole::Fixed).then(|| Arc::from(address)),
             signal: self.broken.clone(),
-            replica: serves == Serves::Shard && replica,
+            replica: serves == ServerRole::Shard && replica,
             replid,
         }
     }
@@ -545,7 +545,7 @@ impl Supervisor {
         // again only when a request wants it, not on a timer forever.
         let (serves, delay) = (self.fixed.serves, self.delay);
         let timer = async {
-            if serves == Serves::Shard {
+            if serves == ServerRole::Shard {
                 std::future::pending::<()>().await;
             }
             tokio::time::sleep(delay).await;

@@ -25,7 +25,7 @@ use crate::core::node_id::NodeId;
 use crate::errors::node_error::NodeError;
 use crate::voters::node_source::NodeSource;
 use crate::voters::server_identity::ServerIdentities;
-use crate::voters::server_link::{Ready, ServerLink, Serves};
+use crate::voters::server_link::{Connected, ServerLink, ServerRole};
 use crate::voters::slot_map::{ShardAddress, SlotMap, host_and_port};
 
 /// The least time between two background refreshes of the slot map, so a shard that stays
@@ -94,7 +94,7 @@ impl Shards {
     ///
     /// # Cancel safety
     /// Cancel safe: a dropped refresh leaves the old map.
-    pub(crate) async fn connection(self: &Arc<Self>, slot: u16) -> Result<Ready, NodeError> {
+    pub(crate) async fn connection(self: &Arc<Self>, slot: u16) -> Result<Connected, NodeError> {
         self.keep_reading();
         let owner = match self.owner(slot) {
             Some(owner) => owner,
@@ -126,7 +126,10 @@ impl Shards {
     ///
     /// # Cancel safety
     /// Cancel safe.
-    pub(crate) async fn connection_to(self: &Arc<Self>, address: &str) -> Result<Ready, NodeError> {
+    pub(crate) async fn connection_to(
+        self: &Arc<Self>,
+        address: &str,
+    ) -> Result<Connected, NodeError> {
         let result = self.link(address)?.connection().await;
         if matches!(result, Err(NodeError::Unreachable(_))) {
             self.refresh_soon();
@@ -139,7 +142,7 @@ impl Shards {
     /// resharding moves many slots). The master that answered is asked its role again before
     /// its next vote: it may have been demoted by a failover, and be promoted again later
     /// with fewer keys (a failback).
-    pub(crate) fn moved(self: &Arc<Self>, slot: u16, address: &str, from: Option<&Ready>) {
+    pub(crate) fn moved(self: &Arc<Self>, slot: u16, address: &str, from: Option<&Connected>) {
         self.update_map(|map| map.moved(slot, address));
         let link = from.and_then(|ready| Some((self.existing_link(&ready.server()?)?, ready)));
         if let (Some((link, ready)), Ok(runtime)) = (link, tokio::runtime::Handle::try_current()) {
@@ -248,7 +251,7 @@ impl Shards {
             self.connect_timeout,
             self.restart_grace,
             self.servers.clone(),
-            Serves::Shard,
+            ServerRole::Shard,
         ));
         links.insert(address, link.clone());
         Ok(link)

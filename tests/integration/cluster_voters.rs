@@ -233,7 +233,7 @@ async fn cluster_voters_mix_with_standalone_masters() {
 /// Mutations (run, caught): `ASKING` left out (`request::query` ignoring `asking`): the
 /// importing master redirects back with `MOVED`, and the lock never lands there.
 /// Redirections not followed (`Node::redirect` answering `None`): the same. No fallback to the
-/// lock key alone on `TRYAGAIN` (`Prepared::has_lone_form` false): the release during the
+/// lock key alone on `TRYAGAIN` (`InParts::Never` for the release): the release during the
 /// migration leaves the key behind (found by review: a release is refused for the whole
 /// migration, not for one batch).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -42,7 +42,7 @@ const CLIENT_ID_DIGITS: usize = 8;
 #[derive(Debug)]
 pub(crate) struct ReleaseWatch {
     clients: Vec<NodeSource>,
-    shared: Arc<Shared>,
+    shared: Arc<Watched>,
     started: std::sync::Once,
     /// Dropped with the watch: the per-node tasks end.
     _alive: watch::Sender<()>,
@@ -104,7 +104,7 @@ impl Waiters {
 }
 
 #[derive(Debug, Default)]
-struct Shared {
+struct Watched {
     /// This `RedLock`'s id among the clients waiting on the same masters: a release that hands
     /// the lock to one of its waiters publishes on the channel `<release channel>:<client>`,
     /// which only this client subscribes to.
@@ -120,7 +120,7 @@ struct Shared {
 /// A waiter's interest in one channel; unsubscribes when the last one is dropped.
 #[derive(Debug)]
 pub(crate) struct Subscription {
-    shared: Weak<Shared>,
+    shared: Weak<Watched>,
     channel: Vec<u8>,
     notify: Arc<Notify>,
     waiter: Vec<u8>,
@@ -130,7 +130,7 @@ pub(crate) struct Subscription {
 impl ReleaseWatch {
     pub(crate) fn new(clients: Vec<NodeSource>) -> Self {
         let (tx, rx) = watch::channel(());
-        let shared = Arc::new(Shared {
+        let shared = Arc::new(Watched {
             client: crate::core::token::Token::generate()
                 .release_id()
                 .get(..CLIENT_ID_DIGITS)
@@ -366,7 +366,7 @@ impl Drop for Subscription {
 async fn listen(
     index: usize,
     source: NodeSource,
-    shared: Weak<Shared>,
+    shared: Weak<Watched>,
     mut alive: watch::Receiver<()>,
 ) {
     let mut switched_away: Option<String> = None;
@@ -453,7 +453,7 @@ fn node_channels(channel: &[u8], client: &[u8]) -> Vec<Vec<u8>> {
     vec![channel.to_vec(), own]
 }
 
-fn set_sink(shared: &Shared, index: usize, sink: Option<PubSubSink>) {
+fn set_sink(shared: &Watched, index: usize, sink: Option<PubSubSink>) {
     if let Some(slot) = lock(&shared.sinks).get_mut(index) {
         *slot = sink;
     }

@@ -1,0 +1,202 @@
+//! What an acquire does between its rounds: how long it waits, what wakes it early, and when
+//! it gives up.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use crate::core::config::Timing;
+use crate::core::report::{NodeOutcome, Report};
+use crate::core::resource::{self, KeyLayout};
+use crate::core::retry::RetryPolicy;
+use crate::core::verdict::Rejection;
+use crate::errors::error::{Error, Failure, Operation};
+use crate::protocol::queue::Queue;
+use crate::protocol::shared::Shared;
+use crate::voters::release_watch::Subscription;
+
+/// How an acquire waits between its rounds: a random delay, never past the holder's expiry
+/// as the nodes reported it nor past the call's wait, cut short by a release of the lock
+/// (pub/sub, or directly when the releaser is a handle of the same client).
+pub(crate) struct Waiting<'a> {
+    shared: &'a Arc<Shared>,
+    policy: &'a RetryPolicy,
+    key: &'a [u8],
+    timing: &'a Timing,
+    /// The lock's release channel.
+    channel: Vec<u8>,
+    /// When the call's wait ends.
+    pub(crate) deadline: Option<Instant>,
+    /// Whether a release wakes it at all (a single attempt never waits).
+    waits: bool,
+    /// Whether it queues on the nodes for its turn (`Queue`). A fenced acquire does not (its
+    /// round is the fenced script) and races for the lock when it is released.
+    pub(crate) queues: bool,
+    /// Its place in the lock's queue, made only once needed (by a round, or to wait behind
+    /// this client's waiters): an acquire that wins its first round (the common case) never
+    /// pays for it.
+    pub(crate) queue: Option<Queue>,
+    /// Release messages, for an acquire that does not queue.
+    subscription: Option<Subscription>,
+}
+
+impl<'a> Waiting<'a> {
+    pub(crate) fn new(
+        shared: &'a Arc<Shared>,
+        (key, timing): (&'a [u8], &'a Timing),
+        policy: &'a RetryPolicy,
+        fencing: bool,
+        started: Instant,
+    ) -> Self {
+        let waits = shared.config.wait_for_release && policy.attempts_limit() != Some(1);
+        Self {
+            shared,
+            policy,
+            key,
+            timing,
+            channel: resource::release_channel(key),
+            deadline: policy.wait_limit().and_then(|w| started.checked_add(w)),
+            waits,
+            queues: waits && !fencing && shared.config.key_layout == KeyLayout::Tagged,
+            queue: None,
+            subscription: None,
+        }
+    }
+
+    /// When others of this client already wait for this resource: waits behind them, without
+    /// a round, until a release wakes this one (the client's first in the queue) or its timer
+    /// fires. Its first refused round then queues it on the nodes, in its place: no round at
+    /// all while this client's waiters take the lock from each other.
+    ///
+    /// # Cancel safety
+    /// Dropped part-way, it has joined no queue on the nodes.
+    pub(crate) async fn behind_this_clients_waiters(&mut self) {
+        if !self.waits || !self.shared.releases.has_waiters(&self.channel) {
+            return;
+        }
+        let watch = if self.queues {
+            let (shared, key, timing, policy) = (self.shared, self.key, self.timing, self.policy);
+            self.queue
+                .get_or_insert_with(|| Queue::new(shared, key, timing, policy))
+                .listen(shared, &self.channel)
+                .await
+        } else {
+            self.subscription.insert(
+                self.shared
+                    .releases
+                    .subscribe(self.channel.clone(), "", u64::MAX)
+                    .await,
+            )
+        };
+        let delay = retry_delay(
+            self.shared,
+            self.policy,
+            self.deadline,
+            Instant::now(),
+            None,
+        );
+        tokio::select! {
+            () = tokio::time::sleep(delay) => {}
+            () = watch.woken() => tracing::debug!("woken by a release, first in line"),
+        }
+    }
+
+    /// Sleeps until the next round after one that failed with `report`, counting from `now`
+    /// (the reading that found the wait not over).
+    ///
+    /// # Cancel safety
+    /// Dropped part-way, nothing is left to undo (a queue leaves when dropped).
+    pub(crate) async fn until_next_round(&mut self, report: &Report, attempts: u32, now: Instant) {
+        let holder_left = holder_expires_in(report);
+        let delay = retry_delay(self.shared, self.policy, self.deadline, now, holder_left);
+        let held = report
+            .iter()
+            .any(|r| matches!(r.outcome(), NodeOutcome::HeldByOther { .. }));
+        if held
+            && self.subscription.is_none()
+            && !self.queues
+            && self.shared.config.wait_for_release
+        {
+            let channel = self.channel.clone();
+            let subscribed = self.shared.releases.subscribe(channel, "", u64::MAX).await;
+            self.subscription = Some(subscribed);
+        }
+        tracing::debug!(attempts, ?delay, "acquire round failed, retrying");
+        // A wake-up given while the round ran is kept for the first to wait (`Notify`).
+        let watch = self
+            .queue
+            .as_ref()
+            .and_then(Queue::subscription)
+            .or(self.subscription.as_ref());
+        let woken = async {
+            match watch {
+                Some(watch) => watch.woken().await,
+                None => std::future::pending().await,
+            }
+        };
+        tokio::select! {
+            () = tokio::time::sleep(delay) => {}
+            () = woken => tracing::debug!("woken by a release"),
+        }
+    }
+}
+
+/// The policy's next delay, never past the holder's expiry as the nodes reported it
+/// (`holder_left`), nor past the wait's `deadline`.
+fn retry_delay(
+    shared: &Shared,
+    policy: &RetryPolicy,
+    deadline: Option<Instant>,
+    now: Instant,
+    holder_left: Option<Duration>,
+) -> Duration {
+    let wait_left = deadline.map(|d| d.saturating_duration_since(now));
+    policy.delay_before_next(&shared.jitter, holder_left, wait_left)
+}
+
+/// After a failed round of an acquire that does not queue (a permit, a set of resources): the
+/// caller's error when the policy allows no further round (out of attempts, or past its
+/// wait), else how long to wait before the next (never past the earliest expiry the report
+/// shows, nor past the wait).
+///
+/// # Errors
+/// The round's rejection as the caller's error, carrying `report`.
+pub(crate) fn give_up_or_wait(
+    shared: &Shared,
+    policy: &RetryPolicy,
+    (started, deadline): (Instant, Option<Instant>),
+    attempts: u32,
+    resource: &[u8],
+    rejection: Rejection,
+    report: Report,
+) -> Result<Duration, Error> {
+    let now = Instant::now();
+    let out_of_attempts = policy.attempts_limit().is_some_and(|max| attempts >= max);
+    if out_of_attempts || deadline.is_some_and(|d| now >= d) {
+        let failure = Failure::new(
+            Operation::Acquire,
+            resource,
+            attempts,
+            started.elapsed(),
+            report,
+        );
+        return Err(rejection.error(failure));
+    }
+    Ok(retry_delay(
+        shared,
+        policy,
+        deadline,
+        now,
+        holder_expires_in(&report),
+    ))
+}
+
+/// The earliest expiry of another owner's key, as the nodes reported it in a round.
+fn holder_expires_in(report: &Report) -> Option<Duration> {
+    report
+        .iter()
+        .filter_map(|r| match r.outcome() {
+            NodeOutcome::HeldByOther { expires_in } => *expires_in,
+            _ => None,
+        })
+        .min()
+}
