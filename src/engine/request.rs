@@ -239,11 +239,11 @@ async fn query_loading(
     }
 }
 
-/// `lua` on `keys`, with the request's token, number and then `payload` as its arguments:
-/// `EVALSHA`, or `EVAL` for a script sent whole.
+/// `lua` on `key` and then `extra_keys`, with the request's token, number and then `payload`
+/// as its arguments: `EVALSHA`, or `EVAL` for a script sent whole.
 fn script_command(
     lua: &LuaScript,
-    keys: &[&[u8]],
+    (key, extra_keys): (&[u8], &[Vec<u8>]),
     request: &Request,
     payload: &[Vec<u8>],
 ) -> redis::Cmd {
@@ -256,9 +256,9 @@ fn script_command(
         evalsha.arg(lua.script().get_hash());
         evalsha
     };
-    cmd.arg(keys.len());
-    for key in keys {
-        cmd.arg(*key);
+    cmd.arg(1 + extra_keys.len()).arg(key);
+    for extra in extra_keys {
+        cmd.arg(extra.as_slice());
     }
     cmd.arg(request.token.as_str());
     if let Some(number) = request.number {
@@ -276,7 +276,7 @@ fn parts(lua: &'static LuaScript, request: &Request) -> Vec<Part> {
     let script = (!lua.is_sent_whole()).then(|| lua.script());
     let script_part = |key: &[u8], payload: &[Vec<u8>]| Part {
         key: key.to_vec(),
-        cmd: script_command(lua, &[key], request, payload),
+        cmd: script_command(lua, (key, &[]), request, payload),
         script,
         answers: true,
     };
@@ -399,10 +399,8 @@ impl EncodedRequest {
         let wire = match request.command {
             Command::Script(lua) => {
                 let script = lua.script();
-                let keys: Vec<&[u8]> = std::iter::once(request.key.as_slice())
-                    .chain(request.extra_keys.iter().map(Vec::as_slice))
-                    .collect();
-                let mut evalsha = script_command(lua, &keys, request, &request.payload);
+                let keys = (request.key.as_slice(), request.extra_keys.as_slice());
+                let mut evalsha = script_command(lua, keys, request, &request.payload);
                 let marked = request.readd_on.as_ref().map(|nodes| {
                     let mut marked = evalsha.clone();
                     marked.arg("1");
