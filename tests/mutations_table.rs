@@ -8,7 +8,10 @@
 //! `server_link`) fails with "node::supervise: no fn supervise in module node".
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::path::{Path, PathBuf};
+use std::path::Path;
+
+#[path = "support/repo_files.rs"]
+mod repo_files;
 
 /// The test harnesses' own names, which are no module of a file: `integration::…` is
 /// `tests/integration/main.rs`, the others are the file names of `tests/*.rs` and the CLI's.
@@ -92,7 +95,7 @@ impl Code {
         for dir in [
             "src", "tests", "cli", "lab", "testkit", "benches", "examples",
         ] {
-            for file in rust_files(&root.join(dir)) {
+            for file in repo_files::files_with_extension(&root.join(dir), "rs") {
                 let text = std::fs::read_to_string(&file).expect("a source file");
                 code.add(&file, &text);
             }
@@ -219,26 +222,6 @@ impl Code {
         }
         Ok(())
     }
-}
-
-/// The `.rs` files under `dir`, skipping build output and installed packages.
-fn rust_files(dir: &Path) -> Vec<PathBuf> {
-    let mut files = Vec::new();
-    let Ok(entries) = std::fs::read_dir(dir) else {
-        return files;
-    };
-    for entry in entries {
-        let path = entry.expect("a directory entry").path();
-        let name = path.file_name().map(|n| n.to_string_lossy().into_owned());
-        if path.is_dir() {
-            if !matches!(name.as_deref(), Some("target" | "node_modules" | ".venv")) {
-                files.extend(rust_files(&path));
-            }
-        } else if path.extension().is_some_and(|e| e == "rs") {
-            files.push(path);
-        }
-    }
-    files
 }
 
 /// The text inside each pair of backticks of `column`.

@@ -22,6 +22,8 @@ mod misbehaving;
 mod network;
 mod readme;
 mod redis_cluster;
+#[path = "../support/repo_files.rs"]
+mod repo_files;
 mod restarts;
 mod semaphore;
 mod sentinel;

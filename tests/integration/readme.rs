@@ -4,7 +4,7 @@
 //! (`src/lib.rs`, `ReadmeDoctests`).
 
 use std::collections::BTreeSet;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
 const README: &str = include_str!("../../README.md");
 
@@ -37,7 +37,7 @@ fn the_ci_script_runs_the_readmes_test_command() {
 #[test]
 fn every_relative_link_resolves() {
     let root = Path::new(env!("CARGO_MANIFEST_DIR"));
-    let pages = markdown_pages(root);
+    let pages = crate::repo_files::files_with_extension(root, "md");
     assert!(pages.len() >= 8, "only {} pages read", pages.len());
     let mut broken = Vec::new();
     for page in &pages {
@@ -68,27 +68,6 @@ fn the_link_checker_finds_a_missing_heading_and_file() {
         slug("### `redquorum run`: one host"),
         "redquorum-run-one-host"
     );
-}
-
-/// The repository's Markdown pages (build output and installed packages left out).
-fn markdown_pages(dir: &Path) -> Vec<PathBuf> {
-    let mut pages = Vec::new();
-    for entry in std::fs::read_dir(dir).expect("a readable folder") {
-        let path = entry.expect("a directory entry").path();
-        let name = path.file_name().map(|n| n.to_string_lossy().into_owned());
-        if path.is_dir() {
-            let skip = matches!(
-                name.as_deref(),
-                Some("target" | "node_modules" | ".venv" | ".git")
-            );
-            if !skip {
-                pages.extend(markdown_pages(&path));
-            }
-        } else if path.extension().is_some_and(|e| e == "md") {
-            pages.push(path);
-        }
-    }
-    pages
 }
 
 /// The targets of the relative links of `text` (`[text](target)`), outside code blocks.
