@@ -43,7 +43,7 @@ pub(crate) fn validity(ttl: Duration, elapsed: Duration, drift: Duration) -> Opt
 }
 
 /// How a node answered, reduced to what counts for the majority.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub(crate) enum Vote {
     /// The node did what we asked (granted, extended, released).
     Yes,
@@ -65,7 +65,7 @@ pub(crate) enum Decision {
 }
 
 /// Running counts of a round's votes over `n` nodes.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub(crate) struct Tally {
     n: usize,
     yes: usize,

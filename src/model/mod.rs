@@ -67,10 +67,8 @@
 //! before A even starts, yet B learns of it after A's decision. What fencing needs, and what
 //! holds, is uniqueness plus order between holders one after another.
 
-use std::collections::VecDeque;
-
 use redis::Value;
-use stateright::{Model, Property};
+use stateright::{Model, Property, Representative};
 
 use crate::core::quorum::{Decision, Tally, Vote};
 use crate::core::report::NodeOutcome;
@@ -104,7 +102,8 @@ pub(crate) struct LockModel {
     /// Re-seeding starts only once the restart happened (not when a term change alone made a
     /// master unseeded): a re-seed that began before a restart and reads after it is not
     /// explored (`DESIGN.md` §10: with five masters it can seed from a reading older than a
-    /// token; the state space with it is past what CI holds).
+    /// token, which the production re-seed's second reading rules out and this model's
+    /// single-reading seeder does not).
     pub(crate) seeding_waits_for_the_restart: bool,
     /// The fixes of the review of issue 29: a re-seed reading moves the epoch on every
     /// master it reads, marked or not, and a confirm counts only on a master seeded for its
@@ -160,7 +159,7 @@ pub(crate) enum TermRule {
 /// What a master's server says about itself, as far as its fence term goes: its `run_id` and
 /// its replication id (each a counter: a new one is never an old one), and whether it says
 /// it was promoted since it started.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Default)]
 struct Server {
     run: u8,
     replid: u8,
@@ -184,7 +183,7 @@ impl TermRule {
 /// The re-seeding of masters that started since they were seeded, by any client: one read
 /// of each master at a time (`SEED_READ`), then one write to each master read unmarked, which
 /// marks it only while it is still in the term the reading saw (`SEED_FENCE`).
-#[derive(Debug, Clone, PartialEq, Eq, Hash, Default)]
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash, Default)]
 struct Seeder {
     readings: [Option<Reading>; MASTERS],
     /// The term each reading saw.
@@ -194,19 +193,65 @@ struct Seeder {
     written: [bool; MASTERS],
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
 enum Request {
     Acquire,
     Confirm(u64),
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+/// The requests in flight on one (client, master) connection, oldest first. A client sends
+/// two at most (its acquire, then its confirm), so they fit inline: a state without heap
+/// parts is cheap to clone and hash, which is most of the checker's work.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Default)]
+struct InFlight([Option<Request>; 2]);
+
+impl InFlight {
+    /// # Panics
+    /// On a third request: the model's clients send two at most.
+    fn push(&mut self, request: Request) {
+        let free = self.0.iter_mut().find(|slot| slot.is_none());
+        *free.expect("a client sends two requests at most") = Some(request);
+    }
+
+    fn pop(&mut self) -> Option<Request> {
+        let head = self.0[0].take()?;
+        self.0[0] = self.0[1].take();
+        Some(head)
+    }
+
+    fn is_empty(&self) -> bool {
+        self.0[0].is_none()
+    }
+}
+
+/// Confirmed holders in the order their confirm rounds were decided: (client, token). A
+/// client is confirmed once at most, so they fit inline (see [`InFlight`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Default)]
+struct Confirmed {
+    holders: [(u8, u64); CLIENTS],
+    len: u8,
+}
+
+impl Confirmed {
+    /// # Panics
+    /// On a third holder: the model's clients are confirmed once at most.
+    fn push(&mut self, client: u8, token: u64) {
+        self.holders[usize::from(self.len)] = (client, token);
+        self.len += 1;
+    }
+
+    fn as_slice(&self) -> &[(u8, u64)] {
+        &self.holders[..usize::from(self.len)]
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
 enum Stage {
     Acquire,
     Confirm,
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
 struct Reply {
     stage: Stage,
     /// The script's reply: an integer code, or the fenced acquire's counter and epoch.
@@ -214,7 +259,7 @@ struct Reply {
     grant: Option<(u64, u64)>,
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
 enum Phase {
     Idle,
     Acquiring,
@@ -223,7 +268,7 @@ enum Phase {
     Done,
 }
 
-#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
 struct Client {
     phase: Phase,
     tally: Tally,
@@ -273,7 +318,7 @@ impl Client {
     }
 }
 
-#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub(crate) struct State {
     keys: [Option<u8>; MASTERS],
     fences: [u64; MASTERS],
@@ -287,14 +332,41 @@ pub(crate) struct State {
     epochs: [u64; MASTERS],
     seeder: Seeder,
     /// `[client][master]`: requests in flight.
-    requests: [[VecDeque<Request>; MASTERS]; CLIENTS],
+    requests: [[InFlight; MASTERS]; CLIENTS],
     clients: [Client; CLIENTS],
     premature_left: u8,
     increments_left: u8,
     term_changes_left: u8,
     restarted: bool,
-    /// Confirmed holders in the order their confirm rounds were decided: (client, token).
-    confirmed: Vec<(u8, u64)>,
+    confirmed: Confirmed,
+}
+
+impl State {
+    /// The same state with the two clients' names swapped: the clients are alike, so a state
+    /// and its swap have the same futures up to the names, and the checker explores one.
+    fn clients_swapped(&self) -> Self {
+        let mut swapped = self.clone();
+        swapped.clients.swap(0, 1);
+        swapped.requests.swap(0, 1);
+        for owner in swapped.keys.iter_mut().flatten() {
+            *owner = 1 - *owner;
+        }
+        let len = usize::from(swapped.confirmed.len);
+        for (client, _) in &mut swapped.confirmed.holders[..len] {
+            *client = 1 - *client;
+        }
+        swapped
+    }
+}
+
+/// Symmetry reduction over the two clients: of a state and its swap, the smaller stands for
+/// both. Every property names clients only to compare them with each other, so it holds in a
+/// state exactly when it holds in its swap. (An order, not a hash: hashing both was two
+/// thirds of the checker's time.)
+impl Representative for State {
+    fn representative(&self) -> Self {
+        self.clone().min(self.clients_swapped())
+    }
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -321,7 +393,7 @@ impl LockModel {
     fn broadcast(state: &mut State, client: usize, request: Request) {
         if let Some(queues) = state.requests.get_mut(client) {
             for queue in queues.iter_mut() {
-                queue.push_back(request);
+                queue.push(request);
             }
         }
     }
@@ -396,7 +468,7 @@ impl LockModel {
                 );
                 if verdict.is_ok() {
                     client.phase = Phase::Holding { token };
-                    state.confirmed.push((c as u8, token));
+                    state.confirmed.push(c as u8, token);
                 } else {
                     client.phase = Phase::Done;
                 }
@@ -449,7 +521,11 @@ impl LockModel {
     }
 
     /// Checks every state reachable under these knobs; returns the checker for inspection.
-    /// One check at a time (a lock): each takes both cores and up to a few GiB.
+    ///
+    /// Depth-first, with the two clients' symmetry: a breadth-first search kept every
+    /// pending state in memory (11 GiB and more for the larger checks), depth-first keeps
+    /// one fingerprint per state (under 1 GiB for all of them), and the symmetry halves the
+    /// states. A counterexample's path is not the shortest one.
     pub(crate) fn check(self) -> impl stateright::Checker<Self> {
         self.check_until(stateright::HasDiscoveries::All)
     }
@@ -465,7 +541,7 @@ impl LockModel {
     }
 
     /// Checks until `done` (or every state is seen), one check at a time: each takes both
-    /// cores and up to a few GiB.
+    /// cores.
     fn check_until(self, done: stateright::HasDiscoveries) -> impl stateright::Checker<Self> {
         use stateright::Checker;
         static ONE_AT_A_TIME: std::sync::Mutex<()> = std::sync::Mutex::new(());
@@ -474,8 +550,9 @@ impl LockModel {
             .unwrap_or_else(std::sync::PoisonError::into_inner);
         self.checker()
             .finish_when(done)
+            .symmetry()
             .threads(2)
-            .spawn_bfs()
+            .spawn_dfs()
             .join()
     }
 }
@@ -501,7 +578,7 @@ impl Model for LockModel {
                 increments_left: self.foreign_increments,
                 term_changes_left: self.term_changes,
                 restarted: false,
-                confirmed: Vec::new(),
+                confirmed: Confirmed::default(),
             })
             .collect()
     }
@@ -576,12 +653,12 @@ impl Model for LockModel {
             Action::Start(c) => {
                 let c = usize::from(c);
                 state.clients[c].phase = Phase::Acquiring;
-                state.clients[c].confirmed_before_start = state.confirmed.len();
+                state.clients[c].confirmed_before_start = state.confirmed.as_slice().len();
                 Self::broadcast(&mut state, c, Request::Acquire);
             }
             Action::Deliver(c, m) => {
                 let (c, m) = (usize::from(c), usize::from(m));
-                let request = state.requests[c][m].pop_front()?;
+                let request = state.requests[c][m].pop()?;
                 self.deliver(&mut state, c, m, request);
             }
             Action::DeadlinePasses(c) => state.clients[usize::from(c)].deadline_passed = true,
@@ -680,20 +757,22 @@ impl Model for LockModel {
                     <= 1
             }),
             Property::always("unique tokens", |_, state: &State| {
-                let tokens: Vec<u64> = state.confirmed.iter().map(|(_, t)| *t).collect();
-                tokens
+                let holders = state.confirmed.as_slice();
+                holders
                     .iter()
                     .enumerate()
-                    .all(|(i, t)| !tokens[..i].contains(t))
+                    .all(|(i, (_, t))| holders[..i].iter().all(|(_, earlier)| earlier != t))
             }),
             Property::always("tokens follow holders", |_, state: &State| {
-                state.confirmed.iter().all(|(later, token)| {
+                let holders = state.confirmed.as_slice();
+                holders.iter().all(|(later, token)| {
                     let before = state.clients[usize::from(*later)].confirmed_before_start;
-                    state.confirmed[..before].iter().all(|(_, t)| t < token)
+                    holders[..before].iter().all(|(_, t)| t < token)
                 })
             }),
             Property::always("tokens follow confirm decisions", |_, state: &State| {
-                state.confirmed.windows(2).all(|w| w[0].1 < w[1].1)
+                let holders = state.confirmed.as_slice();
+                holders.windows(2).all(|w| w[0].1 < w[1].1)
             }),
         ]
     }
@@ -704,7 +783,7 @@ mod tests {
     use super::*;
     use stateright::Checker;
 
-    // Exhaustive checks take about a minute in an optimised build and far longer in a debug
+    // Exhaustive checks take up to a minute in an optimised build and far longer in a debug
     // one: `.ci/test` (the README's test command) runs them with `--release --include-ignored`.
 
     /// Counters as in the issue's reproduction: the middle master missed earlier locks.
@@ -731,12 +810,58 @@ mod tests {
     /// A restart at any moment, from one starting point (F1's counters), of the third master
     /// (one that holds a high counter; the first is its mirror image). The re-seeding steps
     /// interleave with everything else, which multiplies the states: a restart of any master
-    /// is `restart_of_any_master_exhaustively` (44.8 M states, 147 s, 11 GiB; run by hand).
+    /// is `restart_of_any_master_exhaustively`.
     fn restart_model(restart: Restart) -> LockModel {
         let mut with_restart = model(ConfirmRule::GrantorsOnly, 0, 0, restart);
         with_restart.initial_fences = vec![F1_FENCES];
         with_restart.restarting = Some(2);
         with_restart
+    }
+
+    /// The symmetry reduction is sound only if swapping the clients' names maps the model
+    /// onto itself: the successors of a swapped state are the swaps of its successors, and
+    /// every property judges a state and its swap alike. Checked over the first few
+    /// thousand states of the richest scenario (a restart, a term change, a premature
+    /// expiry, a foreign increment).
+    ///
+    /// Mutation: leaving one client-indexed field out of `clients_swapped` (the keys'
+    /// owners, the requests or the confirmed holders' names) fails it.
+    #[test]
+    fn swapping_the_clients_maps_the_model_onto_itself() {
+        let mut rich = model(ConfirmRule::GrantorsOnly, 1, 1, Restart::Empty);
+        rich.term_changes = 1;
+        let properties = rich.properties();
+        let successors = |state: &State| {
+            let mut actions = Vec::new();
+            rich.actions(state, &mut actions);
+            let mut next: Vec<State> = actions
+                .into_iter()
+                .filter_map(|action| rich.next_state(state, action))
+                .collect();
+            next.sort();
+            next
+        };
+        let mut seen = std::collections::BTreeSet::new();
+        let mut frontier: Vec<State> = rich.init_states();
+        while let Some(state) = frontier.pop() {
+            if seen.len() >= 5_000 || !seen.insert(state.clone()) {
+                continue;
+            }
+            let swapped = state.clients_swapped();
+            assert_eq!(swapped.clients_swapped(), state);
+            let mut swapped_successors: Vec<State> = successors(&state)
+                .iter()
+                .map(State::clients_swapped)
+                .collect();
+            swapped_successors.sort();
+            assert_eq!(successors(&swapped), swapped_successors, "from {state:?}");
+            for property in &properties {
+                let holds = |s: &State| (property.condition)(&rich, s);
+                assert_eq!(holds(&state), holds(&swapped), "{}", property.name);
+            }
+            frontier.extend(successors(&state));
+        }
+        assert_eq!(seen.len(), 5_000);
     }
 
     fn report(name: &str, checker: &impl Checker<LockModel>, started: std::time::Instant) {
@@ -795,7 +920,7 @@ mod tests {
     #[ignore = "exhaustive model check: .ci/test runs it in release"]
     fn fencing_survives_shared_counters_and_a_premature_expiry() {
         let started = std::time::Instant::now();
-        // One starting point (F1's counters) keeps this, the largest check, near a minute.
+        // One starting point (F1's counters) keeps this check small.
         let mut shared = model(ConfirmRule::GrantorsOnly, 1, 1, Restart::None);
         shared.initial_fences = vec![F1_FENCES];
         let checker = shared.check();
@@ -815,12 +940,13 @@ mod tests {
     #[ignore = "exhaustive model check: .ci/test runs it in release"]
     fn old_confirm_rule_is_caught() {
         let started = std::time::Instant::now();
-        let checker = model(ConfirmRule::AnyHolder, 1, 0, Restart::None).check();
+        let checker = model(ConfirmRule::AnyHolder, 1, 0, Restart::None)
+            .check_until_broken(&["unique tokens"]);
         report("old confirm rule", &checker, started);
         let path = checker
             .discovery("unique tokens")
             .expect("the checker finds two holders sharing a token");
-        eprintln!("F1 as found: {:?}", path.last_state().confirmed);
+        eprintln!("F1 as found: {:?}", path.last_state().confirmed.as_slice());
     }
 
     /// One master restarts empty (no persistence) at any moment, and the fenced acquire
@@ -841,11 +967,9 @@ mod tests {
         checker.assert_no_discovery("tokens follow holders");
     }
 
-    /// The restart check above with any master restarting: too large for CI's machine.
-    /// `.ci/test` skips it by name; run it with
-    /// `cargo test --release --lib restart_of_any_master_exhaustively -- --ignored`.
+    /// The restart check above with any master restarting.
     #[test]
-    #[ignore = "exhaustive, 11 GiB: run by hand"]
+    #[ignore = "exhaustive model check: .ci/test runs it in release"]
     fn restart_of_any_master_exhaustively() {
         let started = std::time::Instant::now();
         let mut any = restart_model(Restart::Empty);
@@ -881,7 +1005,7 @@ mod tests {
         let started = std::time::Instant::now();
         let mut no_epoch = restart_model(Restart::Empty);
         no_epoch.epoch_check = false;
-        let checker = no_epoch.check();
+        let checker = no_epoch.check_until_broken(&["unique tokens"]);
         report("restart empty, re-seeded, no epoch", &checker, started);
         assert!(
             checker.discovery("unique tokens").is_some(),
@@ -919,12 +1043,12 @@ mod tests {
         let started = std::time::Instant::now();
         let mut old_rule = restart_model(Restart::Reverted);
         old_rule.term_rule = TermRule::ReplicationIdWhilePromoted;
-        let checker = old_rule.check();
+        let checker = old_rule.check_until_broken(&["unique tokens"]);
         report("dataset reverted, the old term rule", &checker, started);
         let path = checker
             .discovery("unique tokens")
             .expect("the checker finds two holders sharing a token");
-        eprintln!("found: {:?}", path.last_state().confirmed);
+        eprintln!("found: {:?}", path.last_state().confirmed.as_slice());
     }
 
     /// One master restarts empty and another's term changes with its data kept (a first
@@ -933,12 +1057,9 @@ mod tests {
     ///
     /// Mutation: the scripts before the review of issue 29 (`review_fixes: false`: a re-seed
     /// reading moves the epoch on only where marked, and a confirm counts on an unmarked
-    /// master) is caught below, in CI. This check itself holds over 69.7 M states in 375 s
-    /// (run under a 20 GiB limit): too much for CI's machine, so `.ci/test` skips it by name;
-    /// run it with
-    /// `cargo test --release --lib fencing_survives_a_restart_and_a_term_change -- --ignored`.
+    /// master) is caught below.
     #[test]
-    #[ignore = "exhaustive, over 13 GiB: run by hand"]
+    #[ignore = "exhaustive model check: .ci/test runs it in release"]
     fn fencing_survives_a_restart_and_a_term_change_elsewhere() {
         let started = std::time::Instant::now();
         let mut model = restart_model(Restart::Empty);
@@ -988,7 +1109,7 @@ mod tests {
         let started = std::time::Instant::now();
         let mut unprotected = restart_model(Restart::Empty);
         unprotected.reseed = false;
-        let checker = unprotected.check();
+        let checker = unprotected.check_until_broken(&["tokens follow holders"]);
         report("restart empty, no re-seed", &checker, started);
         assert!(
             checker.discovery("tokens follow holders").is_some(),

@@ -53,7 +53,7 @@ use crate::scripts;
 use crate::voters::node::Node;
 
 /// What one master said about its counter.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub(crate) struct Reading {
     /// The fence counter (the larger of the slot's counter and an older version's
     /// per-resource counter); 0 when there is none.
