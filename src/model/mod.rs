@@ -784,7 +784,8 @@ mod tests {
     use stateright::Checker;
 
     // Exhaustive checks take up to a minute in an optimised build and far longer in a debug
-    // one: `.ci/test` (the README's test command) runs them with `--release --include-ignored`.
+    // one: `.ci/test` (the README's test command) runs them with `--profile model
+    // --include-ignored` (`Cargo.toml`'s `model` profile optimises this crate and the checker).
 
     /// Counters as in the issue's reproduction: the middle master missed earlier locks.
     const F1_FENCES: [u64; MASTERS] = [1, 0, 1];
@@ -875,7 +876,7 @@ mod tests {
     /// The protocol as shipped, with no premature expiry: mutual exclusion, and tokens unique
     /// and increasing even in the order the confirm rounds were decided.
     #[test]
-    #[ignore = "exhaustive model check: .ci/test runs it in release"]
+    #[ignore = "exhaustive model check: .ci/test runs it optimised"]
     fn shipped_protocol_is_safe_within_its_assumptions() {
         let started = std::time::Instant::now();
         let checker = model(ConfirmRule::GrantorsOnly, 0, 0, Restart::None).check();
@@ -898,7 +899,7 @@ mod tests {
     /// Mutation: the old confirm rule (count any node holding our key) makes "unique tokens"
     /// fail; `old_confirm_rule_is_caught` keeps that proof.
     #[test]
-    #[ignore = "exhaustive model check: .ci/test runs it in release"]
+    #[ignore = "exhaustive model check: .ci/test runs it optimised"]
     fn fencing_survives_a_premature_expiry() {
         let started = std::time::Instant::now();
         let checker = model(ConfirmRule::GrantorsOnly, 1, 0, Restart::None).check();
@@ -917,7 +918,7 @@ mod tests {
     /// Counters shared by a slot's resources, under a premature expiry: another resource's
     /// acquire may bump a counter between our two rounds. Fencing still holds.
     #[test]
-    #[ignore = "exhaustive model check: .ci/test runs it in release"]
+    #[ignore = "exhaustive model check: .ci/test runs it optimised"]
     fn fencing_survives_shared_counters_and_a_premature_expiry() {
         let started = std::time::Instant::now();
         // One starting point (F1's counters) keeps this check small.
@@ -937,7 +938,7 @@ mod tests {
     /// Proof the model can fail: with the confirm rule before the correction, the checker
     /// finds F1 (two holders with one token) on its own.
     #[test]
-    #[ignore = "exhaustive model check: .ci/test runs it in release"]
+    #[ignore = "exhaustive model check: .ci/test runs it optimised"]
     fn old_confirm_rule_is_caught() {
         let started = std::time::Instant::now();
         let checker = model(ConfirmRule::AnyHolder, 1, 0, Restart::None)
@@ -957,7 +958,7 @@ mod tests {
     /// Mutation: trusting a master that started since its seed (`seeded` ignored in
     /// `ACQUIRE_FENCED`, the model's `reseed: false`) is caught below.
     #[test]
-    #[ignore = "exhaustive model check: .ci/test runs it in release"]
+    #[ignore = "exhaustive model check: .ci/test runs it optimised"]
     fn fencing_survives_a_master_restarting_empty_with_reseeding() {
         let started = std::time::Instant::now();
         let checker = restart_model(Restart::Empty).check();
@@ -969,7 +970,7 @@ mod tests {
 
     /// The restart check above with any master restarting.
     #[test]
-    #[ignore = "exhaustive model check: .ci/test runs it in release"]
+    #[ignore = "exhaustive model check: .ci/test runs it optimised"]
     fn restart_of_any_master_exhaustively() {
         let started = std::time::Instant::now();
         let mut any = restart_model(Restart::Empty);
@@ -984,7 +985,7 @@ mod tests {
     /// A restart that keeps the data (`appendfsync always`) is a new run too: the master is
     /// re-seeded before it counts again, which changes nothing for safety.
     #[test]
-    #[ignore = "exhaustive model check: .ci/test runs it in release"]
+    #[ignore = "exhaustive model check: .ci/test runs it optimised"]
     fn fencing_survives_a_master_restarting_with_its_data() {
         let started = std::time::Instant::now();
         let checker = restart_model(Restart::Persisted).check();
@@ -1000,7 +1001,7 @@ mod tests {
     /// after the re-seed read it (two holders, one token; found by this checker while
     /// re-seeding was being written).
     #[test]
-    #[ignore = "exhaustive model check: .ci/test runs it in release"]
+    #[ignore = "exhaustive model check: .ci/test runs it optimised"]
     fn reseeding_without_the_epoch_is_caught() {
         let started = std::time::Instant::now();
         let mut no_epoch = restart_model(Restart::Empty);
@@ -1023,7 +1024,7 @@ mod tests {
     /// Mutation: the term rule before issue 29 (`TermRule::ReplicationIdWhilePromoted`: the
     /// replication id only while `second_repl_offset` ≥ 0) is caught below.
     #[test]
-    #[ignore = "exhaustive model check: .ci/test runs it in release"]
+    #[ignore = "exhaustive model check: .ci/test runs it optimised"]
     fn fencing_survives_a_dataset_replaced_by_an_older_copy_of_itself() {
         let started = std::time::Instant::now();
         let checker = restart_model(Restart::Reverted).check();
@@ -1038,7 +1039,7 @@ mod tests {
     /// gone back, counts: two holders get one token (the issue's schedule on real servers,
     /// `tests/integration/fencing.rs`).
     #[test]
-    #[ignore = "exhaustive model check: .ci/test runs it in release"]
+    #[ignore = "exhaustive model check: .ci/test runs it optimised"]
     fn the_term_rule_before_issue_29_is_caught() {
         let started = std::time::Instant::now();
         let mut old_rule = restart_model(Restart::Reverted);
@@ -1059,7 +1060,7 @@ mod tests {
     /// reading moves the epoch on only where marked, and a confirm counts on an unmarked
     /// master) is caught below.
     #[test]
-    #[ignore = "exhaustive model check: .ci/test runs it in release"]
+    #[ignore = "exhaustive model check: .ci/test runs it optimised"]
     fn fencing_survives_a_restart_and_a_term_change_elsewhere() {
         let started = std::time::Instant::now();
         let mut model = restart_model(Restart::Empty);
@@ -1082,7 +1083,7 @@ mod tests {
     /// the grant's late confirm counts there, beside a confirmation the restarted master
     /// lost: the next holder's token is lower (the review's schedule, found by the checker).
     #[test]
-    #[ignore = "exhaustive model check: .ci/test runs it in release"]
+    #[ignore = "exhaustive model check: .ci/test runs it optimised"]
     fn before_the_review_a_term_change_and_a_restart_are_caught() {
         let started = std::time::Instant::now();
         let mut model = restart_model(Restart::Empty);
@@ -1104,7 +1105,7 @@ mod tests {
     /// Proof the re-seed matters: without it, one master that restarts empty lets a later
     /// holder get a lower token. The checker must find it.
     #[test]
-    #[ignore = "exhaustive model check: .ci/test runs it in release"]
+    #[ignore = "exhaustive model check: .ci/test runs it optimised"]
     fn without_reseeding_a_master_restarting_empty_breaks_fencing() {
         let started = std::time::Instant::now();
         let mut unprotected = restart_model(Restart::Empty);
