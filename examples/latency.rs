@@ -27,9 +27,9 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         .map(str::to_owned)
         .collect();
     let rl = RedLock::new(&urls)?;
-    rl.connect().await?;
+    rl.connect_all().await?;
     let fenced = RedLock::builder(&urls).fencing(true).build()?;
-    fenced.connect().await?;
+    fenced.connect_all().await?;
 
     let single = redis::Client::open(urls[0].as_str())?;
     let mut conn = single.get_multiplexed_async_connection().await?;

@@ -456,7 +456,7 @@ async fn negative_control_a_empty_restart_without_delay_is_detected() {
     for i in [0, 1, 2] {
         cluster.restart(i);
     }
-    b.connect().await.expect("connected");
+    b.connect_all().await.expect("connected");
     let (lock_b, acquired_b) = hold(&b).await;
     let now = Instant::now();
     let holds = [
@@ -490,8 +490,8 @@ async fn negative_control_b_premature_expiry_is_detected() {
         .per_node_timeout(Duration::from_millis(100))
         .build()
         .expect("config");
-    a.connect().await.expect("connected");
-    b.connect().await.expect("connected");
+    a.connect_all().await.expect("connected");
+    b.connect_all().await.expect("connected");
     // A's quorum is exactly masters 0, 1, 2: its connections to 3 and 4 are reset, so its SETs
     // never reach them. (A black hole would only delay them: they would land when it heals.)
     for i in [3, 4] {

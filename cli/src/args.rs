@@ -70,6 +70,11 @@ pub(crate) struct Tuning {
     /// a few milliseconds away.
     #[arg(long, global = true, env = "REDQUORUM_NODE_TIMEOUT", value_parser = duration)]
     pub(crate) node_timeout: Option<Duration>,
+    /// How long connecting to one master may take (TCP, TLS, AUTH, the server's identity)
+    /// [default: 1s]. A command goes on once a majority is connected: a master that does not
+    /// answer costs a short grace after them, not this.
+    #[arg(long, global = true, env = "REDQUORUM_CONNECT_TIMEOUT", value_parser = duration)]
+    pub(crate) connect_timeout: Option<Duration>,
     /// A master up for less than this may have restarted empty while a lock was held on it:
     /// it does not vote on acquire until then (set it to your longest ttl) [default: none].
     #[arg(long, global = true, env = "REDQUORUM_RESTART_GRACE", value_parser = duration)]

@@ -1,5 +1,5 @@
 //! The client the command line asks for: the masters, and the tuning flags (`--node-timeout`,
-//! `--restart-grace`, `--key-prefix`, `--drift-factor`, `--key-layout`, each also from the
+//! `--connect-timeout`, `--restart-grace`, `--key-prefix`, `--drift-factor`, `--key-layout`, each also from the
 //! environment).
 
 use redquorum::{KeyLayout, RedLock};
@@ -29,6 +29,11 @@ pub(crate) fn redlock(
             "the node timeout (--node-timeout, REDQUORUM_NODE_TIMEOUT or node-timeout) must be more than 0",
         ));
     }
+    if tuning.connect_timeout.is_some_and(|t| t.is_zero()) {
+        return Err(CliError::usage(
+            "the connect timeout (--connect-timeout, REDQUORUM_CONNECT_TIMEOUT or connect-timeout) must be more than 0",
+        ));
+    }
     let shared = tuning.key_layout == Some(Layout::Shared);
     let mut builder = RedLock::builder(nodes).fencing(fencing && !shared);
     if shared {
@@ -36,6 +41,9 @@ pub(crate) fn redlock(
     }
     if let Some(timeout) = tuning.node_timeout {
         builder = builder.per_node_timeout(timeout);
+    }
+    if let Some(timeout) = tuning.connect_timeout {
+        builder = builder.connect_timeout(timeout);
     }
     if let Some(grace) = tuning.restart_grace {
         builder = builder.restart_grace(grace);
@@ -70,17 +78,23 @@ pub(crate) async fn connect_first(rl: &RedLock) -> Result<(), redquorum::Error> 
     }
 }
 
-/// How long an interrupted redquorum waits for the clean-up of the acquire it cancelled (each
-/// request in it is bounded by the per-node timeout; this bounds the whole).
-const SETTLE_WITHIN: std::time::Duration = std::time::Duration::from_secs(2);
-
-/// Before exiting on a signal that cancelled an acquire or a campaign: lets the cancelled
-/// round's compare-and-delete finish, so no key is left behind until its ttl.
+/// Before exiting: lets what runs in the background finish (a release's deletes beyond the
+/// majority, a cancelled acquire's clean-up), so no key is left behind until its ttl.
+///
+/// It waits twice the per-node timeout (the given one, or the derived one's ceiling): a
+/// request to a connected master ends within one, and may queue behind another. A delete for
+/// a master that is not connected by now, after the connect step's grace and the whole
+/// command, waits for a connection that a hung or unreachable master does not give; waiting
+/// for it (up to the connect timeout) would only delay the exit, and its key expires with its
+/// ttl.
 ///
 /// # Cancel safety
 /// Cancel safe: the clean-up goes on without it (until the process exits).
-pub(crate) async fn settle(rl: &RedLock) {
-    if !rl.settle(SETTLE_WITHIN).await {
+pub(crate) async fn settle(rl: &RedLock, tuning: &Tuning) {
+    let node_timeout = tuning
+        .node_timeout
+        .unwrap_or(redquorum::MAX_DERIVED_NODE_TIMEOUT);
+    if !rl.settle(node_timeout.saturating_mul(2)).await {
         tracing::warn!(
             "clean-ups did not finish (a cancelled acquire's, or deletes queued for a master that is not answering); their keys expire with their ttl"
         );

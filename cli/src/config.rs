@@ -34,6 +34,9 @@ pub(crate) struct ConfigFile {
     /// `--node-timeout`.
     #[serde(default, deserialize_with = "duration")]
     pub(crate) node_timeout: Option<Duration>,
+    /// `--connect-timeout`.
+    #[serde(default, deserialize_with = "duration")]
+    pub(crate) connect_timeout: Option<Duration>,
     /// `--restart-grace`.
     #[serde(default, deserialize_with = "duration")]
     pub(crate) restart_grace: Option<Duration>,

@@ -20,7 +20,7 @@ pub(crate) async fn elect(
     let ended = elect_with(&rl, args, tuning, kill_grace).await;
     // A resignation is decided at the majority; its other deletes finish in the background,
     // and must before the process exits.
-    client::settle(&rl).await;
+    client::settle(&rl, tuning).await;
     ended
 }
 

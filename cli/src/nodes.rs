@@ -22,6 +22,7 @@ pub(crate) fn resolve(global: &Global) -> Result<(Vec<String>, Tuning), CliError
     if let Some(loaded) = loaded {
         let file = loaded.file;
         tuning.node_timeout = tuning.node_timeout.or(file.node_timeout);
+        tuning.connect_timeout = tuning.connect_timeout.or(file.connect_timeout);
         tuning.restart_grace = tuning.restart_grace.or(file.restart_grace);
         tuning.key_prefix = tuning.key_prefix.or(file.key_prefix);
         tuning.drift_factor = tuning.drift_factor.or(file.drift_factor);

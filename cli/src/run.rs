@@ -23,7 +23,7 @@ pub(crate) async fn run(
     let ended = run_with(&rl, args, tuning, kill_grace).await;
     // A release is decided at the majority; its other deletes finish in the background, and
     // must before the process exits.
-    client::settle(&rl).await;
+    client::settle(&rl, tuning).await;
     ended
 }
 

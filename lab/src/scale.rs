@@ -179,7 +179,7 @@ async fn redquorum_rate(
     pids: &[u32],
     each: Duration,
 ) -> Result<Row, LabError> {
-    rl.connect().await.map_err(failed)?;
+    rl.connect_all().await.map_err(failed)?;
     // Warm: every task's resource routed and its master's connection made.
     for task in 0..TASKS {
         let lock = rl

@@ -218,6 +218,10 @@ impl RedLock {
         let timeout = config
             .connect_timeout
             .saturating_add(config.per_node_timeout.unwrap_or(MAX_DERIVED_NODE_TIMEOUT));
+        // Once the answers settle what the lock is (held by one owner on a majority, or free on
+        // one), the others get a grace, not their whole timeout: a hung master costs that.
+        let grace_floor = config.per_node_timeout.unwrap_or(MAX_DERIVED_NODE_TIMEOUT);
+        let quorum = self.quorum();
         let [lock_key, fence_key, leader_key] = &keys;
         let nodes = &self.shared().nodes;
         let answers = if config.key_layout == KeyLayout::Shared {
@@ -226,7 +230,8 @@ impl RedLock {
             // Redis Cluster voter.
             let mut pipeline = redis::pipe();
             pipeline.cmd("GET").arg(lock_key).cmd("PTTL").arg(lock_key);
-            query_everywhere::<(Option<Vec<u8>>, i64)>(nodes, lock_key, &pipeline, timeout)
+            let decided = |answers: &[_]| settles(answers, quorum, |(token, _): &Plain| token);
+            query_everywhere(nodes, lock_key, &pipeline, timeout, decided, grace_floor)
                 .await
                 .into_iter()
                 .map(|(node, answer, latency)| {
@@ -243,7 +248,9 @@ impl RedLock {
                 .arg(leader_key)
                 .cmd("PTTL")
                 .arg(lock_key);
-            query_everywhere::<(Keys, i64)>(nodes, lock_key, &pipeline, timeout).await
+            let decided =
+                |answers: &[_]| settles(answers, quorum, |((token, _, _), _): &Tagged| token);
+            query_everywhere(nodes, lock_key, &pipeline, timeout, decided, grace_floor).await
         };
         let nodes = answers
             .into_iter()
@@ -258,6 +265,29 @@ impl RedLock {
             quorum: self.quorum(),
         })
     }
+}
+
+/// A shared-layout node's answer: its lock key's value and `PTTL`.
+type Plain = (Option<Vec<u8>>, i64);
+/// A tagged-layout node's answer: its lock key, fence counter and leader info, and `PTTL`.
+type Tagged = (Keys, i64);
+
+/// Whether the answers so far settle what an inspection says of the lock: one owner's key on
+/// a majority, a majority holding none, or too many nodes failed for either.
+fn settles<T>(
+    answers: &[Option<(Result<T, NodeError>, Duration)>],
+    quorum: usize,
+    token: impl Fn(&T) -> &Option<Vec<u8>>,
+) -> bool {
+    let answered = || answers.iter().flatten().map(|(answer, _)| answer);
+    let failed = answered().filter(|answer| answer.is_err()).count();
+    let tokens: Vec<&Option<Vec<u8>>> = answered().flatten().map(&token).collect();
+    let most_alike = tokens
+        .iter()
+        .map(|t| tokens.iter().filter(|other| *other == t).count())
+        .max()
+        .unwrap_or(0);
+    most_alike >= quorum || failed > answers.len().saturating_sub(quorum)
 }
 
 fn holding(

@@ -4,17 +4,17 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use futures::future::join_all;
-
 use crate::Result;
 use crate::api::builder::Builder;
 use crate::api::lock::Lock;
+use crate::core::config::MAX_DERIVED_NODE_TIMEOUT;
 use crate::core::held_locks;
 use crate::core::quorum;
 use crate::core::report::{NodeOutcome, NodeReport, Report};
 use crate::core::resource;
 use crate::core::retry::RetryPolicy;
 use crate::core::telemetry;
+use crate::engine::gather::gather;
 use crate::errors::config_error::ConfigError;
 use crate::errors::error::{Error, Failure, Operation};
 use crate::errors::node_error::NodeError;
@@ -137,21 +137,33 @@ impl RedLock {
         self.shared.settle(within).await
     }
 
-    /// Connects to every node now instead of on first use, waiting at most the connect
-    /// timeout. Useful at start-up, so the first acquire does not pay for connection set-up.
+    /// Connects to every node now instead of on first use. Useful at start-up, so the first
+    /// acquire does not pay for connection set-up.
     ///
-    /// Nodes that fail keep reconnecting in the background.
+    /// How long it waits:
+    /// - until a majority of the nodes has connected, or too many failed for one to;
+    /// - then, for the others, as long again as that took, and at least the per-node timeout
+    ///   (the derived one's ceiling, 50 ms, when none is set); a node still connecting then
+    ///   is reported as [`NodeOutcome::NoReply`];
+    /// - each node at most the connect timeout.
+    ///
+    /// So a hung server (stopped, or its host gone without a reset) costs the grace, not the
+    /// connect timeout. [`connect_all`](Self::connect_all) waits for every node.
+    ///
+    /// Nodes that fail or are not waited for keep connecting in the background.
     ///
     /// It is also the check that every node is a server of its own: each connection reads the
     /// server's `run_id`, and a node that reaches a server another node already speaks for
     /// (`127.1` beside `127.0.0.1`, a second bind address, a Unix socket, a port forward, two
     /// DNS names of one host) does not vote. Here that is an error; on the lock path the node
     /// counts as failed, with [`NodeError::SameServer`](crate::NodeError::SameServer) in the
-    /// report, until it reaches a server of its own. A name can move to another voter's server
-    /// later: the check runs again at each reconnect. It needs the ACL's `+info`; without it
-    /// only the builder's address check guards you, and a warning says so. Why it matters even
-    /// though `SET NX` grants a key once per server: an extension is a compare-and-set, and
-    /// would count one server once per name (`DESIGN.md` §6).
+    /// report, until it reaches a server of its own. Two names of one healthy server connect
+    /// within moments of each other, so the grace finds them; [`connect_all`](Self::connect_all)
+    /// finds them whatever the timing. A name can move to another voter's server later: the
+    /// check runs again at each reconnect. It needs the ACL's `+info`; without it only the
+    /// builder's address check guards you, and a warning says so. Why it matters even though
+    /// `SET NX` grants a key once per server: an extension is a compare-and-set, and would count
+    /// one server once per name (`DESIGN.md` §6).
     ///
     /// # Errors
     /// - [`Error::Config`] with [`ConfigError::DuplicateNode`](crate::ConfigError::DuplicateNode)
@@ -169,19 +181,57 @@ impl RedLock {
     /// # Ok(()) }
     /// ```
     pub async fn connect(&self) -> Result<Report> {
+        self.connect_until(true).await
+    }
+
+    /// As [`connect`](Self::connect), but waits for every node, each at most the connect
+    /// timeout: the report then says of every node whether it connected. A hung server costs
+    /// the whole connect timeout.
+    ///
+    /// # Errors
+    /// As [`connect`](Self::connect).
+    ///
+    /// # Cancel safety
+    /// Cancel safe: dropping the future only stops waiting; connections keep being made.
+    pub async fn connect_all(&self) -> Result<Report> {
+        self.connect_until(false).await
+    }
+
+    /// # Cancel safety
+    /// Cancel safe: it only waits for connections the nodes make in the background.
+    async fn connect_until(&self, decided_is_enough: bool) -> Result<Report> {
         ensure_runtime()?;
         let start = Instant::now();
-        let timeout = self.shared.config.connect_timeout;
-        let reports = join_all(self.shared.nodes.iter().map(|node| async move {
-            let outcome = match tokio::time::timeout(timeout, node.wait_connected()).await {
-                Ok(Ok(())) => NodeOutcome::Connected,
-                Ok(Err(err)) => NodeOutcome::Failed(err),
-                Err(_) => NodeOutcome::Failed(NodeError::TimedOut(timeout)),
-            };
-            NodeReport::new(node.id().clone(), outcome, start.elapsed())
-        }))
-        .await;
-        let report = Report::new(reports);
+        let config = &self.shared.config;
+        let timeout = config.connect_timeout;
+        let nodes = &self.shared.nodes;
+        let quorum = self.quorum();
+        let asks = nodes.iter().map(|node| async move {
+            match tokio::time::timeout(timeout, node.wait_connected()).await {
+                Ok(Ok(())) => (NodeOutcome::Connected, start.elapsed()),
+                Ok(Err(err)) => (NodeOutcome::Failed(err), start.elapsed()),
+                Err(_) => (
+                    NodeOutcome::Failed(NodeError::TimedOut(timeout)),
+                    start.elapsed(),
+                ),
+            }
+        });
+        let decided = |answers: &[Option<(NodeOutcome, Duration)>]| {
+            let connected = answers
+                .iter()
+                .flatten()
+                .filter(|(outcome, _)| matches!(outcome, NodeOutcome::Connected))
+                .count();
+            let failed = answers.iter().flatten().count() - connected;
+            decided_is_enough && (connected >= quorum || failed > answers.len() - quorum)
+        };
+        let grace_floor = config.per_node_timeout.unwrap_or(MAX_DERIVED_NODE_TIMEOUT);
+        let answers = gather(asks, decided, grace_floor).await;
+        let lines = nodes.iter().zip(answers).map(|(node, answer)| {
+            let (outcome, latency) = answer.unwrap_or((NodeOutcome::NoReply, start.elapsed()));
+            NodeReport::new(node.id().clone(), outcome, latency)
+        });
+        let report = Report::new(lines.collect());
         let same_server = report.iter().find_map(|line| match line.outcome() {
             NodeOutcome::Failed(NodeError::SameServer { other, .. }) => {
                 Some((other.clone(), line.node().clone()))

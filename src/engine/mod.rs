@@ -5,6 +5,7 @@
 //! Knows nothing of what a round is for: the protocol gives it the request and reads the
 //! verdict.
 
+pub(crate) mod gather;
 pub(crate) mod query;
 pub(crate) mod request;
 pub(crate) mod round;

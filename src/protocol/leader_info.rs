@@ -108,6 +108,8 @@ pub(crate) async fn read(
         lock_key,
         &mget,
         timeout,
+        |_| false,
+        Duration::ZERO,
     )
     .await;
     let mut votes: Vec<(Leader, Vec<u8>, usize)> = Vec::new();

@@ -285,7 +285,7 @@ async fn a_cluster_voter_works_under_the_rule_with_cluster_slots_and_asking() {
             .expect("config")
     };
     let rl = client();
-    let connected = rl.connect().await.expect("connected as the ACL user");
+    let connected = rl.connect_all().await.expect("connected as the ACL user");
     assert_eq!(connected.successes(), 3, "{connected}");
 
     let key = crate::lock_key(b"orders:7");

@@ -246,7 +246,7 @@ async fn script_flush_is_recovered_with_evalsha_fallback() {
     // Every connection made (scripts load before a connection carries anything): a round
     // decided at the majority does not wait for a slow node's first connection, and under
     // load the check below once met a node still connecting.
-    rl.connect().await.expect("connected");
+    rl.connect_all().await.expect("connected");
     rl.try_acquire("warm", TTL)
         .await
         .expect("acquire")

@@ -130,7 +130,7 @@ async fn cluster_voters_mix_with_standalone_masters() {
     let mut urls = standalone.urls();
     urls.extend([a.url(), b.url()]);
     let rl = client(urls.clone());
-    let connected = rl.connect().await.expect("every voter connects");
+    let connected = rl.connect_all().await.expect("every voter connects");
 
     assert_eq!(connected.successes(), 5, "{connected}");
     let names: Vec<String> = connected.iter().map(|l| l.node().to_string()).collect();
@@ -479,7 +479,7 @@ async fn a_restarted_shard_master_does_not_vote_within_the_grace() {
     let mut standalone = Cluster::start(2);
     let mut cluster = RedisCluster::start(3);
     let rl = graced_client(&cluster, &standalone, GRACE).await;
-    rl.connect().await.expect("connected");
+    rl.connect_all().await.expect("connected");
     let restarted = "on-the-restarted-master";
     let owner = cluster.owner_of(&lock_key(restarted.as_bytes()));
     let elsewhere = (0..100)

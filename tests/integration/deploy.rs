@@ -40,7 +40,7 @@ async fn servers_started_from_redis_conf_serve_locks_with_its_settings_in_force(
         .build()
         .expect("config");
     // Connected first, as below: the acquire's 50 ms per master is not for connecting.
-    rl.connect().await.expect("connected");
+    rl.connect_all().await.expect("connected");
     let lock = rl
         .try_acquire("deploy-check", Duration::from_secs(5))
         .await
@@ -206,7 +206,7 @@ async fn the_commented_acl_user_in_redis_conf_loads_and_works() {
     // Connected first: the acquire's 50 ms per master (the default for a 5 s ttl) is for the
     // request, not for logging in, reading the server's identity and loading the scripts on
     // fresh connections, which a loaded machine (CI's model checker) did not fit into it.
-    rl.connect().await.expect("connected as the user");
+    rl.connect_all().await.expect("connected as the user");
     let lock = rl
         .try_acquire("as-the-user", Duration::from_secs(5))
         .await
@@ -217,7 +217,7 @@ async fn the_commented_acl_user_in_redis_conf_loads_and_works() {
         .key_prefix("other:")
         .build()
         .expect("config");
-    other.connect().await.expect("connected as the user");
+    other.connect_all().await.expect("connected as the user");
     let err = other
         .try_acquire("x", Duration::from_secs(5))
         .await

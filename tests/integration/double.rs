@@ -146,8 +146,8 @@ async fn the_double_meets_the_outcomes_of_five_real_masters() {
     let cluster = Cluster::start(5);
     let a = client(&cluster, NODE_TIMEOUT);
     let b = client(&cluster, NODE_TIMEOUT);
-    a.connect().await.expect("connected");
-    b.connect().await.expect("connected");
+    a.connect_all().await.expect("connected");
+    b.connect_all().await.expect("connected");
     let faults = RealFaults(Mutex::new(cluster));
     let real = scenario(&a, &b, &faults).await;
 

@@ -60,7 +60,7 @@ async fn three_of_five_killed_is_no_quorum_not_contention_and_prompt() {
         .per_node_timeout(Duration::from_secs(5))
         .build()
         .expect("config");
-    let _ = slow.connect().await;
+    let _ = slow.connect_all().await;
     let err = slow.try_acquire("ha", TTL).await.expect_err("still down");
     let report = err.report().expect("report");
     for (node, error) in report.failures() {
@@ -77,7 +77,7 @@ async fn one_paused_master_does_not_delay_the_decision() {
     // A per-node timeout far longer than the rest of the round: if the round waited for the
     // paused node, its outcome would be a timeout, not "no reply before the decision".
     let rl = client(&cluster, Duration::from_secs(2));
-    rl.connect().await.expect("connected");
+    rl.connect_all().await.expect("connected");
     cluster.pause(2);
     let lock = rl.try_acquire("paused", TTL).await.expect("4 of 5 answer");
     let paused = lock.report().iter().nth(2).map(|r| r.outcome().clone());
@@ -112,7 +112,7 @@ async fn a_round_does_not_wait_again_for_a_master_that_timed_out() {
     let mut cluster = Cluster::start(5);
     let node_timeout = Duration::from_millis(100);
     let rl = client(&cluster, node_timeout);
-    rl.connect().await.expect("connected");
+    rl.connect_all().await.expect("connected");
     cluster.pause(2);
     let first = rl
         .try_acquire("suspect-1", TTL)
@@ -172,7 +172,7 @@ async fn three_paused_masters_fail_within_a_small_multiple_of_the_node_timeout()
     let mut cluster = Cluster::start(5);
     let node_timeout = Duration::from_millis(100);
     let rl = client(&cluster, node_timeout);
-    rl.connect().await.expect("connected");
+    rl.connect_all().await.expect("connected");
     for i in [0, 1, 2] {
         cluster.pause(i);
     }
@@ -254,7 +254,7 @@ async fn connect_reports_which_nodes_are_unreachable() {
     let mut cluster = Cluster::start(3);
     cluster.kill(1);
     let rl = client(&cluster, Duration::from_millis(250));
-    let report = rl.connect().await.expect("2 of 3");
+    let report = rl.connect_all().await.expect("2 of 3");
     assert_eq!(report.successes(), 2);
     assert_eq!(
         report
@@ -267,4 +267,29 @@ async fn connect_reports_which_nodes_are_unreachable() {
     let rl = client(&cluster, Duration::from_millis(250));
     let err = rl.connect().await.expect_err("1 of 3");
     assert!(err.is_no_quorum(), "{err}");
+}
+
+/// One master of five stopped (SIGSTOP: its port accepts, nothing answers): `connect` returns
+/// once the other four connected and the grace after them passed, with the stopped one not
+/// waited for, long before its 60 s connect timeout. `connect_all` would wait that out.
+///
+/// Mutation: `connect` waiting for every node (`connect_until(false)`): the 30 s limit below
+/// fails it.
+#[tokio::test]
+async fn a_hung_master_is_not_waited_for_by_connect() {
+    let mut cluster = Cluster::start(5);
+    cluster.pause(4);
+    let rl = RedLock::builder(cluster.urls())
+        .key_prefix(PREFIX)
+        .connect_timeout(Duration::from_secs(60))
+        .build()
+        .expect("config");
+    let report = tokio::time::timeout(Duration::from_secs(30), rl.connect())
+        .await
+        .expect("connect returns without the stopped master")
+        .expect("four of five connect");
+    assert_eq!(report.successes(), 4, "{report}");
+    let stopped = report.iter().nth(4).map(|line| line.outcome().clone());
+    assert!(matches!(stopped, Some(NodeOutcome::NoReply)), "{stopped:?}");
+    cluster.resume(4);
 }

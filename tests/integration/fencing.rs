@@ -291,7 +291,7 @@ async fn a_late_grant_never_confirms_a_token_another_holder_has() {
         .build()
         .expect("config");
     // Connect (and load the scripts) before the links slow down.
-    a.connect().await.expect("A connects");
+    a.connect_all().await.expect("A connects");
     proxies[1].set(Fault::Delay(Duration::from_millis(200)));
     proxies[2].set(Fault::Delay(Duration::from_secs(2)));
     let b = RedLock::builder(cluster.urls())

@@ -109,7 +109,7 @@ async fn one_server_under_three_names_votes_once() {
 async fn a_name_that_moves_to_another_voters_server_stops_voting() {
     let mut cluster = Cluster::start(5);
     let rl = client(cluster.urls());
-    rl.connect().await.expect("five servers of their own");
+    rl.connect_all().await.expect("five servers of their own");
     let moved = cluster.server(4).port();
     cluster.kill(4);
     let _forward = Proxy::start_on(moved, cluster.server(0).port()).await;

@@ -124,7 +124,7 @@ async fn shares_both_ways(kind: Kind) {
         .per_node_timeout(Duration::from_millis(250))
         .build()
         .expect("config");
-    rl.connect().await.expect("connected");
+    rl.connect_all().await.expect("connected");
 
     // The peer holds it: redquorum is refused, and sees the peer's value as holder.
     let (mut holder, mut stdout) = peer(&cluster, kind, "hold");

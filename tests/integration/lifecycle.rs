@@ -157,7 +157,7 @@ async fn a_cancelled_acquire_cleans_up_its_keys() {
     // Three paused nodes keep the round open for the whole per-node timeout (2 s); cancel it
     // after 200 ms, once the two healthy nodes have granted.
     let rl = client(&cluster, Duration::from_secs(2));
-    rl.connect().await.expect("connected");
+    rl.connect_all().await.expect("connected");
     for i in [0, 1, 2] {
         cluster.pause(i);
     }

@@ -21,7 +21,9 @@ async fn proxied(cluster: &Cluster) -> (Vec<Proxy>, RedLock) {
         .per_node_timeout(NODE_TIMEOUT)
         .build()
         .expect("config");
-    rl.connect().await.expect("connected through the proxies");
+    rl.connect_all()
+        .await
+        .expect("connected through the proxies");
     (proxies, rl)
 }
 
@@ -199,7 +201,7 @@ async fn releases_queued_behind_a_stalled_master_are_delivered_when_it_heals() {
         .per_node_timeout(Duration::from_millis(100))
         .build()
         .expect("config");
-    rl.connect().await.expect("connect");
+    rl.connect_all().await.expect("connect");
     // Long names: each release carries about 2 KiB (key, and the channel it publishes on).
     let names: Vec<String> = (0..LOCKS)
         .map(|i| format!("{i:05}{}", "x".repeat(1000)))

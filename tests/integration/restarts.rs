@@ -57,7 +57,7 @@ async fn an_empty_restart_cannot_hand_out_a_held_lock_with_a_restart_grace() {
     // Negative control: no grace, and the lock is granted a second time while still held.
     // (Connected first, and a few rounds allowed: on a loaded machine one round can time out.)
     let careless = client_with_grace(&cluster, None);
-    careless.connect().await.expect("connected");
+    careless.connect_all().await.expect("connected");
     let policy = redquorum::RetryPolicy::default().max_attempts(Some(5));
     let twice = careless.acquire_with("leader", TTL, &policy).await;
     assert!(

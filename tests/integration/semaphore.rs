@@ -161,7 +161,7 @@ async fn the_checker_catches_more_holders_than_permits() {
 async fn grants_of_different_permits_never_add_up_to_a_permit() {
     let cluster = Cluster::start(3);
     let rl = client(&cluster, NODE_TIMEOUT);
-    rl.connect().await.expect("connected");
+    rl.connect_all().await.expect("connected");
     let semaphore = rl.semaphore("pool", 2).expect("semaphore");
     let ttl = Duration::from_secs(10);
     let a = semaphore.try_acquire(ttl).await.expect("first permit");

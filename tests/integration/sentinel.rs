@@ -43,7 +43,7 @@ async fn sentinel_voters_mix_with_a_standalone_master() {
     let a = SentinelGroup::start("alpha", 3);
     let b = SentinelGroup::start("beta", 1);
     let rl = client(vec![standalone.server(0).url(), a.url(), b.url()]);
-    let connected = rl.connect().await.expect("every voter connects");
+    let connected = rl.connect_all().await.expect("every voter connects");
     assert_eq!(connected.successes(), 3, "{connected}");
     let names: Vec<String> = connected.iter().map(|l| l.node().to_string()).collect();
     assert!(
@@ -226,7 +226,7 @@ async fn a_failover_counts_as_a_restart_of_the_voters_vote() {
         .expect("valid")
     };
     let rl = graced();
-    rl.connect().await.expect("connected");
+    rl.connect_all().await.expect("connected");
     // Every server was just started: wait out the first grace.
     tokio::time::sleep(grace + Duration::from_millis(200)).await;
     assert!(

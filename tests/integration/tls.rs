@@ -110,7 +110,7 @@ async fn locks_over_tls_with_verified_certificates() {
         .build()
         .expect("config");
     // Connected first, as in the insecure case below.
-    rl.connect().await.expect("connects over TLS");
+    rl.connect_all().await.expect("connects over TLS");
     let mut lock = rl
         .try_acquire("secure", TTL)
         .await
@@ -182,7 +182,7 @@ async fn certificates_are_verified_by_default_and_a_wrong_ca_is_a_clear_node_err
     // Connected first: a TLS handshake, INFO and the script loads in a debug build on a
     // loaded machine can take longer than one round's per-node timeout, and under two CPU
     // hogs longer than the default 1 s connect timeout (CI caught that).
-    rl.connect().await.expect("insecure mode connects");
+    rl.connect_all().await.expect("insecure mode connects");
     rl.try_acquire("secure", TTL)
         .await
         .expect("insecure mode")

@@ -188,7 +188,7 @@ async fn a_re_added_majority_does_not_hide_a_possible_loss() {
         .per_node_timeout(NODE_TIMEOUT)
         .build()
         .expect("config");
-    rl.connect().await.expect("connect");
+    rl.connect_all().await.expect("connect");
     let key = lock_key(b"verdict-proof");
     for node in [3, 4] {
         cluster.set(node, &key, b"someone else", Duration::from_secs(60));
