@@ -11,10 +11,13 @@ use std::time::{Duration, Instant, SystemTime};
 use serde_json::{Map, Value, json};
 
 static JSON: OnceLock<bool> = OnceLock::new();
+static QUIET: OnceLock<bool> = OnceLock::new();
 
-/// Chooses the format for the whole process: JSON lines, or sentences. Call once, first.
-pub(crate) fn init(json: bool) {
+/// Chooses the format for the whole process: JSON lines, or sentences; `quiet` (`-q`) keeps
+/// only the sentences of what went wrong. Call once, first.
+pub(crate) fn init(json: bool, quiet: bool) {
     let _ = JSON.set(json);
+    let _ = QUIET.set(quiet);
 }
 
 /// True when events (and log lines) are JSON.
@@ -121,6 +124,19 @@ impl Event<'_> {
             Self::Leader { .. } => "leader",
             Self::Error { .. } => "error",
         }
+    }
+
+    /// Whether the event is a failure the operator must hear of even with `-q`.
+    fn went_wrong(&self) -> bool {
+        matches!(
+            self,
+            Self::Lost { .. }
+                | Self::Killing { .. }
+                | Self::ReleaseFailed { .. }
+                | Self::LapsedWhileSuspended { .. }
+                | Self::ResignFailed { .. }
+                | Self::Error { .. }
+        )
     }
 
     /// The event as one JSON object (without the timestamp).
@@ -279,6 +295,10 @@ impl Event<'_> {
 
 /// Prints `event` on stderr in the process's format.
 pub(crate) fn emit(event: Event<'_>) {
+    // JSON events are data for a pipeline, not chatter: `-q` leaves them.
+    if !json() && QUIET.get().copied().unwrap_or(false) && !event.went_wrong() {
+        return;
+    }
     if let Some(line) = event.line(json()) {
         write_line(&mut std::io::stderr().lock(), line);
     }

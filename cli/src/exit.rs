@@ -37,6 +37,9 @@ Exit codes:
 pub(crate) struct CliError {
     pub(crate) code: u8,
     pub(crate) message: String,
+    /// A busy lock skipped (`run -n`, or a wait that ran out): not a fault, so `-q` or
+    /// `-E 0` silence it, as `flock -n` is silent.
+    pub(crate) skipped: bool,
 }
 
 impl CliError {
@@ -44,6 +47,7 @@ impl CliError {
         Self {
             code,
             message: message.into(),
+            skipped: false,
         }
     }
 

@@ -54,7 +54,7 @@ fn main() -> ExitCode {
             cli.command,
             Command::Run(_) | Command::Elect(_) | Command::Observe(_)
         );
-    events::init(events_as_json);
+    events::init(events_as_json, cli.global.quiet);
     logging::init(
         cli.global.verbose,
         cli.global.quiet || breaks_masters,
@@ -71,10 +71,13 @@ fn main() -> ExitCode {
             return ExitCode::from(exit::FAILURE);
         }
     };
+    let quiet = cli.global.quiet;
     match runtime.block_on(dispatch(cli)) {
         Ok(code) => ExitCode::from(code),
         Err(e) => {
-            if events::json() {
+            if e.skipped && (quiet || e.code == exit::OK) && !events::json() {
+                // A skip asked to be silent (flock -n prints nothing either).
+            } else if events::json() {
                 events::emit(events::Event::Error {
                     code: e.code,
                     message: e.message.clone(),

@@ -213,20 +213,33 @@ pub(crate) async fn acquire(
     let result = attempt.await;
     drop(progress);
     result.map_err(|e| {
+        let remaining = held_for(&e);
         let mut err = CliError::from(e);
         if err.code == exit::BUSY {
             let held = match permits {
-                Some(permits) => format!("all {permits} permits held"),
-                None => "held by another owner".to_owned(),
+                Some(permits) => format!("all {permits} permits of {resource} are held"),
+                None => format!("{resource} is held by another owner"),
             };
-            err.message = format!(
-                "{resource} is busy ({held}; waited {:.1?}): {}",
-                start.elapsed(),
-                err.message
-            );
+            let remaining = remaining.map_or_else(String::new, |t| format!(" for another {t:.1?}"));
+            // One line: cron mails what a skip prints, from every host that skipped. The
+            // per-master detail is in the debug log (-vv).
+            tracing::debug!(error = %err.message, "busy");
+            err.message = format!("{held}{remaining} (waited {:.1?})", start.elapsed());
+            err.skipped = true;
         }
         err
     })
+}
+
+/// How long the other owner's hold has left, as the longest ttl a master reported for it.
+fn held_for(e: &redquorum::Error) -> Option<Duration> {
+    e.report()?
+        .iter()
+        .filter_map(|line| match line.outcome() {
+            redquorum::NodeOutcome::HeldByOther { expires_in } => *expires_in,
+            _ => None,
+        })
+        .max()
 }
 
 /// Aborts a background task when dropped (also when the future owning it is cancelled).
