@@ -35,6 +35,7 @@ pub(crate) fn redlock(
         ));
     }
     let shared = tuning.key_layout == Some(Layout::Shared);
+    let given = nodes.clone();
     let mut builder = RedLock::builder(nodes).fencing(fencing && !shared);
     if shared {
         builder = builder.key_layout(KeyLayout::Shared);
@@ -54,7 +55,54 @@ pub(crate) fn redlock(
     if let Some(factor) = tuning.drift_factor {
         builder = builder.drift_factor(factor);
     }
-    Ok(builder.build()?)
+    builder.build().map_err(|e| match &e {
+        redquorum::Error::Config(redquorum::ConfigError::InvalidNode { index, source }) => {
+            let url = given.get(*index).map_or("?", String::as_str);
+            CliError::usage(format!(
+                "node {index} ({}) is invalid: {}; a master is redis://[user:password@]host:port, \
+                 rediss://… with TLS, unix:///path, redis+sentinel://s1:26379,s2:26379/name \
+                 or redis+cluster://h1:7000,h2:7000",
+                without_password(url),
+                why_invalid(url, source),
+            ))
+        }
+        _ => e.into(),
+    })
+}
+
+/// Why the redis crate refused `url`, in words an operator can act on.
+fn why_invalid(url: &str, refused: &impl std::fmt::Display) -> String {
+    const SCHEMES: [&str; 6] = [
+        "redis",
+        "rediss",
+        "unix",
+        "redis+unix",
+        "redis+sentinel",
+        "redis+cluster",
+    ];
+    match url::Url::parse(url) {
+        Err(url::ParseError::RelativeUrlWithoutBase) => "no scheme (redis://…)".to_owned(),
+        Err(e) => e.to_string(),
+        Ok(parsed) if !SCHEMES.contains(&parsed.scheme()) => {
+            format!("{}:// is not a Redis URL scheme", parsed.scheme())
+        }
+        Ok(_) => refused.to_string(),
+    }
+}
+
+/// `url` with the password of its user part, if any, replaced by `***`: errors are printed
+/// and logged.
+fn without_password(url: &str) -> String {
+    let Some((scheme, rest)) = url.split_once("://") else {
+        return url.to_owned();
+    };
+    match rest.rsplit_once('@') {
+        Some((userinfo, host)) => match userinfo.split_once(':') {
+            Some((user, _)) => format!("{scheme}://{user}:***@{host}"),
+            None => url.to_owned(),
+        },
+        None => url.to_owned(),
+    }
 }
 
 /// Connects to every master before the first round, so a one-shot `run` does not spend its

@@ -28,7 +28,15 @@ use crate::exit::CliError;
 fn main() -> ExitCode {
     let cli = match Cli::try_parse() {
         Ok(cli) => cli,
-        Err(e) => {
+        Err(mut e) => {
+            if e.kind() == clap::error::ErrorKind::UnknownArgument && runs_a_command() {
+                // `redquorum run R echo hi`: the command's words read as ours.
+                let tip = "put `--` before the command and its arguments, as the usage below shows";
+                e.insert(
+                    clap::error::ContextKind::Suggested,
+                    clap::error::ContextValue::StyledStrs(vec![tip.into()]),
+                );
+            }
             let _ = e.print();
             return ExitCode::from(if e.use_stderr() {
                 exit::USAGE
@@ -88,6 +96,13 @@ fn main() -> ExitCode {
             ExitCode::from(e.code)
         }
     }
+}
+
+/// Whether the command line is a `run` or an `elect` without `--` (whose command follows it).
+fn runs_a_command() -> bool {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let runs = args.iter().any(|a| a == "run" || a == "elect");
+    runs && !args.iter().any(|a| a == "--")
 }
 
 async fn dispatch(cli: Cli) -> Result<u8, CliError> {

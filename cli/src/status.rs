@@ -57,12 +57,7 @@ fn print_table(resource: &str, seen: &Inspection, seeding: Option<&FenceSeeding>
         }
     }
     let view = if seen.reachable() < seen.quorum() {
-        format!(
-            "unknown: only {} of {} masters answered (quorum {})",
-            seen.reachable(),
-            seen.nodes().len(),
-            seen.quorum()
-        )
+        format!("unknown: only {} masters answered", seen.reachable())
     } else if let Some(who) = seen.majority_holder() {
         match seen.majority_leader() {
             Some(l) => format!(

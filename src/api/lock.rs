@@ -292,7 +292,7 @@ impl Lock {
     /// it waits (each node bounded by the per-node timeout) for the ones that decide between
     /// [`Error::Expired`] and [`Error::NoQuorum`]. The other deletes are already queued on
     /// their connections and finish in the background (a hung master's when it wakes); their
-    /// lines in the report say "no reply". Call [`RedLock::settle`](crate::RedLock::settle)
+    /// lines in the report say "not waited for". Call [`RedLock::settle`](crate::RedLock::settle)
     /// before the process exits, or keys left on those nodes wait for their ttl. On a node
     /// where the lock's last acquire or extend was still running, the delete is queued behind
     /// it on the same connection, never waiting for other nodes. A release that began after the deadline is

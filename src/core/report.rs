@@ -134,7 +134,7 @@ impl fmt::Display for NodeOutcome {
                     None => Ok(()),
                 }
             }
-            Self::NoReply => f.write_str("no reply before the round was decided"),
+            Self::NoReply => f.write_str("not waited for (decided without it)"),
         }
     }
 }

@@ -860,7 +860,7 @@ mod tests {
         assert!(round.stragglers.is_some(), "two requests still out");
         let outcomes = outcomes(&round);
         assert!(
-            outcomes[3].contains("no reply") && outcomes[4].contains("no reply"),
+            outcomes[3].contains("not waited for") && outcomes[4].contains("not waited for"),
             "{outcomes:?}"
         );
         // The stragglers run on in the tracked background until the round's one deadline,

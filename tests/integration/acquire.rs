@@ -53,7 +53,7 @@ async fn happy_path_sets_the_token_everywhere_then_extends_and_releases() {
         .await
     );
 
-    // Decided at the majority: the nodes not waited for say "no reply", and their deletes
+    // Decided at the majority: the nodes not waited for say so, and their deletes
     // finish in the background (settled below, then nothing is left).
     let report = lock.release().await.expect("release");
     assert!(report.successes() >= 3, "{report}");

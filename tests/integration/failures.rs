@@ -75,7 +75,7 @@ async fn three_of_five_killed_is_no_quorum_not_contention_and_prompt() {
 async fn one_paused_master_does_not_delay_the_decision() {
     let mut cluster = Cluster::start(5);
     // A per-node timeout far longer than the rest of the round: if the round waited for the
-    // paused node, its outcome would be a timeout, not "no reply before the decision".
+    // paused node, its outcome would be a timeout, not "not waited for".
     let rl = client(&cluster, Duration::from_secs(2));
     rl.connect_all().await.expect("connected");
     cluster.pause(2);
@@ -83,7 +83,7 @@ async fn one_paused_master_does_not_delay_the_decision() {
     let paused = lock.report().iter().nth(2).map(|r| r.outcome().clone());
     assert!(matches!(paused, Some(NodeOutcome::NoReply)), "{paused:?}");
     assert!(lock.report().successes() >= 3);
-    // Release is decided by the other four too: the paused node's line says "no reply".
+    // Release is decided by the other four too: the paused node's line says "not waited for".
     let report = lock.release().await.expect("release");
     let paused = report.iter().nth(2).map(|r| r.outcome().clone());
     assert!(matches!(paused, Some(NodeOutcome::NoReply)), "{paused:?}");
@@ -99,7 +99,7 @@ async fn one_paused_master_does_not_delay_the_decision() {
 /// A master that stopped answering on a live connection becomes suspect once a request to
 /// it times out, and a round that waits for every node does not wait for it again: here a
 /// release that began after the deadline (it is `Expired` whatever the answers, and waits for
-/// them all to show who holds the lock): the paused node's line says "no reply", not a
+/// them all to show who holds the lock): the paused node's line says "not waited for", not a
 /// timeout. The deletes queued for it are tracked: settling cannot finish while it sleeps, and
 /// does once it wakes, when they run behind the acquires' `SET`s: nothing of ours is left.
 ///

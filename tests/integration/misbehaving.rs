@@ -86,7 +86,7 @@ async fn out_of_memory_nodes_are_failed_votes() {
     for i in &oom {
         let text = failure_text(lock.report(), *i);
         assert!(
-            text.contains("OOM") || text.contains("no reply"),
+            text.contains("OOM") || text.contains("not waited for"),
             "node {i}: {text}"
         );
     }

@@ -257,7 +257,7 @@ async fn a_failover_counts_as_a_restart_of_the_voters_vote() {
 
 /// Takes and releases a lock (granted by the two other voters at least) until node 1's line
 /// in an acquire's report matches `wanted`; a round is decided at the majority, so one
-/// round's line for a slower node may be "no reply". False after 50 rounds.
+/// round's line for a slower node may be "not waited for". False after 50 rounds.
 async fn node_line_becomes(rl: &RedLock, wanted: impl Fn(&NodeOutcome) -> bool) -> bool {
     for _ in 0..50 {
         let lock = rl
