@@ -310,6 +310,14 @@ pub(crate) const MAX_DEFAULT_GRACE: Duration = Duration::from_secs(10);
 /// deadline, and a lease renews every ttl/3.
 pub(crate) fn kill_grace(ttl: Duration, asked: Option<Duration>) -> Result<Duration, CliError> {
     let grace = asked.unwrap_or_else(|| (ttl / 3).min(MAX_DEFAULT_GRACE));
+    // Name a flag only if the user set it: the default grace follows from the ttl.
+    if asked.is_none() && grace.is_zero() {
+        return Err(CliError::usage(format!(
+            "--ttl {} is too short: the lock must outlive the time a stopped command is given to \
+             exit (a third of the ttl by default)",
+            humantime::format_duration(ttl)
+        )));
+    }
     if grace.is_zero() || grace.saturating_mul(2) > ttl {
         return Err(CliError::usage(format!(
             "--kill-grace {} must be more than 0 and at most half of --ttl {}: the command is \

@@ -70,6 +70,26 @@ pub(crate) fn redlock(
     })
 }
 
+/// `e` for the operator: where it is about a setting the user gave, with where that setting
+/// came from (a ttl too short for a per-node timeout set in the environment names the
+/// variable).
+pub(crate) fn explained(e: redquorum::Error, tuning: &Tuning) -> CliError {
+    let too_short = matches!(
+        &e,
+        redquorum::Error::Config(redquorum::ConfigError::TtlTooShort { .. })
+    );
+    let mut err = CliError::from(e);
+    if let (true, Some(timeout)) = (too_short, tuning.node_timeout) {
+        err.message = format!(
+            "{}; the per-node timeout is {} (--node-timeout, REDQUORUM_NODE_TIMEOUT or the \
+             config file's node-timeout): lower it, or raise --ttl",
+            err.message,
+            humantime::format_duration(timeout)
+        );
+    }
+    err
+}
+
 /// Why the redis crate refused `url`, in words an operator can act on.
 fn why_invalid(url: &str, refused: &impl std::fmt::Display) -> String {
     const SCHEMES: [&str; 6] = [

@@ -41,7 +41,7 @@ async fn run_with(
     };
     let taken = async {
         client::connect_first(rl).await?;
-        acquire(rl, &args.resource, args.permits, args.ttl, wait).await
+        acquire(rl, &args.resource, args.permits, args.ttl, wait, tuning).await
     };
     let taken = tokio::select! {
         lock = taken => Ok(lock),
@@ -162,10 +162,14 @@ pub(crate) async fn acquire(
     permits: Option<u32>,
     ttl: Duration,
     wait: WaitLimit,
+    tuning: &Tuning,
 ) -> Result<(Lock, Option<u32>), CliError> {
     let start = Instant::now();
     let semaphore = match permits {
-        Some(permits) => Some(rl.semaphore(resource, permits)?),
+        Some(permits) => Some(
+            rl.semaphore(resource, permits)
+                .map_err(|e| client::explained(e, tuning))?,
+        ),
         None => None,
     };
     let forever = RetryPolicy::default().max_attempts(None).max_wait(None);
@@ -214,7 +218,7 @@ pub(crate) async fn acquire(
     drop(progress);
     result.map_err(|e| {
         let remaining = held_for(&e);
-        let mut err = CliError::from(e);
+        let mut err = client::explained(e, tuning);
         if err.code == exit::BUSY {
             let held = match permits {
                 Some(permits) => format!("all {permits} permits of {resource} are held"),
