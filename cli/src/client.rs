@@ -1,6 +1,6 @@
 //! The client the command line asks for: the masters, and the tuning flags (`--node-timeout`,
-//! `--connect-timeout`, `--restart-grace`, `--key-prefix`, `--drift-factor`, `--key-layout`, each also from the
-//! environment).
+//! `--connect-timeout`, `--restart-grace`, `--key-prefix`, `--drift-factor`, `--key-layout`,
+//! each also from the environment).
 
 use redquorum::{KeyLayout, RedLock};
 

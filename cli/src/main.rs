@@ -83,14 +83,13 @@ fn main() -> ExitCode {
     match runtime.block_on(dispatch(cli)) {
         Ok(code) => ExitCode::from(code),
         Err(e) => {
-            if e.skipped && (quiet || e.code == exit::OK) && !events::json() {
-                // A skip asked to be silent (flock -n prints nothing either).
-            } else if events::json() {
+            if events::json() {
                 events::emit(events::Event::Error {
                     code: e.code,
                     message: e.message.clone(),
                 });
-            } else {
+            } else if !(e.skipped && (quiet || e.code == exit::OK)) {
+                // A skip asked to be silent (`-q`, `-E 0`) prints nothing, as `flock -n`.
                 eprintln!("redquorum: {e}");
             }
             ExitCode::from(e.code)

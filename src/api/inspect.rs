@@ -11,7 +11,7 @@ use crate::errors::error::Error;
 use crate::errors::node_error::NodeError;
 use crate::protocol::leader_info::{Leader, decode};
 use crate::protocol::shared::ensure_runtime;
-use crate::{MAX_DERIVED_NODE_TIMEOUT, Result, core::resource};
+use crate::{Result, core::resource};
 
 /// The values of the lock key, the fence key and the leader key.
 type Keys = (Option<Vec<u8>>, Option<u64>, Option<Vec<u8>>);
@@ -215,12 +215,10 @@ impl RedLock {
             resource::fence_key(prefix, resource),
             resource::leader_key(prefix, resource),
         ];
-        let timeout = config
-            .connect_timeout
-            .saturating_add(config.per_node_timeout.unwrap_or(MAX_DERIVED_NODE_TIMEOUT));
+        let grace_floor = config.node_timeout_without_ttl();
+        let timeout = config.connect_timeout.saturating_add(grace_floor);
         // Once the answers settle what the lock is (held by one owner on a majority, or free on
         // one), the others get a grace, not their whole timeout: a hung master costs that.
-        let grace_floor = config.per_node_timeout.unwrap_or(MAX_DERIVED_NODE_TIMEOUT);
         let quorum = self.quorum();
         let [lock_key, fence_key, leader_key] = &keys;
         let nodes = &self.shared().nodes;

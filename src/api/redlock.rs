@@ -7,9 +7,8 @@ use std::time::{Duration, Instant};
 use crate::Result;
 use crate::api::builder::Builder;
 use crate::api::lock::Lock;
-use crate::core::config::MAX_DERIVED_NODE_TIMEOUT;
 use crate::core::held_locks;
-use crate::core::quorum;
+use crate::core::quorum::{self, Decision, Tally};
 use crate::core::report::{NodeOutcome, NodeReport, Report};
 use crate::core::resource;
 use crate::core::retry::RetryPolicy;
@@ -205,27 +204,23 @@ impl RedLock {
         let config = &self.shared.config;
         let timeout = config.connect_timeout;
         let nodes = &self.shared.nodes;
-        let quorum = self.quorum();
         let asks = nodes.iter().map(|node| async move {
-            match tokio::time::timeout(timeout, node.wait_connected()).await {
-                Ok(Ok(())) => (NodeOutcome::Connected, start.elapsed()),
-                Ok(Err(err)) => (NodeOutcome::Failed(err), start.elapsed()),
-                Err(_) => (
-                    NodeOutcome::Failed(NodeError::TimedOut(timeout)),
-                    start.elapsed(),
-                ),
-            }
+            let outcome = match tokio::time::timeout(timeout, node.wait_connected()).await {
+                Ok(Ok(())) => NodeOutcome::Connected,
+                Ok(Err(err)) => NodeOutcome::Failed(err),
+                Err(_) => NodeOutcome::Failed(NodeError::TimedOut(timeout)),
+            };
+            (outcome, start.elapsed())
         });
+        // Decided as a round is: a majority connected, or too many failed for one to.
         let decided = |answers: &[Option<(NodeOutcome, Duration)>]| {
-            let connected = answers
-                .iter()
-                .flatten()
-                .filter(|(outcome, _)| matches!(outcome, NodeOutcome::Connected))
-                .count();
-            let failed = answers.iter().flatten().count() - connected;
-            decided_is_enough && (connected >= quorum || failed > answers.len() - quorum)
+            let mut tally = Tally::new(answers.len());
+            for (outcome, _) in answers.iter().flatten() {
+                tally.record(outcome.vote());
+            }
+            decided_is_enough && tally.decision() != Decision::Open
         };
-        let grace_floor = config.per_node_timeout.unwrap_or(MAX_DERIVED_NODE_TIMEOUT);
+        let grace_floor = config.node_timeout_without_ttl();
         let answers = gather(asks, decided, grace_floor).await;
         let lines = nodes.iter().zip(answers).map(|(node, answer)| {
             let (outcome, latency) = answer.unwrap_or((NodeOutcome::NoReply, start.elapsed()));

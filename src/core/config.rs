@@ -72,6 +72,12 @@ impl Config {
         }
     }
 
+    /// The per-node timeout where no ttl derives it (connecting, reading): the one set, or the
+    /// derived one's ceiling.
+    pub(crate) fn node_timeout_without_ttl(&self) -> Duration {
+        self.per_node_timeout.unwrap_or(MAX_DERIVED_NODE_TIMEOUT)
+    }
+
     /// Checks a ttl against this configuration and derives the per-call numbers.
     pub(crate) fn timing(&self, ttl: Duration) -> Result<Timing, ConfigError> {
         if ttl > MAX_TTL {
