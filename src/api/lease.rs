@@ -9,6 +9,7 @@ use futures::future::BoxFuture;
 use tokio::sync::{oneshot, watch};
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
 
 use crate::Result;
 use crate::api::lock::Lock;
@@ -126,11 +127,21 @@ impl LeaseDeadline {
 pub(crate) trait Leased: Send + fmt::Debug + 'static {
     /// Releases the lock as its own `release` does.
     fn release(self: Box<Self>) -> BoxFuture<'static, Result<Report>>;
+
+    /// The tracker of its client's clean-ups, which its `Drop` schedules a release on and
+    /// `settle` waits for; `None` when its drop leaves nothing running.
+    fn clean_ups(&self) -> Option<TaskTracker> {
+        None
+    }
 }
 
 impl Leased for Lock {
     fn release(self: Box<Self>) -> BoxFuture<'static, Result<Report>> {
         Box::pin(Lock::release(*self))
+    }
+
+    fn clean_ups(&self) -> Option<TaskTracker> {
+        Some(self.clean_up_tracker().clone())
     }
 }
 
@@ -258,6 +269,8 @@ pub struct Lease {
     resource: String,
     stop: Option<oneshot::Sender<()>>,
     task: Option<JoinHandle<Box<dyn Leased>>>,
+    /// The lock's [`Leased::clean_ups`], for [`Drop`].
+    clean_ups: Option<TaskTracker>,
 }
 
 impl Lock {
@@ -294,6 +307,7 @@ pub(crate) fn lease<L: Renewable + Leased>(
     let (lost, lost_rx) = watch::channel(None);
     let shared = Arc::new(LeaseState { valid_until, lost });
     let (stop, stop_rx) = oneshot::channel();
+    let clean_ups = lock.clean_ups();
     let renewed = {
         let shared = shared.clone();
         move |lock: &L| {
@@ -324,6 +338,7 @@ pub(crate) fn lease<L: Renewable + Leased>(
         resource,
         stop: Some(stop),
         task: Some(task),
+        clean_ups,
     }
 }
 
@@ -437,8 +452,19 @@ impl Drop for Lease {
         self.signal.ended.cancel();
         // Abort, not just signal: a renewal must never outlive its holder. The aborted task
         // drops its lock, whose own Drop schedules a best-effort release.
-        if let Some(task) = self.task.take() {
-            task.abort();
+        let Some(task) = self.task.take() else {
+            return;
+        };
+        task.abort();
+        // The runtime drops the aborted task later, and the release is scheduled only then:
+        // a `settle` in between would find nothing to wait for. A tracked wait for the task
+        // to end covers that gap (the release is tracked before the task counts as ended).
+        if let Some(clean_ups) = &self.clean_ups
+            && tokio::runtime::Handle::try_current().is_ok()
+        {
+            clean_ups.spawn(async move {
+                let _ = task.await;
+            });
         }
     }
 }

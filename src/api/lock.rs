@@ -112,6 +112,11 @@ impl Lock {
         self.deadline.instant()
     }
 
+    /// The client's tracker of background clean-ups, which `RedLock::settle` waits for.
+    pub(crate) fn clean_up_tracker(&self) -> &tokio_util::task::TaskTracker {
+        &self.shared.background
+    }
+
     /// The deadline itself, for the lease (which re-reads it as the host sleeps and wakes).
     pub(crate) fn deadline(&self) -> Deadline {
         self.deadline

@@ -259,6 +259,29 @@ async fn the_cancellation_token_stops_the_work_when_the_lease_ends() {
     cluster.assert_no_keys_under(PREFIX);
 }
 
+/// A dropped lease's release is one of the client's clean-ups: `settle` right after the drop
+/// waits for it, even when nothing else is running (the runtime drops the aborted renewal
+/// task, and so schedules the lock's release, only after the drop returns).
+///
+/// Mutation: `Lease`'s `Drop` without its tracked wait for the aborted task: `settle` finds
+/// nothing to wait for and returns at once, with the key still on every master (run, caught;
+/// the cancellation-token test above met it as a rare flake).
+#[tokio::test]
+async fn settle_right_after_a_lease_is_dropped_waits_for_its_release() {
+    let cluster = Cluster::start(3);
+    let rl = client(&cluster, NODE_TIMEOUT);
+    let lease = rl
+        .try_acquire("dropped", Duration::from_secs(30))
+        .await
+        .expect("acquire")
+        .into_lease(LeaseOptions::default());
+    // Nothing of the acquire's is still running.
+    crate::settled(&rl).await;
+    drop(lease);
+    crate::settled(&rl).await;
+    cluster.assert_no_keys_under(PREFIX);
+}
+
 /// `with_lock_using` waits as its policy says and renews as its lease options say: two
 /// attempts on a held lock, then `Conflict`; a lease limited to no renewal at all is lost at
 /// its first deadline while the work still runs, and the work is cancelled.
