@@ -92,7 +92,9 @@ pub use errors::node_error::NodeError;
 pub use protocol::acquire_many::MAX_RESOURCES_PER_LOCK;
 pub use protocol::leader_info::Leader;
 pub use protocol::permit::MAX_PERMITS;
-pub use voters::node_source::{ClusterVoter, IntoNode, NodeSource, SentinelVoter};
+pub use voters::cluster::ClusterNode;
+pub use voters::sentinel::SentinelNode;
+pub use voters::source::{IntoNode, NodeSource};
 
 /// The README's examples, compiled with the documentation's.
 #[cfg(doctest)]

@@ -34,7 +34,12 @@ type Graph = BTreeMap<String, BTreeSet<String>>;
 fn modules_point_down_and_form_no_cycle() {
     let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
     let modules = read_modules(&src);
-    let graph = read_graph(&src, &modules);
+    let mut graph = read_graph(&src, &modules);
+    graph.retain(|name, _| {
+        modules
+            .get(name)
+            .is_none_or(|module| !UNLAYERED.contains(&module.folder.as_str()))
+    });
     let by_layer: Vec<(&str, Vec<&str>)> = LAYERS
         .iter()
         .map(|(layer, folders)| {
@@ -120,9 +125,7 @@ fn check(graph: &Graph, layers: &[(&str, &[&str])]) -> Vec<String> {
     let mut problems = Vec::new();
     for (module, uses) in graph {
         let Some(&(rank, layer)) = layer_of.get(module.as_str()) else {
-            if !UNLAYERED.contains(&module.as_str()) {
-                problems.push(format!("{module} is in no layer"));
-            }
+            problems.push(format!("{module} is in no layer"));
             continue;
         };
         for used in uses {
@@ -186,8 +189,7 @@ struct Module {
 }
 
 /// Every module of `src/` by name (module names are unique across folders): each file of a
-/// folder, or a folder that is one module (`mod.rs` alone). The folders' own `mod.rs` only
-/// declare their files. `lib.rs` is left out. A file directly in `src/` has the folder `""`,
+/// folder, and the folder's `mod.rs` under the folder's name. `lib.rs` is left out. A file directly in `src/` has the folder `""`,
 /// which no layer lists.
 fn read_modules(src: &Path) -> BTreeMap<String, Module> {
     let mut modules = BTreeMap::new();
@@ -204,20 +206,15 @@ fn read_modules(src: &Path) -> BTreeMap<String, Module> {
                 .map(|e| e.expect("a directory entry").path())
                 .filter(|p| p.extension().is_some_and(|e| e == "rs"))
                 .collect();
-            let only_mod = files.iter().all(|f| f.ends_with("mod.rs"));
             for file in files {
                 let stem = file
                     .file_stem()
                     .expect("a name")
                     .to_string_lossy()
                     .into_owned();
-                let module = if only_mod {
-                    name.clone()
-                } else if stem == "mod" {
-                    continue;
-                } else {
-                    stem
-                };
+                // A folder's `mod.rs` is the module of the folder's name: its declarations,
+                // and in some folders (`scripts/`, `testing/`) code of its own.
+                let module = if stem == "mod" { name.clone() } else { stem };
                 let folder = name.clone();
                 assert!(
                     modules
@@ -248,10 +245,18 @@ fn read_graph(src: &Path, modules: &BTreeMap<String, Module>) -> Graph {
                 .into_iter()
                 .filter_map(|path| {
                     let first = path.first()?;
-                    if modules.contains_key(first) {
+                    if folders.contains(first.as_str()) {
+                        // `folder::module::…`, or an item of the folder's own `mod.rs`.
+                        match path.get(1) {
+                            Some(second)
+                                if modules.get(second).is_some_and(|m| m.folder == *first) =>
+                            {
+                                Some(second.clone())
+                            }
+                            _ => Some(first.clone()),
+                        }
+                    } else if modules.contains_key(first) {
                         Some(first.clone())
-                    } else if folders.contains(first.as_str()) {
-                        path.get(1).cloned()
                     } else {
                         reexported.get(first).cloned()
                     }

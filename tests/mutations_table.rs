@@ -60,7 +60,7 @@ fn a_moved_function_is_found_missing() {
         code.resolve(&path("node::supervise")),
         Err("no fn supervise in module node".to_owned())
     );
-    assert_eq!(code.resolve(&path("server_link::supervise")), Ok(()));
+    assert_eq!(code.resolve(&path("supervisor::supervise")), Ok(()));
     assert_eq!(
         code.resolve(&path(
             "integration::fencing::a_failed_back_master_never_hands_out_a_token_again"

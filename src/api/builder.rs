@@ -8,8 +8,8 @@ use crate::errors::config_error::ConfigError;
 use crate::errors::error::Error;
 use crate::protocol::shared::Shared;
 use crate::voters::node::Node;
-use crate::voters::node_source::{IntoNode, NodeSource};
 use crate::voters::server_identity::ServerIdentities;
+use crate::voters::source::{IntoNode, NodeSource};
 
 /// Configures a [`RedLock`](crate::RedLock); start from [`RedLock::builder`](crate::RedLock::builder).
 ///
@@ -121,7 +121,7 @@ impl Builder {
 
     /// Do not let a master vote on acquire until it has been up for `grace`; set it to the
     /// longest ttl you use (with Sentinel voters, plus the groups' `min-replicas-max-lag`:
-    /// a failover is a restart of that vote, see [`SentinelVoter`](crate::SentinelVoter)).
+    /// a failover is a restart of that vote, see [`SentinelNode`](crate::SentinelNode)).
     ///
     /// A master that crashed and came back **empty** (no `appendfsync always`) before the ttl
     /// of a lock it had granted ran out can grant that lock again. Operators should delay such

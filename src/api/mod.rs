@@ -8,6 +8,7 @@ pub(crate) mod builder;
 pub(crate) mod election;
 pub(crate) mod fence_seeding;
 pub(crate) mod inspect;
+pub(crate) mod keep_alive;
 pub(crate) mod lease;
 pub(crate) mod lock;
 pub(crate) mod lock_service;

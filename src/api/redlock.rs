@@ -19,7 +19,7 @@ use crate::errors::error::{Error, Failure, Operation};
 use crate::errors::node_error::NodeError;
 use crate::protocol::acquire::acquire;
 use crate::protocol::shared::{Shared, ensure_runtime};
-use crate::voters::node_source::IntoNode;
+use crate::voters::source::IntoNode;
 
 use tracing::Instrument;
 

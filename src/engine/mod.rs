@@ -5,8 +5,11 @@
 //! Knows nothing of what a round is for: the protocol gives it the request and reads the
 //! verdict.
 
+pub(crate) mod classify;
 pub(crate) mod gather;
+pub(crate) mod heard;
 pub(crate) mod query;
 pub(crate) mod request;
 pub(crate) mod round;
+pub(crate) mod stragglers;
 pub(crate) mod voter;

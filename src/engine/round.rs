@@ -13,135 +13,18 @@ use tokio_util::task::TaskTracker;
 
 use crate::core::clock::{Awake, Deadline};
 use crate::core::config::Timing;
-use crate::core::quorum::{Decision, Tally, Vote};
+use crate::core::quorum::{Tally, Vote};
 use crate::core::report::{NodeOutcome, NodeReport, Report};
 use crate::core::telemetry;
 use crate::core::verdict::{self, Rejection, RoundKind, Verdict};
-use crate::engine::request::{EncodedRequest, Grant, Request};
+use crate::engine::classify::Grant;
+pub(crate) use crate::engine::heard::Wait;
+use crate::engine::heard::{Answer, Heard, timed_out};
+use crate::engine::request::{EncodedRequest, Request};
+pub(crate) use crate::engine::stragglers::Stragglers;
+use crate::engine::stragglers::{MarkOnDrop, Ordered};
 use crate::engine::voter::Voter;
 use crate::errors::node_error::NodeError;
-
-/// How long a round waits.
-#[derive(Debug, Clone)]
-pub(crate) enum Wait {
-    /// Until the round is won or lost; nodes that have not answered by then go on in the
-    /// background (see [`Stragglers`]).
-    UntilDecided,
-    /// Until the round's verdict can no longer change, whatever the nodes still out answer
-    /// (`verdict::settled`): a release is decided at the majority in the common case, and
-    /// waits (bounded) for more answers only when they decide between gone and outage. The
-    /// requests still out go on in the background (tracked, so `RedLock::settle` waits for
-    /// them), each already queued on its connection.
-    UntilSettled {
-        kind: RoundKind,
-        validity_left: bool,
-        granted: Option<Vec<Vote>>,
-    },
-    /// A permit round (`crate::protocol::permit`): until one permit has a majority of grants, or no
-    /// permit can reach one with the answers still out. The tally above counts a grant of any
-    /// permit as a yes, so it cannot decide such a round; a suspect node is waited for while
-    /// its answer could still make a majority (bounded by the deadline).
-    UntilPermitDecided,
-    /// Until every node has answered or timed out (a failed acquire's cleanup: its report says
-    /// how long the holder's key lives; an extend that re-adds keys). A suspect node is not
-    /// waited for once the round is decided without it: its request goes on in the
-    /// background.
-    ForAll,
-}
-
-/// Per node, whether a request of a round is *ordered*: handed to the node's connection (a
-/// command nothing will send again), or finished, or abandoned. Anything sent on that
-/// connection afterwards reaches the node behind it: the multiplexed connection is one FIFO
-/// queue (the redis crate's bounded channel, whose waiting senders are served in order).
-#[derive(Debug)]
-struct Ordered {
-    nodes: watch::Sender<Vec<bool>>,
-}
-
-impl Ordered {
-    fn new(count: usize) -> Arc<Self> {
-        Arc::new(Self {
-            nodes: watch::Sender::new(vec![false; count]),
-        })
-    }
-
-    fn mark(&self, index: usize) {
-        self.nodes
-            .send_if_modified(|nodes| match nodes.get_mut(index) {
-                Some(ordered) if !*ordered => {
-                    *ordered = true;
-                    true
-                }
-                _ => false,
-            });
-    }
-}
-
-/// Marks its node's request ordered when dropped: finished, or abandoned at the deadline.
-struct MarkOnDrop {
-    ordered: Arc<Ordered>,
-    index: usize,
-}
-
-impl Drop for MarkOnDrop {
-    fn drop(&mut self) {
-        self.ordered.mark(self.index);
-    }
-}
-
-/// Requests of a decided round that were still running at the decision.
-///
-/// They keep running in a background task, each bounded by the per-node timeout, so a slow
-/// node still gets the key (and a lock survives later node failures better). A later
-/// compare-and-delete on one of these nodes is sent once that node's request is *ordered*
-/// ([`Ordered`]): at once for a `SET` already on its connection, after the answer for a script
-/// (a `NOSCRIPT` answer sends it again) or for a request still waiting for its connection.
-/// Otherwise the straggler could land after the delete and leave a key behind. It never
-/// waits for other nodes' stragglers.
-#[derive(Debug, Clone)]
-pub(crate) struct Stragglers {
-    nodes: Arc<[bool]>,
-    ordered: watch::Receiver<Vec<bool>>,
-    done: watch::Receiver<bool>,
-    /// A straggler answered that its fence counter was not re-seeded (fenced acquire): the
-    /// decision came before it, so the round's report does not show it.
-    unseeded: Arc<std::sync::atomic::AtomicBool>,
-    /// A straggler did not do what was asked (refused, failed or timed out).
-    not_done: Arc<std::sync::atomic::AtomicBool>,
-}
-
-impl Stragglers {
-    /// Whether the request to `index` was still running at the decision and is not yet
-    /// ordered on its connection.
-    fn unordered(&self, index: usize) -> bool {
-        self.nodes.get(index).copied().unwrap_or(false)
-            && !self.ordered.borrow().get(index).copied().unwrap_or(true)
-    }
-
-    /// Waits until every straggler has finished, then says whether one answered that its
-    /// fence counter was not re-seeded since its server started.
-    pub(crate) async fn unseeded(&self) -> bool {
-        let mut done = self.done.clone();
-        let _ = done.wait_for(|finished| *finished).await;
-        self.unseeded.load(std::sync::atomic::Ordering::Acquire)
-    }
-
-    /// Waits until every straggler has finished, then says whether each did what was asked.
-    pub(crate) async fn all_done(&self) -> bool {
-        let mut done = self.done.clone();
-        let _ = done.wait_for(|finished| *finished).await;
-        !self.not_done.load(std::sync::atomic::Ordering::Acquire)
-    }
-
-    /// Waits until the request to `index` is ordered on its connection.
-    async fn ordered(&self, index: usize) {
-        let mut ordered = self.ordered.clone();
-        // An error means every sender is gone (the round's tasks ended): nothing to wait for.
-        let _ = ordered
-            .wait_for(|nodes| nodes.get(index).copied().unwrap_or(true))
-            .await;
-    }
-}
 
 /// A finished round.
 #[derive(Debug)]
@@ -226,10 +109,6 @@ pub(crate) struct Fanout<'a, V> {
     pub(crate) voters: &'a Arc<[V]>,
     pub(crate) background: &'a TaskTracker,
 }
-
-/// One voter's answer: its index, what it said, its grant, and the time since the round
-/// started.
-type Answer = (usize, NodeOutcome, Option<Grant>, Duration);
 
 impl<V: Voter> Fanout<'_, V> {
     /// Sends `request` to every voter in parallel, each bounded by `per_node_timeout`, and
@@ -545,106 +424,6 @@ struct InFlight<F> {
     behind: Vec<bool>,
 }
 
-/// What a round has heard so far.
-struct Heard {
-    /// Per voter: its answer and when it came.
-    answers: Vec<Option<(NodeOutcome, Duration)>>,
-    tally: Tally,
-    /// The highest fence counter among the answers.
-    fence: Option<u64>,
-    /// Per voter, what its grant said.
-    grants: Vec<Option<Grant>>,
-}
-
-impl Heard {
-    fn new(count: usize) -> Self {
-        Self {
-            answers: vec![None; count],
-            tally: Tally::new(count),
-            fence: None,
-            grants: vec![None; count],
-        }
-    }
-
-    /// Takes one voter's answer. A grant from a voter not `counted` (see
-    /// `Request::counted`) is a late grant: no vote.
-    fn record<V: Voter>(&mut self, voters: &[V], counted: Option<&[bool]>, answer: Answer) {
-        let (index, mut outcome, grant, latency) = answer;
-        let counts = counted.is_none_or(|c| c.get(index) == Some(&true));
-        if !counts && outcome.vote() == Vote::Yes {
-            outcome = NodeOutcome::LateGrant;
-        }
-        if let Some(grant) = grant {
-            self.fence = self.fence.max(Some(grant.counter));
-            if let Some(slot) = self.grants.get_mut(index) {
-                *slot = Some(grant);
-            }
-        }
-        record(voters, &mut self.tally, index, &outcome, latency);
-        if let Some(slot) = self.answers.get_mut(index) {
-            *slot = Some((outcome, latency));
-        }
-    }
-
-    /// Every voter not heard from whose request was bounded by the deadline (not `behind` a
-    /// straggler) has timed out.
-    fn time_out<V: Voter>(&mut self, voters: &[V], behind: &[bool], per_node_timeout: Duration) {
-        for (index, slot) in self.answers.iter_mut().enumerate() {
-            if slot.is_none() && !behind.get(index).copied().unwrap_or(false) {
-                let (outcome, _) = timed_out(per_node_timeout);
-                record(voters, &mut self.tally, index, &outcome, per_node_timeout);
-                *slot = Some((outcome, per_node_timeout));
-            }
-        }
-    }
-}
-
-impl Wait {
-    /// Whether what was `heard` ends the round.
-    fn is_over<V: Voter>(&self, heard: &Heard, voters: &[V]) -> bool {
-        let tally = &heard.tally;
-        match self {
-            Wait::UntilDecided => tally.decision() != Decision::Open,
-            Wait::UntilPermitDecided => {
-                let mut counts: std::collections::HashMap<u64, usize> =
-                    std::collections::HashMap::new();
-                for grant in heard.grants.iter().flatten() {
-                    *counts.entry(grant.counter).or_default() += 1;
-                }
-                let best = counts.values().copied().max().unwrap_or(0);
-                let out = heard
-                    .answers
-                    .iter()
-                    .filter(|answer| answer.is_none())
-                    .count();
-                best >= tally.quorum() || best + out < tally.quorum()
-            }
-            Wait::UntilSettled {
-                kind,
-                validity_left,
-                granted,
-            } => {
-                let partial: Vec<Option<Vote>> = heard
-                    .answers
-                    .iter()
-                    .map(|answer| answer.as_ref().map(|(outcome, _)| outcome.vote()))
-                    .collect();
-                verdict::settled(*kind, *validity_left, granted.as_deref(), &partial).is_some()
-            }
-            // A suspect voter is not waited for once the round is decided without it; while
-            // its answer could still decide the round, it is (bounded by the deadline).
-            Wait::ForAll => {
-                tally.decision() != Decision::Open
-                    && heard
-                        .answers
-                        .iter()
-                        .zip(voters.iter())
-                        .all(|(answer, voter)| answer.is_some() || voter.is_suspect())
-            }
-        }
-    }
-}
-
 /// Polls requests we no longer wait for until each is answered (or its connection breaks), so
 /// the redis crate does not skip them as abandoned (see `EncodedRequest::deliver_anyway`).
 fn deliver_in_background<F>(background: &TaskTracker, mut requests: FuturesUnordered<F>)
@@ -653,37 +432,6 @@ where
     F::Output: Send,
 {
     background.spawn(async move { while requests.next().await.is_some() {} });
-}
-
-/// Counts one node's answer in the tally, and in the logs and metrics.
-fn record<V: Voter>(
-    nodes: &[V],
-    tally: &mut Tally,
-    index: usize,
-    outcome: &NodeOutcome,
-    latency: Duration,
-) {
-    // A key a renewal has just re-added is not yet proof of anything: it counts from the next
-    // round on (the report keeps it as a yes), never toward this round's majority.
-    let vote = match outcome {
-        NodeOutcome::Readded => Vote::Failed,
-        other => other.vote(),
-    };
-    tally.record(vote);
-    tracing::trace!(node = index, %outcome, ?latency, "node answered");
-    if let (Some(node), NodeOutcome::Failed(NodeError::TimedOut(_))) = (nodes.get(index), outcome) {
-        node.set_suspect(true);
-    }
-    if let Some(node) = nodes.get(index) {
-        telemetry::node_answered(node.id().address(), outcome, latency);
-    }
-}
-
-fn timed_out(per_node_timeout: Duration) -> (NodeOutcome, Option<Grant>) {
-    (
-        NodeOutcome::Failed(NodeError::TimedOut(per_node_timeout)),
-        None,
-    )
 }
 
 /// The engine's timing in virtual time (`tokio::time::pause`), with scripted voters instead of
@@ -699,6 +447,7 @@ mod tests {
 
     use super::*;
     use crate::core::node_id::NodeId;
+    use crate::core::quorum::Decision;
     use crate::core::token::Token;
     use crate::engine::request::Command;
     use crate::errors::error::Operation;

@@ -202,7 +202,7 @@ async fn delete_everywhere(
         .await
 }
 
-/// The arguments after the first of a script that hands the lock over (`scripts::hand_over!`,
+/// The arguments after the first of a script that hands the lock over (`scripts/lua/hand_over.lua`,
 /// in `RELEASE` and `DEQUEUE`): the release channel, the release id the message carries, and
 /// the reservation in ms.
 pub(crate) fn hand_over_arguments(

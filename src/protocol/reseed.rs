@@ -7,7 +7,7 @@
 //! lower. So a master's counter enters a token only while a marker next to it names the
 //! server's current term (`run_id`, new at every start, and `master_replid`, read by the
 //! script itself and new at every promotion, so a failed-back master is in a new term too,
-//! and no term ever comes back, `scripts::fence_term!`): the fenced acquire answers
+//! and no term ever comes back, `scripts/lua/fence_term.lua`): the fenced acquire answers
 //! "unseeded" otherwise (`scripts::ACQUIRE_FENCED`), and the client re-seeds it here.
 //!
 //! Re-seeding reads the counter and the marker from every master (`scripts::SEED_READ`),

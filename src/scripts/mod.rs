@@ -1,4 +1,5 @@
-//! The Lua scripts, in one place, each hashed once per process.
+//! The Lua scripts (`src/scripts/lua/`), each hashed once per process, and what their replies
+//! mean ([`ScriptReply`]).
 //!
 //! Every script answers with one integer, so a reply is cheap to classify:
 //!
@@ -18,6 +19,29 @@
 //! script and sends it once more (`request::EncodedRequest::send`). The plain acquire is not a script:
 //! `SET NX PX` is atomic on its own, and a script would cost the server about five times the
 //! CPU (measured with `redis-benchmark`; see `benches/README.md`).
+//!
+//! # The fence term (`lua/fence_term.lua`)
+//!
+//! A fenced script's term of the server it runs on is the server's `run_id`, as the client's
+//! connection learned it, and its `master_replid`, read in the script: `run_id/replid`.
+//!
+//! The `run_id` is new at every start of the server process, and a connection never outlives
+//! the process it was made to, so the connection's `run_id` is the server's. The replication
+//! id changes under a live connection: at every promotion (a failover, a failback), at every
+//! resync as a replica (which only a promotion ends before the server votes again), and also
+//! when a replica first attaches or the backlog is freed. Each change draws a new random id,
+//! or adopts a master's while a replica, so a master's term never takes a value it had before:
+//! a dataset replaced by an older copy of itself (a failback, whatever the backlog did since)
+//! is in a new term, and its counter counts only once re-seeded. Read in the script, not at
+//! connect time, so a client that missed a failover and a failback on an idle connection still
+//! sees the new term (`DESIGN.md` §5). The term before this rule (`run_id` alone unless
+//! `second_repl_offset` said "promoted") reverted once the backlog was freed; `crate::model`
+//! finds the token it handed out twice.
+//!
+//! A server that does not say `role:master`, or gives no replication id, answers `-6`
+//! (unseeded) at once: a replica adopts its master's replication id, so its term could name
+//! a marker in its (lagging) copy, and only a master's term is a term (a client behind a proxy
+//! that moved it to a replica would otherwise trust the replica's copy).
 
 use std::sync::OnceLock;
 
@@ -113,61 +137,13 @@ pub(crate) fn all() -> [&'static LuaScript; 16] {
     ]
 }
 
-/// A script that runs `$action` only while `KEYS[1]` holds our token (`ARGV[1]`), answering
-/// `-1` when it did; otherwise the shared "not ours" answer: `-2` for a missing key, else the
-/// other owner's remaining ttl (`-3` when the key has no expiry). One place for the contract
-/// in the table above.
-macro_rules! compare_and {
-    ($action:expr) => {
-        concat!(
-            "local value = redis.call('GET', KEYS[1])\n",
-            "if value == ARGV[1] then ",
-            $action,
-            " return -1 end\n",
-            "if not value then return -2 end\n",
-            "local ttl = redis.call('PTTL', KEYS[1])\n",
-            "if ttl == -1 then return -3 end\n",
-            "return ttl\n",
-        )
-    };
-}
-
-/// Lua that hands the lock key (`KEYS[1]`) to the first live waiter of its queue (`KEYS[2]`,
-/// liveness in `KEYS[3]`), or deletes it when there is none, and publishes (`ARGV[2]` channel
-/// or empty, `ARGV[3]` release id, `ARGV[4]` the reservation in ms): the part of `RELEASE`
-/// after its token check, and of `DEQUEUE` when the lock was reserved for the waiter leaving.
-macro_rules! hand_over {
-    () => {
-        concat!(
-            "local handed = nil\n",
-            "if KEYS[2] and redis.pcall('EXISTS', KEYS[2]) == 1 then\n",
-            "  local t = redis.pcall('TIME')\n",
-            "  if not t.err then\n",
-            "    local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)\n",
-            "    while not handed do\n",
-            "      local range = redis.pcall('ZRANGE', KEYS[2], 0, 0)\n",
-            "      if range.err or not range[1] then break end\n",
-            "      local head = range[1]\n",
-            "      local live = tonumber(redis.pcall('HGET', KEYS[3], head)) or 0\n",
-            "      if type(redis.pcall('ZREM', KEYS[2], head)) ~= 'number' then break end\n",
-            "      redis.pcall('HDEL', KEYS[3], head)\n",
-            "      if live >= now then handed = head end\n",
-            "    end\n",
-            "  end\n",
-            "end\n",
-            "if handed then\n",
-            "  redis.call('SET', KEYS[1], 'handoff:' .. handed, 'PX', ARGV[4])\n",
-            "  if ARGV[2] ~= '' then\n",
-            "    local client = string.match(handed, '^([^.]+)%.')\n",
-            "    local channel = ARGV[2]\n",
-            "    if client then channel = channel .. ':' .. client end\n",
-            "    redis.pcall('PUBLISH', channel, ARGV[3] .. ':' .. handed)\n",
-            "  end\n",
-            "else\n",
-            "  redis.call('DEL', KEYS[1])\n",
-            "  if ARGV[2] ~= '' then redis.pcall('PUBLISH', ARGV[2], ARGV[3]) end\n",
-            "end\n",
-        )
+/// The script made of these files of `src/scripts/lua/`, in order: the functions it shares
+/// with other scripts first (`not_ours`, `hand_over`, `join_queue`, `fence_term`), then its
+/// own code. Each file is plain Lua; the docs below say what each script's arguments are and
+/// why it does what it does.
+macro_rules! lua {
+    ($($file:literal),+) => {
+        concat!($(include_str!(concat!("lua/", $file, ".lua"))),+)
     };
 }
 
@@ -192,31 +168,7 @@ macro_rules! hand_over {
 /// failed acquire passes no channel and no queue: waking or handing
 /// to waiters there would have them retry, fail and clean up in turn, waking each other for
 /// ever while the holder holds.
-pub(crate) static RELEASE: LuaScript = LuaScript::new(compare_and!(hand_over!()));
-
-/// Lua that joins the lock's queue (`KEYS[2]`, liveness in `KEYS[3]`) as waiter `ARGV[$id]`
-/// with place `ARGV[$place]` (the waiter's own clock when it first queued, in µs: the same on
-/// every node, so every node orders the waiters alike and a release hands the lock to the
-/// same waiter everywhere), live for `ARGV[$live]` ms of the server's clock. `NX`: a waiter
-/// keeps its place. The queue's keys expire with the longest liveness, so an abandoned queue
-/// does not stay.
-macro_rules! join_queue {
-    ($id:literal, $live:literal, $place:literal) => {
-        concat!(
-            "local t = redis.pcall('TIME')\n",
-            "if not t.err then\n",
-            "  local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)\n",
-            "  local live = tonumber(ARGV[", $live, "])\n",
-            "  if type(redis.pcall('ZADD', KEYS[2], 'NX', ARGV[", $place, "], ARGV[", $id, "])) == 'number' then\n",
-            "    redis.pcall('HSET', KEYS[3], ARGV[", $id, "], now + live)\n",
-            "    for i = 2, 3 do\n",
-            "      if redis.call('PTTL', KEYS[i]) < live then redis.pcall('PEXPIRE', KEYS[i], live) end\n",
-            "    end\n",
-            "  end\n",
-            "end\n",
-        )
-    };
-}
+pub(crate) static RELEASE: LuaScript = LuaScript::new(lua!("not_ours", "hand_over", "release"));
 
 /// `KEYS[1]` lock key, `KEYS[2]` its waiters' queue, `KEYS[3]` their liveness; `ARGV[1]`
 /// token, `ARGV[2]` ttl in ms, `ARGV[3]` the waiter's id, `ARGV[4]` how long this
@@ -226,26 +178,18 @@ macro_rules! join_queue {
 /// waiters for it): when the key is free or reserved for this waiter (`handoff:<id>`, see
 /// `RELEASE`), sets it to our token for the ttl and leaves the queue (`-1`). Otherwise joins
 /// the queue or keeps its place in it, renews its liveness, and answers like any refused
-/// acquire: the holder's remaining ttl (`-3` without expiry).
+/// acquire: the holder's remaining ttl (`-3` without expiry). The place is the waiter's own
+/// clock when it first queued, in µs: the same on every node, so every node orders the
+/// waiters alike and a release hands the lock to the same waiter everywhere. The queue's keys
+/// expire with the longest liveness, so an abandoned queue does not stay.
 ///
 /// Sent whole (`EVAL`): a release behind it on the same node is then sent at once rather than
 /// after its answer (a script sent by hash might come back `NOSCRIPT` and be sent again, after
 /// the release). Held back, that release could let the next waiter's round overtake it there:
 /// refused by the key the release was about to hand over, that waiter would stay queued on
 /// the node and be handed the lock it already holds elsewhere, reserving the key for nobody.
-pub(crate) static QUEUED_ACQUIRE: LuaScript = LuaScript::sent_whole(concat!(
-    "local value = redis.call('GET', KEYS[1])\n",
-    "if not value or value == 'handoff:' .. ARGV[3] then\n",
-    "  redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])\n",
-    "  redis.pcall('ZREM', KEYS[2], ARGV[3])\n",
-    "  redis.pcall('HDEL', KEYS[3], ARGV[3])\n",
-    "  return -1\n",
-    "end\n",
-    join_queue!("3", "4", "5"),
-    "local ttl = redis.call('PTTL', KEYS[1])\n",
-    "if ttl == -1 then return -3 end\n",
-    "return ttl\n",
-));
+pub(crate) static QUEUED_ACQUIRE: LuaScript =
+    LuaScript::sent_whole(lua!("join_queue", "queued_acquire"));
 
 /// `KEYS[1..]` the lock keys of a multi-resource lock; `ARGV[1]` token, `ARGV[2]` ttl in ms.
 ///
@@ -254,59 +198,22 @@ pub(crate) static QUEUED_ACQUIRE: LuaScript = LuaScript::sent_whole(concat!(
 /// token and answers `-1`. A client never holds part of a set on a master, so two clients
 /// asking for overlapping sets in any order cannot deadlock: each round either takes all of a
 /// master's keys or none, and a failed round gives back what it took elsewhere.
-pub(crate) static ACQUIRE_MANY: LuaScript = LuaScript::new(concat!(
-    "for _, key in ipairs(KEYS) do\n",
-    "  local ttl = redis.call('PTTL', key)\n",
-    "  if ttl == -1 then return -3 end\n",
-    "  if ttl >= 0 then return ttl end\n",
-    "end\n",
-    "for _, key in ipairs(KEYS) do redis.call('SET', key, ARGV[1], 'PX', ARGV[2]) end\n",
-    "return -1\n",
-));
+pub(crate) static ACQUIRE_MANY: LuaScript = LuaScript::new(lua!("acquire_many"));
 
 /// `KEYS[1..]` the lock keys of a multi-resource lock; `ARGV[1]` token, `ARGV[2]` new ttl in
 /// ms. Renews the set only when *every* key holds the token, and answers `-1`; else renews
-/// nothing and answers for the first key that is not ours as `compare_and!` does (`-2`
+/// nothing and answers for the first key that is not ours as `not_ours` does (`-2`
 /// missing, else its holder's ttl): a master where one key of the set expired or belongs to
 /// someone else does not hold the set, and renewing the others there would extend another
 /// client's key.
-pub(crate) static EXTEND_MANY: LuaScript = LuaScript::new(concat!(
-    "for _, key in ipairs(KEYS) do\n",
-    "  local value = redis.call('GET', key)\n",
-    "  if value ~= ARGV[1] then\n",
-    "    if not value then return -2 end\n",
-    "    local ttl = redis.call('PTTL', key)\n",
-    "    if ttl == -1 then return -3 end\n",
-    "    return ttl\n",
-    "  end\n",
-    "end\n",
-    "for _, key in ipairs(KEYS) do redis.call('PEXPIRE', key, ARGV[2]) end\n",
-    "return -1\n",
-));
+pub(crate) static EXTEND_MANY: LuaScript = LuaScript::new(lua!("extend_many"));
 
 /// `KEYS[1..]` the lock keys of a multi-resource lock; `ARGV[1]` token, `ARGV[2]` release id,
 /// `ARGV[2 + i]` the release channel of `KEYS[i]` (`resource::release_channel`). The release
 /// of the whole set: deletes every key that holds the token and publishes the release on its
 /// channel, so waiters for any of them wake; answers `-1` when every key was ours, else for
-/// the first key that was not, as `compare_and!` does. Nothing is handed over.
-pub(crate) static RELEASE_MANY: LuaScript = LuaScript::new(concat!(
-    "local answer = -1\n",
-    "for i, key in ipairs(KEYS) do\n",
-    "  local value = redis.call('GET', key)\n",
-    "  if value == ARGV[1] then\n",
-    "    redis.call('DEL', key)\n",
-    "    redis.pcall('PUBLISH', ARGV[i + 2], ARGV[2])\n",
-    "  elseif answer == -1 then\n",
-    "    if not value then\n",
-    "      answer = -2\n",
-    "    else\n",
-    "      answer = redis.call('PTTL', key)\n",
-    "      if answer == -1 then answer = -3 end\n",
-    "    end\n",
-    "  end\n",
-    "end\n",
-    "return answer\n",
-));
+/// the first key that was not, as `not_ours` does. Nothing is handed over.
+pub(crate) static RELEASE_MANY: LuaScript = LuaScript::new(lua!("release_many"));
 
 /// `KEYS[1..P]` the keys of a semaphore's permits, in the order this acquire tries them;
 /// `ARGV[1]` token, `ARGV[2]` ttl in ms, `ARGV[2 + i]` the number of the permit `KEYS[i]`.
@@ -316,34 +223,13 @@ pub(crate) static RELEASE_MANY: LuaScript = LuaScript::new(concat!(
 /// expires). Each permit is a lock of its own: the client trusts a permit only when a majority
 /// of masters granted *that* permit, never by adding grants of different ones (see
 /// `crate::protocol::permit`). O(P) per call; the number of permits is bounded (`MAX_PERMITS`).
-pub(crate) static ACQUIRE_PERMIT: LuaScript = LuaScript::new(concat!(
-    "local shortest = -1\n",
-    "for i, key in ipairs(KEYS) do\n",
-    "  if redis.call('SET', key, ARGV[1], 'NX', 'PX', ARGV[2]) then\n",
-    "    return {-1, tonumber(ARGV[i + 2]), 0}\n",
-    "  end\n",
-    "  local ttl = redis.call('PTTL', key)\n",
-    "  if ttl >= 0 and (shortest < 0 or ttl < shortest) then shortest = ttl end\n",
-    "end\n",
-    "if shortest < 0 then return -3 end\n",
-    "return shortest\n",
-));
+pub(crate) static ACQUIRE_PERMIT: LuaScript = LuaScript::new(lua!("acquire_permit"));
 
 /// `KEYS[1..]` permit keys; `ARGV[1]` token, `ARGV[2]` the semaphore's release channel,
 /// `ARGV[3]` a release id. Deletes each key that holds the token (the permits a failed or
 /// split permit round was granted, or all but the one it keeps) and, when it deleted any,
 /// publishes, since a permit came free; answers `-1`.
-pub(crate) static GIVE_BACK_PERMITS: LuaScript = LuaScript::new(concat!(
-    "local given = 0\n",
-    "for _, key in ipairs(KEYS) do\n",
-    "  if redis.call('GET', key) == ARGV[1] then\n",
-    "    redis.call('DEL', key)\n",
-    "    given = given + 1\n",
-    "  end\n",
-    "end\n",
-    "if given > 0 then redis.pcall('PUBLISH', ARGV[2], ARGV[3]) end\n",
-    "return -1\n",
-));
+pub(crate) static GIVE_BACK_PERMITS: LuaScript = LuaScript::new(lua!("give_back_permits"));
 
 /// `KEYS[1]` lock key, `KEYS[2]` its waiters' queue, `KEYS[3]` their liveness; `ARGV[1]`
 /// token, `ARGV[2]` the waiter's id, `ARGV[3]` liveness in ms, `ARGV[4]` its place.
@@ -353,40 +239,17 @@ pub(crate) static GIVE_BACK_PERMITS: LuaScript = LuaScript::new(concat!(
 /// the queue (or keeps its place), so a waiter is queued from its first refusal on without a
 /// round of its own. With `KEYS[1]` alone (a half-moved cluster slot, see
 /// `request::InParts`), only undoes.
-pub(crate) static UNDO_AND_QUEUE: LuaScript = LuaScript::new(concat!(
-    "local value = redis.call('GET', KEYS[1])\n",
-    "local answer = -2\n",
-    "if value == ARGV[1] then\n",
-    "  redis.call('DEL', KEYS[1])\n",
-    "  answer = -1\n",
-    "elseif value then\n",
-    "  answer = redis.call('PTTL', KEYS[1])\n",
-    "  if answer == -1 then answer = -3 end\n",
-    "end\n",
-    "if KEYS[2] then\n",
-    join_queue!("2", "3", "4"),
-    "end\n",
-    "return answer\n",
-));
+pub(crate) static UNDO_AND_QUEUE: LuaScript = LuaScript::new(lua!("join_queue", "undo_and_queue"));
 
 /// `KEYS[1]` lock key, `KEYS[2]` its waiters' queue, `KEYS[3]` their liveness; `ARGV[1]` the
 /// waiter's id, then as `RELEASE`: `ARGV[2]` release channel, `ARGV[3]` a release id, `ARGV[4]`
 /// the reservation in ms. Leaves the queue (a waiter that got the lock elsewhere, gave up or
 /// was cancelled), and if a release had already reserved the lock for this waiter here, passes
-/// it on as that release would have (`hand_over!`): a reservation for a waiter that no longer
+/// it on as that release would have (`hand_over`): a reservation for a waiter that no longer
 /// waits would idle the lock until it lapses, and its lapse wakes nobody. `-1`. With `KEYS[1]`
 /// alone (a half-moved cluster slot, see `request::InParts`), only passes a reservation on,
 /// to nobody: the client leaves the queue's keys with one command each.
-pub(crate) static DEQUEUE: LuaScript = LuaScript::new(concat!(
-    "if KEYS[2] then\n",
-    "  redis.pcall('ZREM', KEYS[2], ARGV[1])\n",
-    "  redis.pcall('HDEL', KEYS[3], ARGV[1])\n",
-    "end\n",
-    "if redis.call('GET', KEYS[1]) == 'handoff:' .. ARGV[1] then\n",
-    hand_over!(),
-    "end\n",
-    "return -1\n",
-));
+pub(crate) static DEQUEUE: LuaScript = LuaScript::new(lua!("hand_over", "dequeue"));
 
 /// `KEYS[1]` lock key, optional `KEYS[2..]` keys that live as long as the lock (an election's
 /// leader info, the other keys of a multi-resource lock), `ARGV[1]` token, `ARGV[2]` new ttl in ms, `ARGV[3]` `1` to re-add a missing
@@ -399,67 +262,14 @@ pub(crate) static DEQUEUE: LuaScript = LuaScript::new(concat!(
 /// spreads to nodes that come back and survives losing one of the first. A granting node that
 /// lost our key is not re-added: that loss is evidence the verdict must see
 /// (`crate::core::verdict`).
-pub(crate) static EXTEND: LuaScript = LuaScript::new(
-    r"
-local value = redis.call('GET', KEYS[1])
-if value == ARGV[1] then
-  for i = 1, #KEYS do redis.call('PEXPIRE', KEYS[i], ARGV[2]) end
-  return -1
-end
-if not value then
-  if ARGV[3] == '1' then
-    redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
-    return -5
-  end
-  return -2
-end
-local ttl = redis.call('PTTL', KEYS[1])
-if ttl == -1 then return -3 end
-return ttl
-",
-);
-
-/// Lua that sets `term` to the fence term of the server it runs on: `$run` (a Lua expression:
-/// the server's `run_id`, as the client's connection learned it) and the server's
-/// `master_replid`, read here, in the script, as `run_id/replid`.
-///
-/// The `run_id` is new at every start of the server process, and a connection never outlives
-/// the process it was made to, so the connection's `run_id` is the server's. The replication
-/// id changes under a live connection: at every promotion (a failover, a failback), at every
-/// resync as a replica (which only a promotion ends before the server votes again), and also
-/// when a replica first attaches or the backlog is freed. Each change draws a new random id,
-/// or adopts a master's while a replica, so a master's term never takes a value it had before:
-/// a dataset replaced by an older copy of itself (a failback, whatever the backlog did since)
-/// is in a new term, and its counter counts only once re-seeded. Read in the script, not at
-/// connect time, so a client that missed a failover and a failback on an idle connection still
-/// sees the new term (`DESIGN.md` §5). The term before this rule (`run_id` alone unless
-/// `second_repl_offset` said "promoted") reverted once the backlog was freed; `crate::model`
-/// finds the token it handed out twice.
-///
-/// A server that does not say `role:master`, or gives no replication id, answers `-6`
-/// (unseeded) at once: a replica adopts its master's replication id, so its term could name
-/// a marker in its (lagging) copy, and only a master's term is a term (a client behind a proxy
-/// that moved it to a replica would otherwise trust the replica's copy).
-macro_rules! fence_term {
-    ($run:literal) => {
-        concat!(
-            "local replication = redis.call('INFO', 'replication')\n",
-            "local replid = string.match(replication, 'master_replid:(%x+)')\n",
-            "if not replid or not string.find(replication, 'role:master', 1, true) then ",
-            "return -6 end\n",
-            "local term = ",
-            $run,
-            " .. '/' .. replid\n",
-        )
-    };
-}
+pub(crate) static EXTEND: LuaScript = LuaScript::new(lua!("extend"));
 
 /// `KEYS[1]` lock key, `KEYS[2]` fence counter (one per hash slot, see
 /// `resource::fence_key`), `KEYS[3]` its re-seed marker (`resource::FenceKeys::marker`),
 /// optional `KEYS[4]` the per-resource counter older versions kept; `ARGV[1]` token, `ARGV[2]`
 /// ttl in ms, `ARGV[3]` the `run_id` of the server as the client's connection learned it.
 ///
-/// First, a master whose marker does not name its current term (`fence_term!`) answers `-6`
+/// First, a master whose marker does not name its current term (the fence term) answers `-6`
 /// and sets nothing: it started, or its dataset was replaced, since its counter was last
 /// re-seeded, so the counter may have gone back (no `appendfsync always`, an old snapshot, a
 /// failback) and must not enter a token (`crate::protocol::reseed`).
@@ -468,32 +278,13 @@ macro_rules! fence_term {
 /// by an older version is folded into the slot's counter first (the larger wins) and deleted,
 /// so tokens never go back across the upgrade. (The plain acquire is no script: it sends
 /// `SET NX PX` and `PTTL` as two native commands, see `request::Command`.)
-pub(crate) static ACQUIRE_FENCED: LuaScript = LuaScript::with_run_id(concat!(
-    fence_term!("ARGV[3]"),
-    r"local seed = redis.call('HMGET', KEYS[3], 'run', 'epoch')
-if seed[1] ~= term then return -6 end
-if redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then
-  if KEYS[4] then
-    local legacy = tonumber(redis.call('GET', KEYS[4]) or '')
-    if legacy then
-      if legacy > (tonumber(redis.call('GET', KEYS[2]) or '0') or 0) then
-        redis.call('SET', KEYS[2], legacy)
-      end
-      redis.call('DEL', KEYS[4])
-    end
-  end
-  return {-1, redis.call('INCR', KEYS[2]), tonumber(seed[2]) or 0}
-end
-local ttl = redis.call('PTTL', KEYS[1])
-if ttl == -1 then return -3 end
-return ttl
-",
-));
+pub(crate) static ACQUIRE_FENCED: LuaScript =
+    LuaScript::with_run_id(lua!("fence_term", "acquire_fenced"));
 
 /// `KEYS[1]` fence counter, `KEYS[2]` its re-seed marker, optional `KEYS[3]` an older
 /// version's per-resource counter; `ARGV[1]` the server's `run_id`. Answers
 /// `{counter, run, legacy, term}` (the first three nil where there is none; `term` the
-/// server's fence term now, `fence_term!`) and moves the marker's epoch on: a fenced confirm
+/// server's fence term now, the fence term) and moves the marker's epoch on: a fenced confirm
 /// whose grant came before this reading no longer counts on this master (`CONFIRM_FENCE`), so
 /// every confirmation that counts here is in the reading or comes after a grant that did.
 /// On every master read, marked or not: a master whose term changed without a restart (a
@@ -502,15 +293,7 @@ return ttl
 /// (found by review: with the epoch moved on only where marked, a holder confirmed on such a
 /// master after the reading, plus one whose confirmation an empty restart lost, could share
 /// a majority with a later holder's lower token).
-pub(crate) static SEED_READ: LuaScript = LuaScript::new(concat!(
-    fence_term!("ARGV[1]"),
-    r"local run = redis.call('HGET', KEYS[2], 'run')
-redis.call('HINCRBY', KEYS[2], 'epoch', 1)
-local legacy = false
-if KEYS[3] then legacy = redis.call('GET', KEYS[3]) end
-return {redis.call('GET', KEYS[1]), run, legacy, term}
-",
-));
+pub(crate) static SEED_READ: LuaScript = LuaScript::new(lua!("fence_term", "seed_read"));
 
 /// `KEYS[1]` fence counter, `KEYS[2]` its re-seed marker, `ARGV[1]` the counter learned from
 /// the other masters, `ARGV[2]` the server's `run_id`, `ARGV[3]` the term `SEED_READ` found
@@ -518,48 +301,21 @@ return {redis.call('GET', KEYS[1]), run, legacy, term}
 /// the counter to at least `ARGV[1]` (never lowers it) and marks it re-seeded for that term.
 /// Should the server have restarted, or its dataset been replaced, since the reading, nothing
 /// is trusted that was learned about an earlier term.
-pub(crate) static SEED_FENCE: LuaScript = LuaScript::new(concat!(
-    fence_term!("ARGV[2]"),
-    r"if term ~= ARGV[3] then return -6 end
-local fence = tonumber(redis.call('GET', KEYS[1]) or '0') or 0
-if fence < tonumber(ARGV[1]) then redis.call('SET', KEYS[1], ARGV[1]) end
-redis.call('HSET', KEYS[2], 'run', term)
-return -1
-",
-));
+pub(crate) static SEED_FENCE: LuaScript = LuaScript::new(lua!("fence_term", "seed_fence"));
 
 /// `KEYS` re-seed markers (slots', `resource::FenceKeys::marker`, or a server's seeding
 /// record, `resource::fence_record_key`; several only where they may share a script, on a
 /// server that is no Redis Cluster), optional `ARGV[1]` the server's `run_id` (when absent or
 /// empty, the script reads it from `INFO server`: for `redquorum status`, which sends one
 /// request to every server). Answers `{term, m1, m2, …}`: the server's current term
-/// (`fence_term!`), and for each key 1 when it names that term, else 0. Changes nothing.
-pub(crate) static FENCE_STATE: LuaScript = LuaScript::new(concat!(
-    r"local run = ARGV[1]
-if not run or run == '' then
-  run = string.match(redis.call('INFO', 'server'), 'run_id:(%x+)') or ''
-end
-",
-    fence_term!("run"),
-    r"local answer = {term}
-for i, key in ipairs(KEYS) do
-  if redis.call('HGET', key, 'run') == term then answer[i + 1] = 1 else answer[i + 1] = 0 end
-end
-return answer
-",
-));
+/// (the fence term), and for each key 1 when it names that term, else 0. Changes nothing.
+pub(crate) static FENCE_STATE: LuaScript = LuaScript::new(lua!("fence_term", "fence_state"));
 
 /// `KEYS[1]` a server's seeding record (`resource::fence_record_key`), `ARGV[1]` the server's
 /// `run_id`, `ARGV[2]` the term a sweep found it in (`FENCE_STATE`). Only while the server is
 /// still in that term (else `-6`): records that every slot's counter on this server is seeded
 /// for it (`crate::protocol::fence_sweep`), so clients need not look again until the term changes.
-pub(crate) static MARK_SEEDED: LuaScript = LuaScript::new(concat!(
-    fence_term!("ARGV[1]"),
-    r"if term ~= ARGV[2] then return -6 end
-redis.call('HSET', KEYS[1], 'run', term)
-return -1
-",
-));
+pub(crate) static MARK_SEEDED: LuaScript = LuaScript::new(lua!("fence_term", "mark_seeded"));
 
 /// `KEYS[1]` lock key, `KEYS[2]` fence counter, `KEYS[3]` its re-seed marker, `ARGV[1]`
 /// token, `ARGV[2]` fencing token T, `ARGV[3]` the marker's epoch at this master's grant
@@ -584,15 +340,8 @@ return -1
 /// whose grant landed after the decision holds our key too, but its counter never entered T;
 /// counting it let two holders share a token, or a later one get a lower token (`DESIGN.md`
 /// §5; `crate::model` finds it with the old rule).
-pub(crate) static CONFIRM_FENCE: LuaScript = LuaScript::with_run_id(compare_and!(concat!(
-    fence_term!("ARGV[4]"),
-    "if redis.call('HGET', KEYS[3], 'run') ~= term then return -7 end \
-         if ARGV[3] ~= '' and \
-         (tonumber(redis.call('HGET', KEYS[3], 'epoch')) or 0) ~= tonumber(ARGV[3]) then \
-         return -7 end \
-         local fence = tonumber(redis.call('GET', KEYS[2]) or '0') or 0 \
-         if fence < tonumber(ARGV[2]) then redis.call('SET', KEYS[2], ARGV[2]) end"
-)));
+pub(crate) static CONFIRM_FENCE: LuaScript =
+    LuaScript::with_run_id(lua!("not_ours", "fence_term", "confirm_fence"));
 
 /// `KEYS[1]` lock key, `KEYS[2]` leader-info key, `ARGV[1]` token, `ARGV[2]` info.
 /// Only while the lock key holds our token: stores the leader's info, expiring with the lock
@@ -605,175 +354,18 @@ pub(crate) static CONFIRM_FENCE: LuaScript = LuaScript::with_run_id(compare_and!
 /// answer is `-2`, the key's expiry (a `SET` without `PX` there left the info without any
 /// expiry: issue 29). Only a lock key without an expiry, which we never make, gives an info
 /// without one.
-pub(crate) static WRITE_LEADER_INFO: LuaScript = LuaScript::new(compare_and!(
-    "local ttl = redis.call('PTTL', KEYS[1]) \
-         if ttl > 0 then redis.call('SET', KEYS[2], ARGV[2], 'PX', ttl) \
-         elseif ttl == -1 then redis.call('SET', KEYS[2], ARGV[2]) \
-         else return -2 end"
-));
+pub(crate) static WRITE_LEADER_INFO: LuaScript =
+    LuaScript::new(lua!("not_ours", "write_leader_info"));
 
-/// What our scripts do to one node, in Rust, for the model checker (`crate::model`): each
-/// function mirrors the Lua above it names, line for line, and answers what the script
-/// answers. Keep them in step with the Lua: a change to a script is a change to its mirror.
 #[cfg(test)]
-pub(crate) mod effects {
-    use redis::Value;
+pub(crate) mod effects;
+mod reply;
 
-    /// What the model's clients may find in a lock key: the owner's id.
-    pub(crate) type Key<O> = Option<O>;
-
-    /// The remaining ttl the model's nodes report for another owner's key.
-    pub(crate) const FOREIGN_TTL_MS: i64 = 1000;
-
-    fn not_ours<O>(key: &Key<O>) -> i64 {
-        if key.is_none() { -2 } else { FOREIGN_TTL_MS }
-    }
-
-    /// [`ACQUIRE_FENCED`](super::ACQUIRE_FENCED): refuse on a master not re-seeded since it
-    /// started, else `SET NX`, and on success `INCR` the counter.
-    pub(crate) fn acquire_fenced<O: Copy>(
-        key: &mut Key<O>,
-        fence: &mut u64,
-        seeded: bool,
-        epoch: u64,
-        me: O,
-    ) -> Value {
-        if !seeded {
-            return Value::Int(-6);
-        }
-        if key.is_none() {
-            *key = Some(me);
-            *fence += 1;
-            Value::Array(vec![
-                Value::Int(-1),
-                Value::Int(*fence as i64),
-                Value::Int(epoch as i64),
-            ])
-        } else {
-            Value::Int(FOREIGN_TTL_MS)
-        }
-    }
-
-    /// [`SEED_READ`](super::SEED_READ): the counter and whether it is marked for the current
-    /// term, moving the epoch on (marked or not).
-    pub(crate) fn seed_read(fence: u64, seeded: bool, epoch: &mut u64) -> (u64, bool) {
-        *epoch += 1;
-        (fence, seeded)
-    }
-
-    /// [`SEED_FENCE`](super::SEED_FENCE): raise the counter to at least `value`, mark the
-    /// master re-seeded.
-    pub(crate) fn seed_fence(fence: &mut u64, seeded: &mut bool, value: u64) {
-        if *fence < value {
-            *fence = value;
-        }
-        *seeded = true;
-    }
-
-    /// Which confirm rule to model. The script's effect is the same for both; what differs
-    /// is which answers the client counts (see `crate::model`).
-    #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-    pub(crate) enum ConfirmRule {
-        /// As shipped: only masters that granted before the decision count.
-        GrantorsOnly,
-        /// The rule before the correction: any master holding our key counts (F1).
-        AnyHolder,
-    }
-
-    /// [`CONFIRM_FENCE`](super::CONFIRM_FENCE): raise the counter to at least T while our key
-    /// is there and the master is seeded for its current term.
-    pub(crate) fn confirm_fence<O: PartialEq>(
-        key: &Key<O>,
-        fence: &mut u64,
-        (seeded, epoch): (bool, u64),
-        me: O,
-        token: u64,
-        granted_in: Option<u64>,
-    ) -> i64 {
-        if key.as_ref() != Some(&me) {
-            return not_ours(key);
-        }
-        if !seeded || granted_in.is_some_and(|granted_in| granted_in != epoch) {
-            return -7;
-        }
-        if *fence < token {
-            *fence = token;
-        }
-        -1
-    }
-}
-
-/// What a script's integer reply means.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum ScriptReply {
-    Done,
-    Missing,
-    Foreign {
-        expires_in_ms: Option<u64>,
-    },
-    /// Extend: the key was missing and was set again.
-    Readded,
-    /// Fenced acquire: the master's counter was not re-seeded since it last started.
-    Unseeded,
-    /// Fenced confirm: a re-seed read the master's counter after it granted.
-    SeededSinceGrant,
-}
-
-impl ScriptReply {
-    /// Classifies a script's reply; `None` for a value no script of ours returns.
-    pub(crate) fn from_code(code: i64) -> Option<Self> {
-        match code {
-            -1 => Some(Self::Done),
-            -2 => Some(Self::Missing),
-            -3 => Some(Self::Foreign {
-                expires_in_ms: None,
-            }),
-            -5 => Some(Self::Readded),
-            -6 => Some(Self::Unseeded),
-            -7 => Some(Self::SeededSinceGrant),
-            n => u64::try_from(n).ok().map(|ms| Self::Foreign {
-                expires_in_ms: Some(ms),
-            }),
-        }
-    }
-}
+pub(crate) use reply::ScriptReply;
 
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn every_integer_classifies_without_panicking() {
-        assert_eq!(ScriptReply::from_code(-1), Some(ScriptReply::Done));
-        assert_eq!(ScriptReply::from_code(-2), Some(ScriptReply::Missing));
-        assert_eq!(
-            ScriptReply::from_code(-3),
-            Some(ScriptReply::Foreign {
-                expires_in_ms: None
-            })
-        );
-        assert_eq!(
-            ScriptReply::from_code(0),
-            Some(ScriptReply::Foreign {
-                expires_in_ms: Some(0)
-            })
-        );
-        assert_eq!(
-            ScriptReply::from_code(i64::MAX),
-            Some(ScriptReply::Foreign {
-                expires_in_ms: Some(i64::MAX as u64)
-            })
-        );
-        assert_eq!(ScriptReply::from_code(-5), Some(ScriptReply::Readded));
-        assert_eq!(ScriptReply::from_code(-6), Some(ScriptReply::Unseeded));
-        assert_eq!(
-            ScriptReply::from_code(-7),
-            Some(ScriptReply::SeededSinceGrant)
-        );
-        for code in [-4, -8, -100, i64::MIN] {
-            assert_eq!(ScriptReply::from_code(code), None);
-        }
-    }
 
     #[test]
     fn scripts_hash_to_distinct_shas() {

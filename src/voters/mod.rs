@@ -5,12 +5,17 @@
 //! Knows nothing of rounds or locks: it hands the engine a connection to the server that
 //! serves a key now.
 
+pub(crate) mod cluster;
 pub(crate) mod node;
-pub(crate) mod node_source;
 pub(crate) mod release_watch;
+pub(crate) mod restart_grace;
+pub(crate) mod sentinel;
 pub(crate) mod server_identity;
 pub(crate) mod server_link;
 pub(crate) mod shards;
 pub(crate) mod slot_map;
+pub(crate) mod source;
+pub(crate) mod supervisor;
 #[cfg(any(feature = "tls", feature = "tls-aws-lc-rs"))]
 pub(crate) mod tls;
+pub(crate) mod url;

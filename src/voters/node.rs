@@ -16,10 +16,10 @@ use redis::{ConnectionAddr, RedisError, ServerErrorKind};
 use crate::core::node_id::NodeId;
 use crate::core::resource::slot_of;
 use crate::errors::node_error::NodeError;
-use crate::voters::node_source::{NodeSource, Place};
 use crate::voters::server_identity::ServerIdentities;
 use crate::voters::server_link::{Connected, ServerLink, ServerRole};
 use crate::voters::shards::Shards;
+use crate::voters::source::{NodeSource, Place};
 
 /// One configured voter.
 pub(crate) struct Node {

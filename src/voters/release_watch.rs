@@ -15,7 +15,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, Weak};
 use std::time::Duration;
 
-use crate::voters::node_source::NodeSource;
+use crate::voters::source::NodeSource;
 use futures::StreamExt;
 use redis::aio::PubSubSink;
 use tokio::sync::{Notify, watch};

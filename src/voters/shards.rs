@@ -23,10 +23,10 @@ use redis::{AsyncConnectionConfig, Client, RedisError, Value};
 
 use crate::core::node_id::NodeId;
 use crate::errors::node_error::NodeError;
-use crate::voters::node_source::NodeSource;
 use crate::voters::server_identity::ServerIdentities;
 use crate::voters::server_link::{Connected, ServerLink, ServerRole};
 use crate::voters::slot_map::{ShardAddress, SlotMap, host_and_port};
+use crate::voters::source::NodeSource;
 
 /// The least time between two background refreshes of the slot map, so a shard that stays
 /// down does not have every request re-read the map.

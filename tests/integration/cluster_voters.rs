@@ -392,7 +392,7 @@ async fn a_resharding_during_a_run_keeps_one_holder() {
 /// entries, found at connect by the servers' `run_id`s.
 ///
 /// Mutation (run, caught): shard links not claiming their server's `run_id` (the claim in
-/// `server_link::supervise` skipped when `names_server`): both entries connect. Claims kept by
+/// `supervisor::supervise` skipped when `names_server`): both entries connect. Claims kept by
 /// voter index alone (shards displacing each other's claims) is the unit test
 /// `server_identity::each_master_of_a_cluster_voter_keeps_its_own_claim`.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -136,7 +136,7 @@ async fn scenario<S: LockService>(
     seen
 }
 
-/// Mutation (in `src/testing/mod.rs`): an extend during an outage answering `Rejection::Gone`
+/// Mutation (in `src/testing/memory_lock.rs`): an extend during an outage answering `Rejection::Gone`
 /// makes the double say "expired" where the real client says "no quorum". Mutation: a
 /// release of a forgotten key that succeeds makes it say "ok" where the real one says
 /// "expired". Mutation: a release in an outage that is `NoQuorum` even after the deadline

@@ -543,7 +543,7 @@ async fn a_master_restarting_empty_never_lowers_the_next_token() {
 /// then freed, which put the term of the rule before it back where the old copy was marked.
 /// Three voters X, B, C, and Y, a replica of X that is no voter.
 ///
-/// Mutation: the fence term as the `run_id` alone (`fence_term!` without the replication
+/// Mutation: the fence term as the `run_id` alone (`fence_term.lua` without the replication
 /// id, which is also the old rule once `second_repl_offset` is back to -1): the second
 /// holder gets token 2, and the fresh client's acquire on {X, C} with B paused token 2 again.
 #[tokio::test]

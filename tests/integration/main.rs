@@ -147,7 +147,7 @@ pub(crate) fn seed_marker(cluster: &Cluster, node: usize) -> (Option<String>, St
             .trim()
             .to_owned()
     };
-    // The fence term: the run_id and the replication id, always (`scripts::fence_term!`).
+    // The fence term: the run_id and the replication id, always (`scripts/lua/fence_term.lua`).
     let term = format!(
         "{}/{}",
         field("server", "run_id:"),

@@ -192,19 +192,37 @@ async fn a_lock_key_of_the_wrong_type_is_never_overwritten() {
 async fn a_node_busy_running_a_script_is_a_failed_vote() {
     let cluster =
         Cluster::start_with_args(5, Persistence::None, &["--busy-reply-threshold", "100"]);
-    // Keep two nodes inside a long-running script (from other connections).
+    // Connected while the nodes are idle, and a node timeout no loaded machine reaches: a
+    // busy node answers BUSY at once, and the test is about that answer, not a timeout.
+    let rl = client(&cluster, Duration::from_secs(2));
+    rl.connect_all().await.expect("connect");
+    // Keep three nodes inside a long-running script (from other connections), up to 10 s:
+    // the test kills the scripts once it has its answer.
     let mut blockers = Vec::new();
     for i in [2, 3, 4] {
         let url = cluster.server(i).url();
         blockers.push(std::thread::spawn(move || {
             let mut con = redis::Client::open(url).expect("url").get_connection().expect("connect");
-            let script = "local t = redis.call('TIME') local start = t[1] while true do t = redis.call('TIME') if t[1] - start > 3 then break end end return 1";
+            let script = "local t = redis.call('TIME') local start = t[1] while true do t = redis.call('TIME') if t[1] - start > 10 then break end end return 1";
             let _: redis::RedisResult<i64> = redis::cmd("EVAL").arg(script).arg(0).query(&mut con);
         }));
     }
-    // Let the scripts pass the busy threshold.
-    tokio::time::sleep(Duration::from_millis(400)).await;
-    let rl = client(&cluster, NODE_TIMEOUT);
+    // Until each node answers BUSY: its script started and passed the threshold. A fixed
+    // wait (400 ms) was too short on a loaded machine, where a blocker may not even have
+    // connected by then.
+    for i in [2, 3, 4] {
+        let url = cluster.server(i).url();
+        let busy = || {
+            let reply = redis::Client::open(url.clone())
+                .and_then(|client| client.get_connection())
+                .and_then(|mut con| redis::cmd("PING").query::<String>(&mut con));
+            reply.is_err_and(|err| err.to_string().contains("BUSY"))
+        };
+        assert!(
+            eventually(Duration::from_secs(30), busy).await,
+            "node {i} never ran the blocking script"
+        );
+    }
     // Three of five busy: an outage, not contention, decided only once all three have
     // answered BUSY (two grants cannot win), so each is named.
     let err = rl

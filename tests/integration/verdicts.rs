@@ -169,7 +169,7 @@ async fn a_lease_on_a_bare_majority_spreads_and_survives_losing_a_granting_node(
 /// every answer while it re-adds). So is the release.
 ///
 /// Mutation: re-added keys counted toward the round's majority (no `Readded` case in
-/// `round::record`) together with `Won` checked before the proof in `verdict::judge` makes
+/// `heard::record`) together with `Won` checked before the proof in `verdict::judge` makes
 /// this fail: the extend succeeds.
 #[tokio::test]
 async fn a_re_added_majority_does_not_hide_a_possible_loss() {

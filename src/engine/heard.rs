@@ -1,0 +1,185 @@
+//! What a round has heard so far, when that ends it (`Wait`), and how one answer is counted.
+
+use std::time::Duration;
+
+use crate::core::quorum::{Decision, Tally, Vote};
+use crate::core::report::NodeOutcome;
+use crate::core::telemetry;
+use crate::core::verdict;
+use crate::core::verdict::RoundKind;
+use crate::engine::classify::Grant;
+use crate::engine::voter::Voter;
+use crate::errors::node_error::NodeError;
+
+/// How long a round waits.
+#[derive(Debug, Clone)]
+pub(crate) enum Wait {
+    /// Until the round is won or lost; nodes that have not answered by then go on in the
+    /// background (see [`Stragglers`]).
+    UntilDecided,
+    /// Until the round's verdict can no longer change, whatever the nodes still out answer
+    /// (`verdict::settled`): a release is decided at the majority in the common case, and
+    /// waits (bounded) for more answers only when they decide between gone and outage. The
+    /// requests still out go on in the background (tracked, so `RedLock::settle` waits for
+    /// them), each already queued on its connection.
+    UntilSettled {
+        kind: RoundKind,
+        validity_left: bool,
+        granted: Option<Vec<Vote>>,
+    },
+    /// A permit round (`crate::protocol::permit`): until one permit has a majority of grants, or no
+    /// permit can reach one with the answers still out. The tally above counts a grant of any
+    /// permit as a yes, so it cannot decide such a round; a suspect node is waited for while
+    /// its answer could still make a majority (bounded by the deadline).
+    UntilPermitDecided,
+    /// Until every node has answered or timed out (a failed acquire's cleanup: its report says
+    /// how long the holder's key lives; an extend that re-adds keys). A suspect node is not
+    /// waited for once the round is decided without it: its request goes on in the
+    /// background.
+    ForAll,
+}
+
+/// One voter's answer: its index, what it said, its grant, and the time since the round
+/// started.
+pub(crate) type Answer = (usize, NodeOutcome, Option<Grant>, Duration);
+
+/// What a round has heard so far.
+pub(super) struct Heard {
+    /// Per voter: its answer and when it came.
+    pub(super) answers: Vec<Option<(NodeOutcome, Duration)>>,
+    pub(super) tally: Tally,
+    /// The highest fence counter among the answers.
+    pub(super) fence: Option<u64>,
+    /// Per voter, what its grant said.
+    pub(super) grants: Vec<Option<Grant>>,
+}
+
+impl Heard {
+    pub(super) fn new(count: usize) -> Self {
+        Self {
+            answers: vec![None; count],
+            tally: Tally::new(count),
+            fence: None,
+            grants: vec![None; count],
+        }
+    }
+
+    /// Takes one voter's answer. A grant from a voter not `counted` (see
+    /// `Request::counted`) is a late grant: no vote.
+    pub(super) fn record<V: Voter>(
+        &mut self,
+        voters: &[V],
+        counted: Option<&[bool]>,
+        answer: Answer,
+    ) {
+        let (index, mut outcome, grant, latency) = answer;
+        let counts = counted.is_none_or(|c| c.get(index) == Some(&true));
+        if !counts && outcome.vote() == Vote::Yes {
+            outcome = NodeOutcome::LateGrant;
+        }
+        if let Some(grant) = grant {
+            self.fence = self.fence.max(Some(grant.counter));
+            if let Some(slot) = self.grants.get_mut(index) {
+                *slot = Some(grant);
+            }
+        }
+        record(voters, &mut self.tally, index, &outcome, latency);
+        if let Some(slot) = self.answers.get_mut(index) {
+            *slot = Some((outcome, latency));
+        }
+    }
+
+    /// Every voter not heard from whose request was bounded by the deadline (not `behind` a
+    /// straggler) has timed out.
+    pub(super) fn time_out<V: Voter>(
+        &mut self,
+        voters: &[V],
+        behind: &[bool],
+        per_node_timeout: Duration,
+    ) {
+        for (index, slot) in self.answers.iter_mut().enumerate() {
+            if slot.is_none() && !behind.get(index).copied().unwrap_or(false) {
+                let (outcome, _) = timed_out(per_node_timeout);
+                record(voters, &mut self.tally, index, &outcome, per_node_timeout);
+                *slot = Some((outcome, per_node_timeout));
+            }
+        }
+    }
+}
+
+impl Wait {
+    /// Whether what was `heard` ends the round.
+    pub(super) fn is_over<V: Voter>(&self, heard: &Heard, voters: &[V]) -> bool {
+        let tally = &heard.tally;
+        match self {
+            Wait::UntilDecided => tally.decision() != Decision::Open,
+            Wait::UntilPermitDecided => {
+                let mut counts: std::collections::HashMap<u64, usize> =
+                    std::collections::HashMap::new();
+                for grant in heard.grants.iter().flatten() {
+                    *counts.entry(grant.counter).or_default() += 1;
+                }
+                let best = counts.values().copied().max().unwrap_or(0);
+                let out = heard
+                    .answers
+                    .iter()
+                    .filter(|answer| answer.is_none())
+                    .count();
+                best >= tally.quorum() || best + out < tally.quorum()
+            }
+            Wait::UntilSettled {
+                kind,
+                validity_left,
+                granted,
+            } => {
+                let partial: Vec<Option<Vote>> = heard
+                    .answers
+                    .iter()
+                    .map(|answer| answer.as_ref().map(|(outcome, _)| outcome.vote()))
+                    .collect();
+                verdict::settled(*kind, *validity_left, granted.as_deref(), &partial).is_some()
+            }
+            // A suspect voter is not waited for once the round is decided without it; while
+            // its answer could still decide the round, it is (bounded by the deadline).
+            Wait::ForAll => {
+                tally.decision() != Decision::Open
+                    && heard
+                        .answers
+                        .iter()
+                        .zip(voters.iter())
+                        .all(|(answer, voter)| answer.is_some() || voter.is_suspect())
+            }
+        }
+    }
+}
+
+/// Counts one node's answer in the tally, and in the logs and metrics.
+pub(super) fn record<V: Voter>(
+    nodes: &[V],
+    tally: &mut Tally,
+    index: usize,
+    outcome: &NodeOutcome,
+    latency: Duration,
+) {
+    // A key a renewal has just re-added is not yet proof of anything: it counts from the next
+    // round on (the report keeps it as a yes), never toward this round's majority.
+    let vote = match outcome {
+        NodeOutcome::Readded => Vote::Failed,
+        other => other.vote(),
+    };
+    tally.record(vote);
+    tracing::trace!(node = index, %outcome, ?latency, "node answered");
+    if let (Some(node), NodeOutcome::Failed(NodeError::TimedOut(_))) = (nodes.get(index), outcome) {
+        node.set_suspect(true);
+    }
+    if let Some(node) = nodes.get(index) {
+        telemetry::node_answered(node.id().address(), outcome, latency);
+    }
+}
+
+pub(super) fn timed_out(per_node_timeout: Duration) -> (NodeOutcome, Option<Grant>) {
+    (
+        NodeOutcome::Failed(NodeError::TimedOut(per_node_timeout)),
+        None,
+    )
+}

@@ -1,0 +1,14 @@
+-- Joins the lock's queue (KEYS[2], liveness in KEYS[3]) as waiter `id` at `place`, live for
+-- `live` ms of the server's clock. NX: a waiter keeps its place.
+local function join_queue(id, live, place)
+  local t = redis.pcall('TIME')
+  if t.err then return end
+  local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+  live = tonumber(live)
+  if type(redis.pcall('ZADD', KEYS[2], 'NX', place, id)) == 'number' then
+    redis.pcall('HSET', KEYS[3], id, now + live)
+    for i = 2, 3 do
+      if redis.call('PTTL', KEYS[i]) < live then redis.pcall('PEXPIRE', KEYS[i], live) end
+    end
+  end
+end
