@@ -82,7 +82,8 @@ pub(crate) struct Tuning {
     /// The prefix of every key and channel redquorum uses [default: redquorum:].
     #[arg(long, global = true, env = "REDQUORUM_KEY_PREFIX")]
     pub(crate) key_prefix: Option<String>,
-    /// The clock drift allowed, as a fraction of the ttl (0 ≤ f < 0.5) [default: 0.01].
+    /// The clock drift allowed, as a fraction of the ttl (0 ≤ f < 0.5: the lease renews every
+    /// ttl/3 and needs validity well past it; the library takes up to 1) [default: 0.01].
     #[arg(long, global = true, env = "REDQUORUM_DRIFT_FACTOR")]
     pub(crate) drift_factor: Option<f64>,
     /// `shared`: the lock key is exactly the prefix + the resource, the key node-redlock,
@@ -204,8 +205,14 @@ pub(crate) struct RunArgs {
     pub(crate) ttl: Duration,
     /// How long to wait for a busy lock before giving up with exit code 75: a duration, or
     /// `forever` (flock's and consul lock's default). The default, 0s, tries once: "run this
-    /// job on exactly one host" wants the other hosts to skip it.
-    #[arg(long, default_value = "0s", value_parser = wait_limit, conflicts_with = "nonblock")]
+    /// job on exactly one host" wants the other hosts to skip it. `-w` as in flock.
+    #[arg(
+        short = 'w',
+        long,
+        default_value = "0s",
+        value_parser = wait_limit,
+        conflicts_with = "nonblock"
+    )]
     pub(crate) wait: WaitLimit,
     /// Try once and exit 75 (or --conflict-exit-code) if the lock is busy (flock's -n); the
     /// default unless --wait says otherwise.

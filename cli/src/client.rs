@@ -2,6 +2,8 @@
 //! `--connect-timeout`, `--restart-grace`, `--key-prefix`, `--drift-factor`, `--key-layout`,
 //! each also from the environment).
 
+use std::time::Duration;
+
 use redquorum::{KeyLayout, RedLock};
 
 use crate::args::{Layout, Tuning};
@@ -68,6 +70,49 @@ pub(crate) fn redlock(
         }
         _ => e.into(),
     })
+}
+
+/// The shortest ttl `run` and `elect` take, whatever the per-node timeout: below it, the
+/// host's own scheduling (starting the command, a loaded machine) is a large part of the ttl.
+const MIN_LEASE_TTL: Duration = Duration::from_millis(100);
+
+/// How many per-node timeouts a lease's ttl must hold: its first renewal, at a third of the
+/// ttl, may take the whole timeout and fail, and its retry, a quarter interval later, must
+/// still end before the deadline: `ttl/3 + T + ttl/12 + T < ttl − drift` needs about 3.5 T.
+const LEASE_TTL_IN_NODE_TIMEOUTS: u32 = 4;
+
+/// Refuses, before anything connects, a ttl whose lease could not survive one renewal (issue
+/// 31: `--ttl 13ms` used to be taken, and lost at once with exit 76). Names the per-node
+/// timeout's source only when the user set it.
+pub(crate) fn lease_ttl(ttl: Duration, tuning: &Tuning) -> Result<(), CliError> {
+    let node_timeout = tuning.node_timeout.unwrap_or_else(|| {
+        (ttl / 100).clamp(
+            redquorum::MIN_DERIVED_NODE_TIMEOUT,
+            redquorum::MAX_DERIVED_NODE_TIMEOUT,
+        )
+    });
+    let minimum = MIN_LEASE_TTL.max(node_timeout * LEASE_TTL_IN_NODE_TIMEOUTS);
+    if ttl >= minimum {
+        return Ok(());
+    }
+    let why = match tuning.node_timeout {
+        Some(set) => format!(
+            "the per-node timeout is {} (--node-timeout, REDQUORUM_NODE_TIMEOUT or the config \
+             file's node-timeout), and a renewal and its retry, each up to that timeout, must \
+             end before the deadline: raise --ttl to {} or more, or lower the timeout",
+            humantime::format_duration(set),
+            humantime::format_duration(minimum)
+        ),
+        None => format!(
+            "the lock is renewed every third of the ttl, and the command's start and the host's \
+             scheduling need room too: give --ttl {} or more",
+            humantime::format_duration(minimum)
+        ),
+    };
+    Err(CliError::usage(format!(
+        "--ttl {} is too short for a lease: {why}",
+        humantime::format_duration(ttl)
+    )))
 }
 
 /// `e` for the operator: where it is about a setting the user gave, with where that setting

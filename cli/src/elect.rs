@@ -16,6 +16,7 @@ pub(crate) async fn elect(
     tuning: &Tuning,
 ) -> Result<u8, CliError> {
     let kill_grace = child::kill_grace(args.ttl, args.kill_grace)?;
+    client::lease_ttl(args.ttl, tuning)?;
     let rl = client::redlock(nodes, tuning, false)?;
     let ended = elect_with(&rl, args, tuning, kill_grace).await;
     // A resignation is decided at the majority; its other deletes finish in the background,

@@ -10,6 +10,9 @@ pub(crate) const FAILURE: u8 = 1;
 pub(crate) const USAGE: u8 = 64;
 /// No quorum: too few masters answered to take or inspect the lock.
 pub(crate) const NO_QUORUM: u8 = 69;
+/// A master refused the credentials (a wrong or missing user or password): no retry heals
+/// that, the node URLs must change (`EX_NOPERM`).
+pub(crate) const AUTHENTICATION: u8 = 77;
 /// The lock was busy, still held by someone else when `--wait` ran out.
 pub(crate) const BUSY: u8 = 75;
 /// The lock (or leadership) was lost while the command ran; the command was stopped.
@@ -27,6 +30,7 @@ Exit codes:
   1        other failures (I/O, dev cluster operations)
   64       usage or configuration error (bad flag, node URL or config file, no nodes)
   69       no quorum: too few masters reachable
+  77       no quorum, and a master refused the credentials (fix the node URLs)
   75       lock busy: still held by someone else when --wait ran out
   76       lock or leadership lost while the command ran (it was stopped)
   126/127  the command could not be executed / was not found
@@ -72,12 +76,29 @@ impl From<redquorum::Error> for CliError {
         let code = match &e {
             Error::Config(_) | Error::HeldByCaller { .. } => USAGE,
             Error::Conflict(_) => BUSY,
+            Error::NoQuorum(_) | Error::ValidityExhausted(_) | Error::NoLeader { .. }
+                if refused_credentials(&e) =>
+            {
+                AUTHENTICATION
+            }
             Error::NoQuorum(_) | Error::ValidityExhausted(_) | Error::NoLeader { .. } => NO_QUORUM,
             Error::Expired(_) | Error::LeaseLost { .. } => LOST,
             _ => FAILURE,
         };
         Self::new(code, e.to_string())
     }
+}
+
+/// Whether a master of the failed round refused our credentials.
+fn refused_credentials(e: &redquorum::Error) -> bool {
+    e.report().is_some_and(|report| {
+        report.iter().any(|line| {
+            matches!(
+                line.outcome(),
+                redquorum::NodeOutcome::Failed(redquorum::NodeError::AuthenticationFailed(_))
+            )
+        })
+    })
 }
 
 impl From<redquorum_testkit::DevError> for CliError {

@@ -19,6 +19,7 @@ pub(crate) async fn run(
     tuning: &Tuning,
 ) -> Result<u8, CliError> {
     let kill_grace = child::kill_grace(args.ttl, args.kill_grace)?;
+    client::lease_ttl(args.ttl, tuning)?;
     let rl = client::redlock(nodes, tuning, true)?;
     let ended = run_with(&rl, args, tuning, kill_grace).await;
     // A release is decided at the majority; its other deletes finish in the background, and

@@ -266,7 +266,7 @@ async fn run_waits_for_the_holder_to_release() {
         .await
         .expect("hold it");
     let mut waiting = redquorum(&cluster, dir.path())
-        .args(["run", "--wait", "20s", "queue", "--", "true"])
+        .args(["run", "-w", "20s", "queue", "--", "true"]) // -w: flock's short form of --wait
         .spawn()
         .expect("spawn");
     tokio::time::sleep(Duration::from_millis(300)).await;
@@ -375,6 +375,82 @@ fn an_invalid_node_is_named_with_its_url_and_why() {
     }
 }
 
+/// Refused credentials and a peer that is no Redis server name their cause (issue 31 §3): a
+/// wrong password exits 77 with "authentication failed", never "unreachable" (a retry would
+/// not heal it), and never shows the password; an HTTP server listed as a node is "not a
+/// Redis server" (it answered, in another protocol).
+///
+/// Mutation: `NodeError::connecting` taking every failure for `Unreachable`: exit 69, and
+/// "unreachable" for both (run, caught).
+#[test]
+fn a_wrong_password_exits_77_and_an_http_server_is_not_a_redis_server() {
+    let cluster = Cluster::start_with_args(
+        3,
+        redquorum_testkit::Persistence::None,
+        &["--requirepass", "right"],
+    );
+    let dir = tempfile::tempdir().expect("tempdir");
+    let nodes = cluster.urls_with(":s3cret-but-wrong").join(",");
+    let (code, _, err) = output(
+        bare(dir.path())
+            .args(["--nodes", &nodes, "--node-timeout", "200ms"])
+            .args(["run", "r", "--", "true"]),
+    );
+    assert_eq!(code, 77, "{err}");
+    assert!(err.contains("authentication failed"), "{err}");
+    assert!(!err.contains("unreachable"), "{err}");
+    assert!(!err.contains("s3cret"), "{err}");
+
+    let port = redquorum_testkit::free_port().expect("a free port");
+    let http = HttpServer::start(port, dir.path());
+    let node = format!("redis://127.0.0.1:{port}");
+    let (code, _, err) = output(
+        bare(dir.path())
+            .args(["--nodes", &node, "--node-timeout", "200ms"])
+            .args(["run", "r", "--", "true"]),
+    );
+    drop(http);
+    assert_eq!(code, 69, "{err}");
+    assert!(err.contains("not a Redis server"), "{err}");
+    assert!(!err.contains("unreachable"), "{err}");
+}
+
+/// Python's HTTP server on `127.0.0.1:port`, stopped (by its pid) when dropped.
+struct HttpServer(Child);
+
+impl HttpServer {
+    fn start(port: u16, dir: &Path) -> Self {
+        let child = Command::new("python3")
+            .args([
+                "-m",
+                "http.server",
+                &port.to_string(),
+                "--bind",
+                "127.0.0.1",
+            ])
+            .current_dir(dir)
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("python3 -m http.server");
+        let server = Self(child);
+        assert!(
+            wait_until(Duration::from_secs(20), || {
+                std::net::TcpStream::connect(("127.0.0.1", port)).is_ok()
+            }),
+            "the HTTP server never listened"
+        );
+        server
+    }
+}
+
+impl Drop for HttpServer {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
 /// `run R echo hi` (no `--`) is a usage error with a tip that says where the command goes.
 ///
 /// Mutation: no tip (`runs_a_command` false) fails the first assertion.
@@ -420,6 +496,19 @@ fn errors_name_the_settings_the_user_gave() {
         err.contains("per-node timeout is 1s") && err.contains("REDQUORUM_NODE_TIMEOUT"),
         "{err}"
     );
+    // A ttl the library takes but a lease cannot survive a renewal with: refused up front
+    // (it used to run, and exit 76 at once). Mutation: `client::lease_ttl` not called: the
+    // command starts against masters that are not there and exits 69 (run, caught).
+    let (code, _, err) = run(&[], &["--ttl", "13ms"]);
+    assert_eq!(code, 64, "{err}");
+    assert!(
+        err.contains("--ttl 13ms is too short for a lease") && err.contains("100ms or more"),
+        "{err}"
+    );
+    assert!(!err.contains("--node-timeout"), "not set, not named: {err}");
+    let (code, _, err) = run(&[("REDQUORUM_NODE_TIMEOUT", "1s")], &["--ttl", "3s"]);
+    assert_eq!(code, 64, "{err}");
+    assert!(err.contains("4s or more"), "{err}");
 }
 
 #[test]

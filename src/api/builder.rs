@@ -69,7 +69,8 @@ impl Builder {
     }
 
     /// The share of the ttl allowed for clock drift between client and servers, in `[0, 1)`.
-    /// The allowance is `ttl × factor + 2 ms`.
+    /// The allowance is `ttl × factor + 2 ms`. (The `redquorum` command takes less than 0.5:
+    /// its lease renews every third of the ttl, and needs validity left well past that.)
     pub fn drift_factor(mut self, factor: f64) -> Self {
         self.config.drift_factor = factor;
         self
@@ -160,6 +161,11 @@ impl Builder {
     /// `appendfsync always`. The argument: `DESIGN.md` §5.
     ///
     /// Costs one more round trip per acquire, and the ACL user needs `+incr`.
+    ///
+    /// Off by default here, on in the `redquorum` command: a library caller decides whether
+    /// the store it protects can check a token, and pays the round trip only then; a command
+    /// run under the lock gets its token in `REDQUORUM_FENCING_TOKEN` for free, and its
+    /// operator may not know yet that the store will want it.
     pub fn fencing(mut self, enabled: bool) -> Self {
         self.config.fencing = enabled;
         self

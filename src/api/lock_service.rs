@@ -103,6 +103,23 @@ pub trait LockService: Send + Sync {
         Fut: Future<Output = T> + Send,
         T: Send;
 
+    /// [`with_lock`](Self::with_lock) for fallible work, with one error type
+    /// ([`RedLock::try_with_lock`]).
+    fn try_with_lock<F, Fut, T, E>(
+        &self,
+        resource: impl AsRef<[u8]> + Send,
+        ttl: Duration,
+        work: F,
+    ) -> impl Future<Output = std::result::Result<T, E>> + Send
+    where
+        F: FnOnce(LeaseSignal) -> Fut + Send,
+        Fut: Future<Output = std::result::Result<T, E>> + Send,
+        T: Send,
+        E: From<crate::Error> + Send,
+    {
+        async move { self.with_lock(resource, ttl, work).await? }
+    }
+
     /// As [`with_lock`](Self::with_lock), waiting as `policy` says and renewing as `lease`
     /// says ([`RedLock::with_lock_using`]).
     fn with_lock_using<F, Fut, T>(

@@ -463,6 +463,41 @@ impl RedLock {
             .await
     }
 
+    /// [`with_lock`](Self::with_lock) for fallible work: the work's error and the lock's share
+    /// one type, `E`, which converts from [`Error`] (as `anyhow::Error`, `Box<dyn Error>` and
+    /// most application errors do), so the result is not nested.
+    ///
+    /// # Errors
+    /// The work's own error, or the lock's as [`with_lock`](Self::with_lock)'s, converted.
+    ///
+    /// # Cancel safety
+    /// As [`with_lock`](Self::with_lock).
+    ///
+    /// ```no_run
+    /// # use std::time::Duration;
+    /// # async fn demo(rl: redquorum::RedLock) -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
+    /// let rows: u64 = rl
+    ///     .try_with_lock("nightly-report", Duration::from_secs(30), async |_signal| {
+    ///         let rows: u64 = "42".parse()?; // … work that can fail …
+    ///         Ok::<_, Box<dyn std::error::Error + Send + Sync>>(rows)
+    ///     })
+    ///     .await?;
+    /// # Ok(()) }
+    /// ```
+    pub async fn try_with_lock<F, Fut, T, E>(
+        &self,
+        resource: impl AsRef<[u8]>,
+        ttl: Duration,
+        work: F,
+    ) -> std::result::Result<T, E>
+    where
+        F: FnOnce(crate::LeaseSignal) -> Fut,
+        Fut: std::future::Future<Output = std::result::Result<T, E>>,
+        E: From<Error>,
+    {
+        self.with_lock(resource, ttl, work).await?
+    }
+
     /// As [`with_lock`](Self::with_lock), waiting for the lock as `policy` says (as
     /// [`acquire_with`](Self::acquire_with)) and renewing it as `lease` says (as
     /// [`Lock::into_lease`]): a lease limit that passes while `work` runs is a loss like any

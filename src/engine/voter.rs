@@ -214,6 +214,6 @@ async fn exchange(
                  cannot vote and must not be listed"
             );
         }
-        return Err(NodeError::Redis(err));
+        return Err(NodeError::answered(err));
     }
 }

@@ -84,4 +84,44 @@ pub enum NodeError {
     /// The node answered with a value none of redquorum's scripts returns (shown, truncated).
     #[error("unexpected reply {0}")]
     UnexpectedReply(String),
+    /// The server refused the node's credentials (a wrong user or password, or none where one
+    /// is required: `WRONGPASS`, `NOAUTH`). Unlike an outage this does not heal by itself: the
+    /// node's URL needs the right credentials.
+    #[error("authentication failed: check the user and password in the node's URL")]
+    AuthenticationFailed(#[source] redis::RedisError),
+    /// Something answers at the node's address, but not in the Redis protocol (an HTTP
+    /// server, a TLS port reached without TLS, another service): the address is wrong.
+    #[error("not a Redis server: what it answered is not the Redis protocol")]
+    NotRedis(#[source] redis::RedisError),
+}
+
+impl NodeError {
+    /// A failed connection (or a failed first command on it): refused credentials and a peer
+    /// that does not speak Redis are errors of their own, every other failure an outage the
+    /// background reconnect may heal.
+    pub(crate) fn connecting(err: redis::RedisError) -> Self {
+        if is_refused_credentials(&err) {
+            Self::AuthenticationFailed(err)
+        } else if err.kind() == redis::ErrorKind::Parse {
+            Self::NotRedis(err)
+        } else {
+            Self::Unreachable(err)
+        }
+    }
+
+    /// An error answer to a request: refused credentials are their own error, any other
+    /// answer the server's.
+    pub(crate) fn answered(err: redis::RedisError) -> Self {
+        if is_refused_credentials(&err) {
+            Self::AuthenticationFailed(err)
+        } else {
+            Self::Redis(err)
+        }
+    }
+}
+
+/// Whether the server refused who we said we are (or that we said nothing).
+fn is_refused_credentials(err: &redis::RedisError) -> bool {
+    err.kind() == redis::ErrorKind::AuthenticationFailed
+        || matches!(err.code(), Some("NOAUTH" | "WRONGPASS"))
 }

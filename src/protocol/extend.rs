@@ -96,9 +96,12 @@ fn never_took_our_key(outcome: &NodeOutcome) -> bool {
         NodeOutcome::HeldByOther { .. } | NodeOutcome::Missing | NodeOutcome::OtherPermit(_) => {
             true
         }
-        NodeOutcome::Failed(NodeError::Unreachable(_) | NodeError::RecentlyRestarted { .. }) => {
-            true
-        }
+        NodeOutcome::Failed(
+            NodeError::Unreachable(_)
+            | NodeError::RecentlyRestarted { .. }
+            | NodeError::AuthenticationFailed(_)
+            | NodeError::NotRedis(_),
+        ) => true,
         NodeOutcome::Failed(NodeError::Redis(err)) => {
             !crate::voters::server_link::breaks_connection(err)
         }

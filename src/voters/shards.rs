@@ -336,7 +336,7 @@ impl Shards {
                 self.replace_map(map);
                 Ok(())
             }
-            Err(err) => Err(NodeError::Unreachable(err)),
+            Err(err) => Err(NodeError::connecting(err)),
         }
     }
 

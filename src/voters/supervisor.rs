@@ -234,7 +234,7 @@ impl Supervisor {
         let mut conn = client
             .get_multiplexed_async_connection_with_config(config)
             .await
-            .map_err(NodeError::Unreachable)?;
+            .map_err(NodeError::connecting)?;
         // Always asked: the fenced acquire needs the server's run_id, and one server must not
         // vote under two names. Only with a restart grace is an answer required; without one,
         // a server that refuses INFO still serves plain locks (its fenced acquires report
@@ -242,7 +242,7 @@ impl Supervisor {
         let age = match server_age(&mut conn).await {
             Ok(age) => Some(age),
             Err(err) if *ask_uptime || breaks_connection(&err) => {
-                return Err(NodeError::Unreachable(err));
+                return Err(NodeError::connecting(err));
             }
             Err(err) => {
                 tracing::warn!(node = %id, error = %err, "INFO server refused: cannot check that this node is not another node's server under a second name");
@@ -260,7 +260,7 @@ impl Supervisor {
         }
         load_scripts(&mut conn, id)
             .await
-            .map_err(NodeError::Unreachable)?;
+            .map_err(NodeError::connecting)?;
         Ok((conn, age, address))
     }
 

@@ -259,6 +259,59 @@ async fn the_cancellation_token_stops_the_work_when_the_lease_ends() {
     cluster.assert_no_keys_under(PREFIX);
 }
 
+/// `try_with_lock` (issue 31 §7): fallible work gives one error type, not a nested result.
+/// The work's own error comes back as it was, a busy lock as the work's error type converted
+/// from `Conflict`, and the lock is released on every path.
+///
+/// Mutation: `try_with_lock` returning the lock's error for a failed work (`map_err` of the
+/// inner result into a lock error) fails the second assertion; built on `try_acquire` without
+/// the release, the key check.
+#[tokio::test]
+async fn try_with_lock_gives_the_work_and_the_lock_one_error_type() {
+    #[derive(Debug)]
+    enum JobError {
+        Lock(redquorum::Error),
+        Work(&'static str),
+    }
+    impl From<redquorum::Error> for JobError {
+        fn from(e: redquorum::Error) -> Self {
+            Self::Lock(e)
+        }
+    }
+    let cluster = Cluster::start(3);
+    let rl = redquorum::RedLock::builder(cluster.urls())
+        .per_node_timeout(NODE_TIMEOUT)
+        .retry(redquorum::RetryPolicy::default().max_attempts(Some(1)))
+        .build()
+        .expect("config");
+    let ttl = Duration::from_secs(10);
+    let done: Result<u32, JobError> = rl.try_with_lock("job", ttl, async |_| Ok(7)).await;
+    assert!(matches!(done, Ok(7)), "{done:?}");
+    let failed: Result<u32, JobError> = rl
+        .try_with_lock("job", ttl, async |_| Err(JobError::Work("disk full")))
+        .await;
+    assert!(
+        matches!(failed, Err(JobError::Work("disk full"))),
+        "{failed:?}"
+    );
+    crate::settled(&rl).await;
+    cluster.assert_no_keys_under(PREFIX);
+    let other = client(&cluster, NODE_TIMEOUT);
+    let held = other
+        .try_acquire("job", ttl)
+        .await
+        .expect("free after both");
+    let busy: Result<u32, JobError> = rl.try_with_lock("job", ttl, async |_| Ok(1)).await;
+    assert!(
+        matches!(&busy, Err(JobError::Lock(e)) if e.is_conflict()),
+        "{busy:?}"
+    );
+    held.release().await.expect("release");
+    crate::settled(&rl).await;
+    crate::settled(&other).await;
+    cluster.assert_no_keys_under(PREFIX);
+}
+
 /// A dropped lease's release is one of the client's clean-ups: `settle` right after the drop
 /// waits for it, even when nothing else is running (the runtime drops the aborted renewal
 /// task, and so schedules the lock's release, only after the drop returns).

@@ -19,6 +19,11 @@ fn failure_text(report: &redquorum::Report, node: usize) -> String {
         .unwrap_or_default()
 }
 
+/// A wrong password, or none where one is required, is an authentication failure on every
+/// node, never an outage ("unreachable"), and the password is never shown.
+///
+/// Mutation: `NodeError::connecting` taking every failure for `Unreachable` fails the first
+/// assertions (run, caught).
 #[tokio::test]
 async fn wrong_password_everywhere_says_authentication() {
     let cluster = Cluster::start_with_args(3, Persistence::None, &["--requirepass", "right"]);
@@ -38,17 +43,40 @@ async fn wrong_password_everywhere_says_authentication() {
         "an auth failure must not look like a busy lock"
     );
     let text = err.to_string().to_lowercase();
-    assert!(text.contains("password") || text.contains("auth"), "{err}");
+    assert!(text.contains("authentication failed"), "{err}");
+    assert!(
+        !text.contains("unreachable"),
+        "never called an outage: {err}"
+    );
+    // Each node that answered says so (the round is decided once two of three failed):
+    // refused credentials do not heal by themselves.
+    let report = err.report().expect("report");
+    let refused = |line: &redquorum::NodeReport| {
+        matches!(
+            line.outcome(),
+            NodeOutcome::Failed(NodeError::AuthenticationFailed(_))
+        )
+    };
+    assert!(
+        report.iter().filter(|line| refused(line)).count() >= 2,
+        "{report:?}"
+    );
+    assert!(
+        report
+            .iter()
+            .all(|line| refused(line) || matches!(line.outcome(), NodeOutcome::NoReply)),
+        "{report:?}"
+    );
     assert!(
         !text.contains("wrong@"),
         "the URL with its password is never shown: {err}"
     );
 
-    // No password at all: the server answers NOAUTH to our scripts.
+    // No password at all: the server answers NOAUTH to the connection's first commands.
     let rl = client(&cluster, NODE_TIMEOUT);
     let err = rl.try_acquire("r", TTL).await.expect_err("NOAUTH");
     assert!(err.is_no_quorum(), "{err}");
-    assert!(err.to_string().contains("NOAUTH"), "{err}");
+    assert!(err.to_string().contains("authentication failed"), "{err}");
 
     // The right password works, and never appears in Debug output.
     let urls = cluster.urls_with(":right");
