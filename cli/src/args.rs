@@ -21,6 +21,7 @@ pub(crate) struct Cli {
 
 /// Options every subcommand takes.
 #[derive(Debug, Args)]
+#[command(next_help_heading = "Global options")]
 pub(crate) struct Global {
     /// The masters, comma-separated (`redis://host:port`, `rediss://…` with TLS, `redis://:password@…`,
     /// `redis+sentinel://host:port,host:port/master` for a master found through Sentinel,
@@ -64,33 +65,52 @@ pub(crate) struct Global {
 /// How the client talks to the masters (`run`, `elect`, `status`, `observe`); each also from
 /// the environment and the config file.
 #[derive(Debug, Clone, Args)]
+#[command(
+    next_help_heading = "Connection and tuning (every subcommand; flags, environment, config file)"
+)]
 pub(crate) struct Tuning {
     /// How long one request to one master may take before it counts as failed [default:
     /// derived from the ttl, 1/100 of it within 10ms..=50ms]. Raise it for masters more than
     /// a few milliseconds away.
-    #[arg(long, global = true, env = "REDQUORUM_NODE_TIMEOUT", value_parser = duration)]
+    #[arg(long, global = true, hide_env_values = true, env = "REDQUORUM_NODE_TIMEOUT", value_parser = duration)]
     pub(crate) node_timeout: Option<Duration>,
     /// How long connecting to one master may take (TCP, TLS, AUTH, the server's identity)
     /// [default: 1s]. A command goes on once a majority is connected: a master that does not
     /// answer costs a short grace after them, not this.
-    #[arg(long, global = true, env = "REDQUORUM_CONNECT_TIMEOUT", value_parser = duration)]
+    #[arg(long, global = true, hide_env_values = true, env = "REDQUORUM_CONNECT_TIMEOUT", value_parser = duration)]
     pub(crate) connect_timeout: Option<Duration>,
     /// A master up for less than this may have restarted empty while a lock was held on it:
     /// it does not vote on acquire until then (set it to your longest ttl) [default: none].
-    #[arg(long, global = true, env = "REDQUORUM_RESTART_GRACE", value_parser = duration)]
+    #[arg(long, global = true, hide_env_values = true, env = "REDQUORUM_RESTART_GRACE", value_parser = duration)]
     pub(crate) restart_grace: Option<Duration>,
     /// The prefix of every key and channel redquorum uses [default: redquorum:].
-    #[arg(long, global = true, env = "REDQUORUM_KEY_PREFIX")]
+    #[arg(
+        long,
+        global = true,
+        hide_env_values = true,
+        env = "REDQUORUM_KEY_PREFIX"
+    )]
     pub(crate) key_prefix: Option<String>,
     /// The clock drift allowed, as a fraction of the ttl (0 ≤ f < 0.5: the lease renews every
     /// ttl/3 and needs validity well past it; the library takes up to 1) [default: 0.01].
-    #[arg(long, global = true, env = "REDQUORUM_DRIFT_FACTOR")]
+    #[arg(
+        long,
+        global = true,
+        hide_env_values = true,
+        env = "REDQUORUM_DRIFT_FACTOR"
+    )]
     pub(crate) drift_factor: Option<f64>,
     /// `shared`: the lock key is exactly the prefix + the resource, the key node-redlock,
     /// redsync and pottery use, so `run` shares its lock with them (set `--key-prefix ""` for
     /// node-redlock and redsync, `redlock:` for pottery). Plain locks only: `run` then hands
     /// the command no fencing token, and `--permits` and `elect` are refused [default: tagged].
-    #[arg(long, global = true, env = "REDQUORUM_KEY_LAYOUT", value_enum)]
+    #[arg(
+        long,
+        global = true,
+        hide_env_values = true,
+        env = "REDQUORUM_KEY_LAYOUT",
+        value_enum
+    )]
     pub(crate) key_layout: Option<Layout>,
     /// The config file's `kill-signal` (`run` and `elect` take `--kill-signal` first).
     #[arg(skip)]
@@ -133,6 +153,7 @@ pub(crate) enum Command {
     /// SIGTERM and SIGHUP are forwarded to it.
     /// The command sees REDQUORUM_RESOURCE and REDQUORUM_FENCING_TOKEN (a number that grows
     /// from one holder to the next: hand it to what you write to, so it can refuse an older one).
+    #[command(after_help = exit::TABLE)]
     Run(RunArgs),
     /// Internal: the guard between redquorum and a supervised command (see guard.rs).
     #[command(name = "__guard", hide = true)]
@@ -156,8 +177,10 @@ pub(crate) enum Command {
     /// The command sees REDQUORUM_RESOURCE, REDQUORUM_LEADER_ID, REDQUORUM_TERM and
     /// REDQUORUM_FENCING_TOKEN (= the term). It is stopped (SIGTERM, then SIGKILL) when
     /// leadership is lost; when it exits by itself, redquorum resigns and exits with its code.
+    #[command(after_help = exit::TABLE)]
     Elect(ElectArgs),
     /// Show what every master holds for RESOURCE: holder, remaining ttl, fence counter, leader.
+    #[command(after_help = exit::TABLE)]
     Status {
         /// The lock's name.
         resource: String,
@@ -169,6 +192,7 @@ pub(crate) enum Command {
     /// (clients seed in the background; this does it now). Run it after deploying and after
     /// a master restarted or failed over; in a rolling restart, restart the next master only
     /// once it says every master is seeded. Exits 0 when every master is, 69 otherwise.
+    #[command(after_help = exit::TABLE)]
     Fence {
         /// Only look (one request per master): seed nothing.
         #[arg(long)]
@@ -176,6 +200,7 @@ pub(crate) enum Command {
     },
     /// Follow an election's leader, as a majority of masters sees it: one line (or JSON
     /// object) now and one at every change, until interrupted (like `etcdctl elect -l`).
+    #[command(after_help = exit::TABLE)]
     Observe(ObserveArgs),
     /// Print a shell completion script: `redquorum completions bash > /etc/bash_completion.d/redquorum`.
     Completions {
@@ -238,7 +263,7 @@ pub(crate) struct RunArgs {
     /// The signal that asks the command to stop (on loss, or --kill-grace before an unrenewed
     /// deadline); SIGKILL follows if it does not. Also `kill-signal` in the config file
     /// [default: TERM].
-    #[arg(long, env = "REDQUORUM_KILL_SIGNAL", value_parser = stop_signal)]
+    #[arg(long, hide_env_values = true, env = "REDQUORUM_KILL_SIGNAL", value_parser = stop_signal)]
     pub(crate) kill_signal: Option<nix::sys::signal::Signal>,
     /// Keep the lock at least this long after taking it, even when the command finishes
     /// sooner, so that hosts whose timers fire a little later find it taken and skip: "one at
@@ -281,7 +306,7 @@ pub(crate) struct ElectArgs {
     /// The signal that asks the command to stop (on loss, or --kill-grace before an unrenewed
     /// deadline); SIGKILL follows if it does not. Also `kill-signal` in the config file
     /// [default: TERM].
-    #[arg(long, env = "REDQUORUM_KILL_SIGNAL", value_parser = stop_signal)]
+    #[arg(long, hide_env_values = true, env = "REDQUORUM_KILL_SIGNAL", value_parser = stop_signal)]
     pub(crate) kill_signal: Option<nix::sys::signal::Signal>,
     /// Lead at most once: when leadership is lost, stop the command and exit 76 instead of
     /// campaigning again, and let the service manager (systemd's `Restart=`) decide.

@@ -30,9 +30,9 @@ Exit codes:
   1        other failures (I/O, dev cluster operations)
   64       usage or configuration error (bad flag, node URL or config file, no nodes)
   69       no quorum: too few masters reachable
-  77       no quorum, and a master refused the credentials (fix the node URLs)
   75       lock busy: still held by someone else when --wait ran out
   76       lock or leadership lost while the command ran (it was stopped)
+  77       no quorum, and a master refused the credentials (fix the node URLs)
   126/127  the command could not be executed / was not found
   128+N    the command (or redquorum while waiting) ended by signal N";
 

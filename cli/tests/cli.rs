@@ -451,6 +451,39 @@ impl Drop for HttpServer {
     }
 }
 
+/// Help that reads like flock's (issue 31 §6): each subcommand's help separates its own
+/// options from the global ones and the connection settings, ends with the exit codes, shows
+/// `-w` for `--wait`, and never an empty `[env: X=]` (values hidden: they may be secrets).
+///
+/// Mutation: `hide_env_values` dropped from `--node-timeout` shows `[env: REDQUORUM_NODE_TIMEOUT=]`
+/// with the variable unset, or its value when set (run, caught).
+#[test]
+fn each_subcommands_help_has_its_sections_and_exit_codes() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    for sub in ["run", "elect", "status", "observe", "fence"] {
+        let (code, help, err) = output(
+            bare(dir.path())
+                .env("REDQUORUM_NODE_TIMEOUT", "")
+                .args([sub, "--help"]),
+        );
+        assert_eq!(code, 0, "{sub}: {err}");
+        for part in [
+            "Global options:",
+            "Connection and tuning",
+            "Exit codes:",
+            "77 ",
+        ] {
+            assert!(help.contains(part), "{sub} --help lacks {part:?}:\n{help}");
+        }
+        assert!(
+            !help.contains("=]"),
+            "{sub} --help shows an env value:\n{help}"
+        );
+    }
+    let (_, help, _) = output(bare(dir.path()).args(["run", "--help"]));
+    assert!(help.contains("-w, --wait"), "{help}");
+}
+
 /// `run R echo hi` (no `--`) is a usage error with a tip that says where the command goes.
 ///
 /// Mutation: no tip (`runs_a_command` false) fails the first assertion.
