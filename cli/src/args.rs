@@ -19,6 +19,49 @@ pub(crate) struct Cli {
     pub(crate) command: Command,
 }
 
+/// The subcommands that never talk to the masters, and the global options they ignore: hidden
+/// from their help, completions and manual pages (still accepted, as global options are).
+const OFFLINE: [&str; 3] = ["completions", "man", "dev"];
+const CONNECTION: [&str; 9] = [
+    "nodes",
+    "config",
+    "dev",
+    "node_timeout",
+    "connect_timeout",
+    "restart_grace",
+    "key_prefix",
+    "drift_factor",
+    "key_layout",
+];
+
+/// The command line as parsed and documented: [`Cli`]'s, with the connection options hidden
+/// where they mean nothing ([`OFFLINE`]): each of those subcommands gets a hidden copy of
+/// them, which the global ones then do not replace.
+pub(crate) fn command() -> clap::Command {
+    let mut cli = <Cli as clap::CommandFactory>::command();
+    let hidden: Vec<clap::Arg> = cli
+        .get_arguments()
+        .filter(|arg| CONNECTION.contains(&arg.get_id().as_str()))
+        .map(|arg| arg.clone().global(false).hide(true))
+        .collect();
+    for name in OFFLINE {
+        cli = cli.mut_subcommand(name, |sub| with_hidden(sub, &hidden));
+    }
+    cli
+}
+
+fn with_hidden(mut sub: clap::Command, hidden: &[clap::Arg]) -> clap::Command {
+    sub = sub.args(hidden.iter().cloned());
+    let nested: Vec<String> = sub
+        .get_subcommands()
+        .map(|nested| nested.get_name().to_owned())
+        .collect();
+    for name in nested {
+        sub = sub.mut_subcommand(name, |nested| with_hidden(nested, hidden));
+    }
+    sub
+}
+
 /// Options every subcommand takes.
 #[derive(Debug, Args)]
 #[command(next_help_heading = "Global options")]

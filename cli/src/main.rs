@@ -20,13 +20,14 @@ mod xdg;
 
 use std::process::ExitCode;
 
-use clap::Parser;
-
 use crate::args::{Cli, Command};
 use crate::exit::CliError;
 
 fn main() -> ExitCode {
-    let cli = match Cli::try_parse() {
+    let parsed = args::command()
+        .try_get_matches()
+        .and_then(|matches| <Cli as clap::FromArgMatches>::from_arg_matches(&matches));
+    let cli = match parsed {
         Ok(cli) => cli,
         Err(mut e) => {
             if e.kind() == clap::error::ErrorKind::UnknownArgument && runs_a_command() {
@@ -127,7 +128,7 @@ async fn dispatch(cli: Cli) -> Result<u8, CliError> {
             observe::observe(nodes, args, &tuning).await
         }
         Command::Completions { shell } => {
-            let mut cli = <Cli as clap::CommandFactory>::command();
+            let mut cli = args::command();
             let mut script = Vec::new();
             clap_complete::generate(shell, &mut cli, "redquorum", &mut script);
             // Not `generate` to stdout: it panics on a closed pipe.
@@ -146,7 +147,7 @@ async fn dispatch(cli: Cli) -> Result<u8, CliError> {
 
 /// `redquorum man`: the page on stdout, or one page per subcommand written into `dir`.
 fn manual(dir: Option<&std::path::Path>) -> Result<u8, CliError> {
-    let cli = <Cli as clap::CommandFactory>::command();
+    let cli = args::command();
     match dir {
         Some(dir) => clap_mangen::generate_to(cli, dir).map_err(|e| {
             CliError::failure(format!(

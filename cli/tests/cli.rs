@@ -453,10 +453,12 @@ impl Drop for HttpServer {
 
 /// Help that reads like flock's (issue 31 §6): each subcommand's help separates its own
 /// options from the global ones and the connection settings, ends with the exit codes, shows
-/// `-w` for `--wait`, and never an empty `[env: X=]` (values hidden: they may be secrets).
+/// `-w` for `--wait`, and never an empty `[env: X=]` (values hidden: they may be secrets);
+/// `completions`, `man` and `dev` do not list the connection options they ignore.
 ///
-/// Mutation: `hide_env_values` dropped from `--node-timeout` shows `[env: REDQUORUM_NODE_TIMEOUT=]`
-/// with the variable unset, or its value when set (run, caught).
+/// Mutations: `hide_env_values` dropped from `--node-timeout` shows `[env: REDQUORUM_NODE_TIMEOUT=]`
+/// with the variable set but empty (run, caught); `args::OFFLINE` empty lists `--nodes` in
+/// `completions --help`.
 #[test]
 fn each_subcommands_help_has_its_sections_and_exit_codes() {
     let dir = tempfile::tempdir().expect("tempdir");
@@ -482,6 +484,17 @@ fn each_subcommands_help_has_its_sections_and_exit_codes() {
     }
     let (_, help, _) = output(bare(dir.path()).args(["run", "--help"]));
     assert!(help.contains("-w, --wait"), "{help}");
+    // The subcommands that never reach a master do not list the connection options (still
+    // accepted, as global options are, and ignored).
+    for sub in [&["completions"][..], &["man"], &["dev"], &["dev", "up"]] {
+        let (code, help, err) = output(bare(dir.path()).args(sub).arg("--help"));
+        assert_eq!(code, 0, "{sub:?}: {err}");
+        for flag in ["--nodes", "--node-timeout", "--key-prefix", "--dev "] {
+            assert!(!help.contains(flag), "{sub:?} --help lists {flag}:\n{help}");
+        }
+    }
+    let (code, _, err) = output(bare(dir.path()).args(["dev", "status", "--nodes", "x"]));
+    assert!(err.contains("no dev cluster"), "{code}: {err}");
 }
 
 /// `run R echo hi` (no `--`) is a usage error with a tip that says where the command goes.

@@ -140,7 +140,8 @@ pub(crate) fn all() -> [&'static LuaScript; 16] {
 /// The script made of these files of `src/scripts/lua/`, in order: the functions it shares
 /// with other scripts first (`not_ours`, `hand_over`, `join_queue`, `fence_term`), then its
 /// own code. Each file is plain Lua; the docs below say what each script's arguments are and
-/// why it does what it does.
+/// why it does what it does. `join_queue.lua` carries no comments: `QUEUED_ACQUIRE` is sent
+/// whole with every call, comments included.
 macro_rules! lua {
     ($($file:literal),+) => {
         concat!($(include_str!(concat!("lua/", $file, ".lua"))),+)

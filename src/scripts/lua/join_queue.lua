@@ -1,5 +1,3 @@
--- Joins the lock's queue (KEYS[2], liveness in KEYS[3]) as waiter `id` at `place`, live for
--- `live` ms of the server's clock. NX: a waiter keeps its place.
 local function join_queue(id, live, place)
   local t = redis.pcall('TIME')
   if t.err then return end
