@@ -15,3 +15,4 @@ pub(crate) mod lock_service;
 pub(crate) mod multi_lock;
 pub(crate) mod redlock;
 pub(crate) mod semaphore;
+pub(crate) mod with_lock;

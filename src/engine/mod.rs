@@ -6,6 +6,7 @@
 //! verdict.
 
 pub(crate) mod classify;
+pub(crate) mod encoded;
 pub(crate) mod gather;
 pub(crate) mod heard;
 pub(crate) mod query;

@@ -12,7 +12,7 @@ use redis::ServerErrorKind;
 use crate::core::node_id::NodeId;
 use crate::core::report::NodeOutcome;
 use crate::engine::classify::Grant;
-use crate::engine::request::{EncodedRequest, Part};
+use crate::engine::encoded::{EncodedRequest, Part};
 use crate::errors::node_error::NodeError;
 use crate::voters::node::Node;
 use crate::voters::server_link::breaks_connection;

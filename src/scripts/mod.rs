@@ -16,7 +16,7 @@
 //! | `{-1, p, 0}` | permit acquire: the key of permit `p` was set |
 //!
 //! A round sends `EVALSHA` and, on `NOSCRIPT` (a restarted node, a `SCRIPT FLUSH`), loads the
-//! script and sends it once more (`request::EncodedRequest::send`). The plain acquire is not a script:
+//! script and sends it once more (`encoded::EncodedRequest::send`). The plain acquire is not a script:
 //! `SET NX PX` is atomic on its own, and a script would cost the server about five times the
 //! CPU (measured with `redis-benchmark`; see `benches/README.md`).
 //!
@@ -53,11 +53,11 @@ pub(crate) struct LuaScript {
     code: &'static str,
     script: OnceLock<Script>,
     /// The script's last argument is the `run_id` of the server it runs on, which differs
-    /// from node to node: the round appends it per node (`request::EncodedRequest::send`).
+    /// from node to node: the round appends it per node (`encoded::EncodedRequest::send`).
     takes_run_id: bool,
     /// Sent whole (`EVAL`), never by hash: a server that lost its script cache runs it all
     /// the same, so a request is never sent twice and is ordered on its connection as soon
-    /// as it is queued, like a native command (`request::EncodedRequest::resendable`).
+    /// as it is queued, like a native command (`encoded::EncodedRequest::resendable`).
     sent_whole: bool,
 }
 

@@ -230,7 +230,7 @@ async fn cluster_voters_mix_with_standalone_masters() {
 /// it); once it has moved, the old master answers `MOVED`, and the release follows it and
 /// deletes the key on the new master; the next acquire goes there directly.
 ///
-/// Mutations (run, caught): `ASKING` left out (`request::query` ignoring `asking`): the
+/// Mutations (run, caught): `ASKING` left out (`encoded::query` ignoring `asking`): the
 /// importing master redirects back with `MOVED`, and the lock never lands there.
 /// Redirections not followed (`Node::redirect` answering `None`): the same. No fallback to the
 /// lock key alone on `TRYAGAIN` (`InParts::Never` for the release): the release during the
