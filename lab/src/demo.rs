@@ -176,48 +176,11 @@ pub async fn demo(quick: bool, as_json: bool) -> Result<u8, LabError> {
     loop {
         tokio::select! {
             event = heard.recv() => match event {
-                Some(Event::Elected { who, term, at }) => {
-                    let after = terms.iter().filter_map(|t| t.to).max();
-                    let gap = match after {
-                        Some(to) if terms.iter().all(|t| t.to.is_some()) => format!(
-                            ", {:.0} ms after the last leader stopped",
-                            at.saturating_duration_since(to).as_secs_f64() * 1e3
-                        ),
-                        _ => String::new(),
-                    };
-                    terms.push(Term { who, term, from: at, to: None, lost: false });
-                    say(format!("{} {} leads in term {term}{gap}", stamp(at), CANDIDATES[who]));
-                }
-                Some(Event::SteppedDown { who, term, at, lost }) => {
-                    close_term(&mut terms, who, term, at, lost.is_some());
-                    match lost {
-                        Some(reason) => say(format!(
-                            "{} {} steps down from term {term}: {reason}",
-                            stamp(at),
-                            CANDIDATES[who]
-                        )),
-                        None => say(format!("{} {} resigns term {term}", stamp(at), CANDIDATES[who])),
-                    }
-                }
-                Some(Event::Nemesis { at, what, nodes }) => {
-                    let nodes: Vec<String> = nodes
-                        .iter()
-                        .map(|s| match s {
-                            NodeState::Running => "up".to_owned(),
-                            other => other.label().to_uppercase(),
-                        })
-                        .collect();
-                    say(format!("{} nemesis: {what}\n          nodes: {}", stamp(at), nodes.join(" ")));
-                }
-                Some(Event::ResignFailed { who, term, error }) => say(format!(
-                    "{} {}'s resignation of term {term} failed, so the term ends at its ttl: {error}",
-                    stamp(Instant::now()),
-                    CANDIDATES[who]
-                )),
                 Some(Event::NemesisFailed(e)) => {
                     nemesis_failed = Some(e);
                     break;
                 }
+                Some(event) => narrate(event, &mut terms, &say, &stamp),
                 None => break,
             },
             _ = tokio::time::sleep_until(end.into()) => break,
@@ -277,6 +240,80 @@ pub async fn demo(quick: bool, as_json: bool) -> Result<u8, LabError> {
         ));
     }
     Ok(0)
+}
+
+/// Says what one event of the demo means, and keeps the terms for the summary (a failed
+/// nemesis ends the demo instead: the caller's).
+fn narrate(
+    event: Event,
+    terms: &mut Vec<Term>,
+    say: &impl Fn(String),
+    stamp: &impl Fn(Instant) -> String,
+) {
+    match event {
+        Event::Elected { who, term, at } => {
+            let after = terms.iter().filter_map(|t| t.to).max();
+            let gap = match after {
+                Some(to) if terms.iter().all(|t| t.to.is_some()) => format!(
+                    ", {:.0} ms after the last leader stopped",
+                    at.saturating_duration_since(to).as_secs_f64() * 1e3
+                ),
+                _ => String::new(),
+            };
+            terms.push(Term {
+                who,
+                term,
+                from: at,
+                to: None,
+                lost: false,
+            });
+            say(format!(
+                "{} {} leads in term {term}{gap}",
+                stamp(at),
+                CANDIDATES[who]
+            ));
+        }
+        Event::SteppedDown {
+            who,
+            term,
+            at,
+            lost,
+        } => {
+            close_term(terms, who, term, at, lost.is_some());
+            match lost {
+                Some(reason) => say(format!(
+                    "{} {} steps down from term {term}: {reason}",
+                    stamp(at),
+                    CANDIDATES[who]
+                )),
+                None => say(format!(
+                    "{} {} resigns term {term}",
+                    stamp(at),
+                    CANDIDATES[who]
+                )),
+            }
+        }
+        Event::Nemesis { at, what, nodes } => {
+            let nodes: Vec<String> = nodes
+                .iter()
+                .map(|s| match s {
+                    NodeState::Running => "up".to_owned(),
+                    other => other.label().to_uppercase(),
+                })
+                .collect();
+            say(format!(
+                "{} nemesis: {what}\n          nodes: {}",
+                stamp(at),
+                nodes.join(" ")
+            ));
+        }
+        Event::ResignFailed { who, term, error } => say(format!(
+            "{} {}'s resignation of term {term} failed, so the term ends at its ttl: {error}",
+            stamp(Instant::now()),
+            CANDIDATES[who]
+        )),
+        Event::NemesisFailed(_) => {}
+    }
 }
 
 /// Campaign, lead for a while (or until leadership is lost), resign, campaign again.
