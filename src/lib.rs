@@ -69,7 +69,7 @@ pub use self::core::telemetry;
 
 pub use self::core::config::{
     DEFAULT_CONNECT_TIMEOUT, DEFAULT_DRIFT_FACTOR, MAX_DERIVED_NODE_TIMEOUT, MAX_TTL,
-    MIN_DERIVED_NODE_TIMEOUT,
+    MIN_DERIVED_NODE_TIMEOUT, derived_node_timeout,
 };
 pub use self::core::node_id::NodeId;
 pub use self::core::quorum::DRIFT_FLOOR;

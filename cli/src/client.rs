@@ -85,12 +85,9 @@ const LEASE_TTL_IN_NODE_TIMEOUTS: u32 = 4;
 /// 31: `--ttl 13ms` used to be taken, and lost at once with exit 76). Names the per-node
 /// timeout's source only when the user set it.
 pub(crate) fn lease_ttl(ttl: Duration, tuning: &Tuning) -> Result<(), CliError> {
-    let node_timeout = tuning.node_timeout.unwrap_or_else(|| {
-        (ttl / 100).clamp(
-            redquorum::MIN_DERIVED_NODE_TIMEOUT,
-            redquorum::MAX_DERIVED_NODE_TIMEOUT,
-        )
-    });
+    let node_timeout = tuning
+        .node_timeout
+        .unwrap_or_else(|| redquorum::derived_node_timeout(ttl));
     let minimum = MIN_LEASE_TTL.max(node_timeout * LEASE_TTL_IN_NODE_TIMEOUTS);
     if ttl >= minimum {
         return Ok(());
@@ -113,26 +110,6 @@ pub(crate) fn lease_ttl(ttl: Duration, tuning: &Tuning) -> Result<(), CliError> 
         "--ttl {} is too short for a lease: {why}",
         humantime::format_duration(ttl)
     )))
-}
-
-/// `e` for the operator: where it is about a setting the user gave, with where that setting
-/// came from (a ttl too short for a per-node timeout set in the environment names the
-/// variable).
-pub(crate) fn explained(e: redquorum::Error, tuning: &Tuning) -> CliError {
-    let too_short = matches!(
-        &e,
-        redquorum::Error::Config(redquorum::ConfigError::TtlTooShort { .. })
-    );
-    let mut err = CliError::from(e);
-    if let (true, Some(timeout)) = (too_short, tuning.node_timeout) {
-        err.message = format!(
-            "{}; the per-node timeout is {} (--node-timeout, REDQUORUM_NODE_TIMEOUT or the \
-             config file's node-timeout): lower it, or raise --ttl",
-            err.message,
-            humantime::format_duration(timeout)
-        );
-    }
-    err
 }
 
 /// Why the redis crate refused `url`, in words an operator can act on.

@@ -42,7 +42,7 @@ async fn run_with(
     };
     let taken = async {
         client::connect_first(rl).await?;
-        acquire(rl, &args.resource, args.permits, args.ttl, wait, tuning).await
+        acquire(rl, &args.resource, args.permits, args.ttl, wait).await
     };
     let taken = tokio::select! {
         lock = taken => Ok(lock),
@@ -163,14 +163,10 @@ pub(crate) async fn acquire(
     permits: Option<u32>,
     ttl: Duration,
     wait: WaitLimit,
-    tuning: &Tuning,
 ) -> Result<(Lock, Option<u32>), CliError> {
     let start = Instant::now();
     let semaphore = match permits {
-        Some(permits) => Some(
-            rl.semaphore(resource, permits)
-                .map_err(|e| client::explained(e, tuning))?,
-        ),
+        Some(permits) => Some(rl.semaphore(resource, permits)?),
         None => None,
     };
     let forever = RetryPolicy::default().max_attempts(None).max_wait(None);
@@ -219,7 +215,7 @@ pub(crate) async fn acquire(
     drop(progress);
     result.map_err(|e| {
         let remaining = held_for(&e);
-        let mut err = client::explained(e, tuning);
+        let mut err = CliError::from(e);
         if err.code == exit::BUSY {
             let held = match permits {
                 Some(permits) => format!("all {permits} permits of {resource} are held"),

@@ -514,7 +514,7 @@ fn a_command_without_the_separator_gets_a_tip() {
 /// wrong with the value given, and where a setting came from.
 ///
 /// Mutations: `child::kill_grace` without its no-`--kill-grace` branch blames
-/// `--kill-grace 0s`; `client::explained` without its node-timeout branch drops the
+/// `--kill-grace 0s`; `client::lease_ttl` without its set-timeout branch drops the
 /// variable's name; `--permits` parsed as `range(1..)` says 4294967295.
 #[test]
 fn errors_name_the_settings_the_user_gave() {

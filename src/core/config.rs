@@ -16,6 +16,19 @@ pub const DEFAULT_CONNECT_TIMEOUT: Duration = Duration::from_secs(1);
 pub const MIN_DERIVED_NODE_TIMEOUT: Duration = Duration::from_millis(10);
 /// The largest per-node timeout derived from a ttl when none is configured.
 pub const MAX_DERIVED_NODE_TIMEOUT: Duration = Duration::from_millis(50);
+/// The per-node timeout a call with `ttl` uses when none is configured: 1/100 of the ttl (in
+/// whole milliseconds), within [`MIN_DERIVED_NODE_TIMEOUT`]..=[`MAX_DERIVED_NODE_TIMEOUT`].
+///
+/// ```
+/// use std::time::Duration;
+/// assert_eq!(redquorum::derived_node_timeout(Duration::from_secs(3)), Duration::from_millis(30));
+/// assert_eq!(redquorum::derived_node_timeout(Duration::from_secs(60)), redquorum::MAX_DERIVED_NODE_TIMEOUT);
+/// ```
+pub fn derived_node_timeout(ttl: Duration) -> Duration {
+    let whole_ms = Duration::from_millis(u64::try_from(ttl.as_millis()).unwrap_or(u64::MAX));
+    (whole_ms / 100).clamp(MIN_DERIVED_NODE_TIMEOUT, MAX_DERIVED_NODE_TIMEOUT)
+}
+
 /// The longest ttl accepted: one year. Redis' millisecond expiry range is far larger; a lock
 /// meant to outlive this should be a lease that renews itself.
 pub const MAX_TTL: Duration = Duration::from_secs(365 * 24 * 3600);
@@ -86,9 +99,9 @@ impl Config {
         let ttl_ms = u64::try_from(ttl.as_millis()).unwrap_or(u64::MAX);
         let whole_ms = Duration::from_millis(ttl_ms);
         let drift = quorum::drift(whole_ms, self.drift_factor);
-        let per_node_timeout = self.per_node_timeout.unwrap_or_else(|| {
-            (whole_ms / 100).clamp(MIN_DERIVED_NODE_TIMEOUT, MAX_DERIVED_NODE_TIMEOUT)
-        });
+        let per_node_timeout = self
+            .per_node_timeout
+            .unwrap_or_else(|| derived_node_timeout(whole_ms));
         let minimum = drift
             .saturating_add(per_node_timeout)
             .saturating_add(self.min_validity);
