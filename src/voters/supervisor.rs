@@ -225,7 +225,7 @@ impl Supervisor {
         let client = tokio::time::timeout(budget, source.client())
             .await
             .map_err(|_| NodeError::TimedOut(budget))?
-            .map_err(NodeError::Unreachable)?;
+            .map_err(NodeError::connecting)?;
         let address = client.get_connection_info().addr().to_string();
         if source.follows_failovers() && self.server.as_deref() != Some(address.as_str()) {
             tracing::info!(node = %id, master = %address, "the sentinels name this voter's master");
