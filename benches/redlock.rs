@@ -1,5 +1,5 @@
 //! Criterion benches on five real local `redis-server` masters, each redquorum figure in a
-//! group with the raw baseline (`redquorum_lab::baseline`, the one `redquorum-lab bench`
+//! group with the raw baseline (`redquorum_testkit::baseline`, the one `redquorum-lab bench`
 //! uses) measured on the same servers:
 //!
 //! - `acquire_release`: one uncontended acquire + release, sequential;
@@ -13,7 +13,7 @@ use std::time::Duration;
 use criterion::{Criterion, Throughput, criterion_group, criterion_main};
 use futures::future::join_all;
 use redquorum::RedLock;
-use redquorum_lab::baseline::{Baseline, TTL};
+use redquorum_testkit::baseline::{Baseline, TTL};
 
 const TASKS: usize = 64;
 

@@ -11,12 +11,12 @@ use std::time::{Duration, Instant};
 use redquorum::RedLock;
 use serde_json::{Value, json};
 
-use crate::baseline::{Baseline, TTL};
 use crate::cpu::Meter;
 use crate::error::LabError;
 use crate::report::{Spread, ms, sayer, show, us, verdict};
 use crate::stop::{StopSignals, exit_code};
 use redquorum_testkit::DevCluster;
+use redquorum_testkit::baseline::{Baseline, TTL};
 
 const NODES: usize = 5;
 /// The per-node timeout of every client in the bench.

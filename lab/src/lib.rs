@@ -3,16 +3,13 @@
 //!
 //! - [`demo()`]: three candidates elect a leader on five local masters while a nemesis kills,
 //!   pauses and restarts masters; a live timeline, then a summary (`bash .ci/demo`).
-//! - [`bench()`]: the performance table, every figure next to the [`baseline`] measured in the
-//!   same run on the same masters.
+//! - [`bench()`]: the performance table, every figure next to the raw baseline
+//!   (`redquorum_testkit::baseline`) measured in the same run on the same masters.
 //! - [`scale()`]: what Redis Cluster voters buy: throughput and CPU per pair with standalone
 //!   and Cluster voters, in one run.
 //! - [`contend()`]: one lock handed around between separate processes, optionally next to
 //!   another client's workers on the same masters.
-//! - [`baseline`]: the raw floor any Redlock client must do, on the `redis` crate alone; the
-//!   criterion benches (`benches/redlock.rs`) measure against it too.
 
-pub mod baseline;
 mod bench;
 mod contend;
 mod cpu;

@@ -15,12 +15,12 @@ use std::time::Duration;
 use redquorum::RedLock;
 use serde_json::{Value, json};
 
-use crate::baseline::{Baseline, TTL};
 use crate::bench::pairs_for;
 use crate::cpu::Meter;
 use crate::error::LabError;
 use crate::report::{sayer, us};
 use crate::stop::{StopSignals, exit_code};
+use redquorum_testkit::baseline::{Baseline, TTL};
 use redquorum_testkit::{Cluster, RedisCluster};
 
 /// Voters in every configuration (a majority of 2).

@@ -272,6 +272,7 @@ mod tests {
     /// nodes that were free of our key at some time; else `Won` at a majority of yes; never
     /// `Gone` when no granting node refused (timeouts alone are never evidence).
     #[test]
+    #[ignore = "exhaustive: .ci/test runs it optimised, with the model checks"]
     fn held_verdicts_exhaustively() {
         for n in 1..=7usize {
             let patterns = 3usize.pow(n as u32);
@@ -319,6 +320,7 @@ mod tests {
     /// pattern: `settled` answers only when every way the missing answers could come gives
     /// that verdict, and always answers once every node has.
     #[test]
+    #[ignore = "exhaustive: .ci/test runs it optimised, with the model checks"]
     fn settled_verdicts_hold_for_every_completion() {
         let decode = |n: usize, mut code: usize, with_missing: bool| -> Vec<Option<Vote>> {
             let base = if with_missing { 4 } else { 3 };

@@ -16,9 +16,13 @@
 //! - [`DevCluster`]: masters that outlive the process that started them, recorded in a state
 //!   directory (`redquorum dev up`/`down`), with typed errors instead of panics.
 //!
+//! - [`baseline`]: the raw floor any Redlock client must do, on the `redis` crate alone, which
+//!   the lab's bench and the criterion benches (`benches/redlock.rs`) measure redquorum against.
+//!
 //! Only loopback addresses are used, and a signal goes only to a process this crate started.
 //! `redis-server` must be on `PATH` (`sudo apt-get install -y redis-server` on Debian/Ubuntu).
 
+pub mod baseline;
 mod cluster;
 mod dev;
 mod proxy;

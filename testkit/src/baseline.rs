@@ -5,7 +5,7 @@
 //! as redquorum's is. No timeouts, no report, no cleanup of a lost round, no waiting: a floor,
 //! not a client.
 //!
-//! Shared by `redquorum-lab bench` and the criterion benches (`benches/redlock.rs`).
+//! Shared by `redquorum-lab bench`, `redquorum-lab scale` and the criterion benches (`benches/redlock.rs`).
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
