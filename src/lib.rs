@@ -86,6 +86,7 @@ pub use api::lock::Lock;
 pub use api::lock_service::{HeldLock, LockService};
 pub use api::redlock::RedLock;
 pub use api::semaphore::{Permit, Semaphore};
+pub use api::semaphore_inspection::{NodePermits, SemaphoreInspection};
 pub use errors::config_error::ConfigError;
 pub use errors::error::{Error, Failure, LostReason, Operation};
 pub use errors::node_error::NodeError;

@@ -315,7 +315,8 @@ pub(crate) struct RunArgs {
     pub(crate) min_hold: Option<Duration>,
     /// Hold one of N permits of the semaphore RESOURCE instead of the lock RESOURCE, so at
     /// most N such commands run at once (consul lock -n; here -n stays flock's non-blocking
-    /// flag). Every run must give the same N. The command gets REDQUORUM_PERMIT (0 to N−1,
+    /// flag). Every run must give the same N (another N is refused, exit 64, while permits are
+    /// held). The command gets REDQUORUM_PERMIT (0 to N−1,
     /// never the same for two commands at once) instead of a fencing token.
     #[arg(long, value_parser = clap::value_parser!(u32).range(1..=i64::from(redquorum::MAX_PERMITS)))]
     pub(crate) permits: Option<u32>,

@@ -74,7 +74,9 @@ impl From<redquorum::Error> for CliError {
     fn from(e: redquorum::Error) -> Self {
         use redquorum::Error;
         let code = match &e {
-            Error::Config(_) | Error::HeldByCaller { .. } => USAGE,
+            Error::Config(_) | Error::HeldByCaller { .. } | Error::PermitCountDiffers { .. } => {
+                USAGE
+            }
             Error::Conflict(_) => BUSY,
             Error::NoQuorum(_) | Error::ValidityExhausted(_) | Error::NoLeader { .. }
                 if refused_credentials(&e) =>

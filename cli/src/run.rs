@@ -215,7 +215,20 @@ pub(crate) async fn acquire(
     drop(progress);
     result.map_err(|e| {
         let remaining = held_for(&e);
+        let differs = match &e {
+            redquorum::Error::PermitCountDiffers {
+                permits,
+                in_use_with,
+                ..
+            } => Some(format!(
+                "{resource} is in use with --permits {in_use_with}, not {permits}: every run of one semaphore must give the same --permits"
+            )),
+            _ => None,
+        };
         let mut err = CliError::from(e);
+        if let Some(message) = differs {
+            err.message = message;
+        }
         if err.code == exit::BUSY {
             let held = match permits {
                 Some(permits) => format!("all {permits} permits of {resource} are held"),

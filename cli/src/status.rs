@@ -1,6 +1,7 @@
-//! `redquorum status RESOURCE`: what every master holds, and the majority's view.
+//! `redquorum status RESOURCE`: what every master holds, and the majority's view; for a
+//! semaphore of that name in use, each permit's holder too.
 
-use redquorum::{FenceSeeding, Inspection, Leader};
+use redquorum::{FenceSeeding, Inspection, Leader, SemaphoreInspection};
 use serde_json::json;
 
 use crate::args::Tuning;
@@ -18,10 +19,35 @@ pub(crate) async fn status(
     let (seen, seeding) = tokio::join!(rl.inspect(resource), rl.fence_seeding());
     let seen = seen?;
     let seeding = seeding.ok();
+    // A semaphore of this name in use records its number of permits beside the lock's keys;
+    // then its permits are read too.
+    let permits = match seen.semaphore_permits() {
+        Some(n) => match rl.semaphore(resource, n) {
+            Ok(semaphore) => Some(semaphore.inspect().await?),
+            Err(_) => None,
+        },
+        None => None,
+    };
     if as_json {
-        println!("{}", to_json(resource, &seen, seeding.as_ref()));
+        let mut json = to_json(resource, &seen, seeding.as_ref());
+        json["semaphore"] = permits
+            .as_ref()
+            .map_or(serde_json::Value::Null, semaphore_json);
+        println!("{json}");
     } else {
-        print_table(resource, &seen, seeding.as_ref());
+        match &permits {
+            // The lock of that name is free: the semaphore is all there is to show.
+            Some(permits) if seen.free_on_majority() => print_permits(resource, permits),
+            Some(permits) => {
+                print_table(resource, &seen);
+                println!();
+                print_permits(resource, permits);
+            }
+            None => print_table(resource, &seen),
+        }
+        if let Some(seeding) = &seeding {
+            println!("{}", crate::fence::summary(seeding));
+        }
     }
     Ok(if seen.reachable() >= seen.quorum() {
         exit::OK
@@ -30,7 +56,7 @@ pub(crate) async fn status(
     })
 }
 
-fn print_table(resource: &str, seen: &Inspection, seeding: Option<&FenceSeeding>) {
+fn print_table(resource: &str, seen: &Inspection) {
     println!(
         "{:<4} {:<24} {:<11} {:<10} {:>9} {:>7}  leader",
         "node", "address", "reachable", "holder", "ttl", "fence"
@@ -77,9 +103,89 @@ fn print_table(resource: &str, seen: &Inspection, seeding: Option<&FenceSeeding>
         seen.quorum(),
         seen.nodes().len()
     );
-    if let Some(seeding) = seeding {
-        println!("{}", crate::fence::summary(seeding));
+}
+
+/// Each master's permits ("0:1a2b3c4d 29.1s" for a held one, "1:-" for a free one), then the
+/// majority's view: which permits one holder holds on a majority.
+fn print_permits(resource: &str, seen: &SemaphoreInspection) {
+    println!(
+        "{:<4} {:<24} {:<11} permits",
+        "node", "address", "reachable"
+    );
+    for n in seen.nodes() {
+        let address = n.node().address();
+        match n.state() {
+            Ok(permits) => {
+                let shown: Vec<String> = permits
+                    .iter()
+                    .enumerate()
+                    .map(|(i, h)| match (h.holder(), h.ttl()) {
+                        (Some(who), Some(ttl)) => format!("{i}:{who} {:.1}s", ttl.as_secs_f64()),
+                        (Some(who), None) => format!("{i}:{who}"),
+                        (None, _) => format!("{i}:-"),
+                    })
+                    .collect();
+                println!(
+                    "{:<4} {:<24} {:<11} {}",
+                    n.node().index(),
+                    address,
+                    "yes",
+                    shown.join("  ")
+                );
+            }
+            Err(e) => println!("{:<4} {:<24} no: {e}", n.node().index(), address),
+        }
     }
+    let held = seen.held_on_majority();
+    let view = if seen.reachable() < seen.quorum() {
+        format!("unknown: only {} masters answered", seen.reachable())
+    } else if held.is_empty() {
+        "no permit held by one owner on a majority".to_owned()
+    } else {
+        let each: Vec<String> = held
+            .iter()
+            .map(|(permit, who)| format!("permit {permit} by {who}"))
+            .collect();
+        format!("{} held: {}", held.len(), each.join(", "))
+    };
+    println!(
+        "\n{resource}: semaphore of {} permits, {view} (quorum {} of {})",
+        seen.permits(),
+        seen.quorum(),
+        seen.nodes().len()
+    );
+}
+
+fn semaphore_json(seen: &SemaphoreInspection) -> serde_json::Value {
+    let nodes: Vec<_> = seen
+        .nodes()
+        .iter()
+        .map(|n| match n.state() {
+            Ok(permits) => json!({
+                "node": n.node().index(),
+                "address": n.node().address(),
+                "reachable": true,
+                "permits": permits.iter().map(|h| json!({
+                    "holder": h.holder(),
+                    "ttl_ms": h.ttl().map(|t| t.as_millis() as u64),
+                })).collect::<Vec<_>>(),
+            }),
+            Err(e) => json!({
+                "node": n.node().index(),
+                "address": n.node().address(),
+                "reachable": false,
+                "error": e.to_string(),
+            }),
+        })
+        .collect();
+    json!({
+        "permits": seen.permits(),
+        "held_on_majority": seen.held_on_majority().iter().map(|(permit, holder)| json!({
+            "permit": permit,
+            "holder": holder,
+        })).collect::<Vec<_>>(),
+        "nodes": nodes,
+    })
 }
 
 fn to_json(resource: &str, seen: &Inspection, seeding: Option<&FenceSeeding>) -> serde_json::Value {

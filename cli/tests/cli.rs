@@ -1022,6 +1022,59 @@ async fn status_shows_the_holder_on_every_node_and_as_json() {
     assert_eq!(json["free"], true, "{json}");
 }
 
+/// `status` of a semaphore in use: each master's permits and who holds which on a majority,
+/// in the table and as JSON (it said "free": the lock of that name is); once its permits are
+/// released, no semaphore is shown.
+///
+/// Mutation: `status` not reading the semaphore's record (`semaphore_permits` always `None`):
+/// run, the output says "free" and names no permit.
+#[tokio::test]
+async fn status_shows_a_semaphores_permits() {
+    let cluster = Cluster::start(3);
+    let dir = tempfile::tempdir().expect("tempdir");
+    let rl = library_client(&cluster).await;
+    let pool = rl.semaphore("pool", 2).expect("semaphore");
+    let permit = pool
+        .try_acquire(Duration::from_secs(30))
+        .await
+        .expect("a permit");
+    let holder = &permit.token().expose()[..8];
+    let index = permit.index();
+    let mut key = b"redquorum:{pool}:permit:".to_vec();
+    key.extend_from_slice(index.to_string().as_bytes());
+    let token = permit.token().expose().as_bytes();
+    let everywhere = || (0..3).all(|i| cluster.get(i, &key).as_deref() == Some(token));
+    let until = Instant::now() + Duration::from_secs(3);
+    while !everywhere() && Instant::now() < until {
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    assert!(everywhere(), "every node holds the permit");
+    let (code, out, err) = output(redquorum(&cluster, dir.path()).args(["status", "pool"]));
+    assert_eq!(code, 0, "{err}");
+    assert!(
+        out.contains(&format!(
+            "pool: semaphore of 2 permits, 1 held: permit {index} by {holder} (quorum 2 of 3)"
+        )),
+        "{out}"
+    );
+    assert!(out.contains(&format!("{index}:{holder} ")), "{out}");
+    assert!(!out.contains("free"), "{out}");
+    let (code, out, err) =
+        output(redquorum(&cluster, dir.path()).args(["--json", "status", "pool"]));
+    assert_eq!(code, 0, "{err}");
+    let json: serde_json::Value = serde_json::from_str(&out).expect("JSON");
+    let semaphore = &json["semaphore"];
+    assert_eq!(semaphore["permits"], 2, "{json}");
+    assert_eq!(semaphore["held_on_majority"][0]["permit"], index, "{json}");
+    assert_eq!(semaphore["held_on_majority"][0]["holder"], holder, "{json}");
+    permit.release().await.expect("release");
+    assert!(rl.settle(Duration::from_secs(5)).await);
+    let (_, out, _) = output(redquorum(&cluster, dir.path()).args(["--json", "status", "pool"]));
+    let json: serde_json::Value = serde_json::from_str(&out).expect("JSON");
+    assert_eq!(json["semaphore"], serde_json::Value::Null, "{json}");
+    assert_eq!(json["free"], true, "{json}");
+}
+
 /// Starts `redquorum elect` for candidate `id`; its command records the term and sleeps.
 fn candidate(cluster: &Cluster, dir: &Path, id: &str) -> (Child, PathBuf) {
     let record = dir.join(format!("{id}.term"));
@@ -2371,6 +2424,55 @@ async fn a_signal_during_an_acquire_leaves_no_key_behind() {
         "the cancelled round's key is still on master 2"
     );
     cluster.resume(1);
+}
+
+/// `run --permits 3` while runs with `--permits 2` hold the semaphore: refused on the servers
+/// (exit 64, one line naming both numbers), the command never runs, and nothing of the refused
+/// run is left; once the holder is done, any number may use the name.
+///
+/// Mutation: `ACQUIRE_PERMIT` without its check of the record of the number of permits: run,
+/// the command runs with permit 2.
+#[test]
+fn run_with_other_permits_than_the_holders_is_refused() {
+    let cluster = Cluster::start(3);
+    let dir = tempfile::tempdir().expect("tempdir");
+    let held = dir.path().join("held");
+    // Reaped: ended even when an assertion below fails (its command then ends by itself).
+    let mut holder = Reaped(
+        redquorum(&cluster, dir.path())
+            .args(["run", "--permits", "2", "pool", "--", "sh", "-c"])
+            .arg(format!("touch {}; sleep 10", held.display()))
+            .spawn()
+            .expect("spawn"),
+    );
+    assert!(wait_until(Duration::from_secs(10), || held.exists()));
+    let ran = dir.path().join("ran");
+    let (code, _, err) = output(
+        redquorum(&cluster, dir.path())
+            .args(["run", "-n", "--permits", "3", "pool", "--", "touch"])
+            .arg(&ran),
+    );
+    assert_eq!(code, 64, "{err}");
+    assert!(
+        err.contains("pool is in use with --permits 2, not 3: every run of one semaphore must give the same --permits"),
+        "{err}"
+    );
+    assert_eq!(err.lines().count(), 1, "{err}");
+    assert!(!ran.exists());
+    signal(&holder, nix::sys::signal::Signal::SIGTERM);
+    wait_exit(&mut holder, Duration::from_secs(10));
+    assert!(
+        wait_until(Duration::from_secs(5), || lock_keys(&cluster).is_empty()),
+        "{:?}",
+        lock_keys(&cluster)
+    );
+    let (code, _, err) = output(
+        redquorum(&cluster, dir.path())
+            .args(["run", "-n", "--permits", "3", "pool", "--", "touch"])
+            .arg(&ran),
+    );
+    assert_eq!(code, 0, "{err}");
+    assert!(ran.exists());
 }
 
 /// `run --permits 2`: three commands that each run 1.5 s, started together, run at most two

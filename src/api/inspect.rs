@@ -1,5 +1,6 @@
 //! Read-only inspection of a resource on every node: who holds it, for how long, its fence
-//! counter and its advertised leader. What `redquorum status` shows.
+//! counter, its advertised leader, and whether a semaphore of that name is in use. What
+//! `redquorum status` shows.
 
 use std::time::Duration;
 
@@ -13,8 +14,9 @@ use crate::protocol::leader_info::{Leader, decode};
 use crate::protocol::shared::ensure_runtime;
 use crate::{Result, core::resource};
 
-/// The values of the lock key, the fence key and the leader key.
-type Keys = (Option<Vec<u8>>, Option<u64>, Option<Vec<u8>>);
+/// The values of the lock key, the fence key, the leader key and a semaphore's record of its
+/// number of permits.
+type Keys = (Option<Vec<u8>>, Option<u64>, Option<Vec<u8>>, Option<u32>);
 
 /// What one node holds for a resource.
 ///
@@ -33,6 +35,7 @@ pub struct Holding {
     ttl: Option<Duration>,
     fence: Option<u64>,
     leader: Option<Leader>,
+    permits: Option<u32>,
 }
 
 impl Holding {
@@ -67,6 +70,13 @@ impl Holding {
     /// advertisement belongs to the current holder.
     pub fn leader(&self) -> Option<&Leader> {
         self.leader.as_ref()
+    }
+
+    /// The number of permits of a semaphore of this name in use on this node (its record,
+    /// which lives while a permit is held), if one is: then
+    /// [`Semaphore::inspect`](crate::Semaphore::inspect) shows its permits.
+    pub fn semaphore_permits(&self) -> Option<u32> {
+        self.permits
     }
 }
 
@@ -171,6 +181,12 @@ impl Inspection {
         self.holdings().filter_map(|h| h.fence).max()
     }
 
+    /// The number of permits of a semaphore of this name in use on any node (the largest,
+    /// should nodes disagree), if one is.
+    pub fn semaphore_permits(&self) -> Option<u32> {
+        self.holdings().filter_map(|h| h.permits).max()
+    }
+
     fn holdings(&self) -> impl Iterator<Item = &Holding> {
         self.nodes.iter().filter_map(|n| n.state.as_ref().ok())
     }
@@ -214,13 +230,14 @@ impl RedLock {
             config.lock_key(resource),
             resource::fence_key(prefix, resource),
             resource::leader_key(prefix, resource),
+            resource::permit_count_key(prefix, resource),
         ];
         let grace_floor = config.node_timeout_without_ttl();
         let timeout = config.connect_timeout.saturating_add(grace_floor);
         // Once the answers settle what the lock is (held by one owner on a majority, or free on
         // one), the others get a grace, not their whole timeout: a hung master costs that.
         let quorum = self.quorum();
-        let [lock_key, fence_key, leader_key] = &keys;
+        let [lock_key, fence_key, leader_key, permits_key] = &keys;
         let nodes = &self.shared().nodes;
         let answers = if config.key_layout == KeyLayout::Shared {
             // No fence counter or leader info in the shared layout, and the lock key has no
@@ -233,7 +250,7 @@ impl RedLock {
                 .await
                 .into_iter()
                 .map(|(node, answer, latency)| {
-                    let answer = answer.map(|(token, pttl)| ((token, None, None), pttl));
+                    let answer = answer.map(|(token, pttl)| ((token, None, None, None), pttl));
                     (node, answer, latency)
                 })
                 .collect()
@@ -244,17 +261,22 @@ impl RedLock {
                 .arg(lock_key)
                 .arg(fence_key)
                 .arg(leader_key)
+                .arg(permits_key)
                 .cmd("PTTL")
                 .arg(lock_key);
             let decided =
-                |answers: &[_]| settles(answers, quorum, |((token, _, _), _): &Tagged| token);
+                |answers: &[_]| settles(answers, quorum, |((token, ..), _): &Tagged| token);
             query_everywhere(nodes, lock_key, &pipeline, timeout, decided, grace_floor).await
         };
         let nodes = answers
             .into_iter()
             .map(|(node, answer, latency)| NodeInspection {
                 node,
-                state: answer.map(|((token, fence, info), pttl)| holding(token, fence, info, pttl)),
+                state: answer.map(|((token, fence, info, permits), pttl)| {
+                    let mut held = holding(token, fence, info, pttl);
+                    held.permits = permits;
+                    held
+                }),
                 latency,
             })
             .collect();
@@ -267,7 +289,8 @@ impl RedLock {
 
 /// A shared-layout node's answer: its lock key's value and `PTTL`.
 type Plain = (Option<Vec<u8>>, i64);
-/// A tagged-layout node's answer: its lock key, fence counter and leader info, and `PTTL`.
+/// A tagged-layout node's answer: its lock key, fence counter, leader info and semaphore
+/// record, and `PTTL`.
 type Tagged = (Keys, i64);
 
 /// Whether the answers so far settle what an inspection says of the lock: one owner's key on
@@ -288,7 +311,7 @@ fn settles<T>(
     most_alike >= quorum || failed > answers.len().saturating_sub(quorum)
 }
 
-fn holding(
+pub(crate) fn holding(
     token: Option<Vec<u8>>,
     fence: Option<u64>,
     info: Option<Vec<u8>>,
@@ -305,5 +328,6 @@ fn holding(
         token,
         fence,
         leader,
+        permits: None,
     }
 }

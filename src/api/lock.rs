@@ -10,6 +10,7 @@ use std::sync::Arc;
 use crate::Result;
 use crate::core::clock::Deadline;
 use crate::core::config::Timing;
+use crate::core::permit_keys::PermitKeys;
 use crate::core::report::Report;
 use crate::core::telemetry;
 use crate::core::token::Token;
@@ -60,6 +61,8 @@ pub struct Lock {
     fencing_token: Option<u64>,
     /// A key renewed with the lock's (see [`Lock::set_companion`]).
     companion: Option<Vec<u8>>,
+    /// The semaphore whose permit this lock is (see [`Lock::set_permit_of`]).
+    permit_of: Option<Arc<PermitKeys>>,
     /// A multi-resource lock's other resources and keys, renewed and released with the first
     /// (see [`Lock::set_others`]); empty for a lock on one resource.
     others: Vec<(Vec<u8>, Vec<u8>)>,
@@ -82,6 +85,7 @@ impl Lock {
             counted: true,
             fencing_token: acquired.fencing_token,
             companion: None,
+            permit_of: None,
             others: Vec::new(),
         }
     }
@@ -168,6 +172,14 @@ impl Lock {
         self.companion = Some(key);
     }
 
+    /// Makes this lock a permit of the semaphore with these keys: every extend renews the
+    /// semaphore's record of its number of permits too (never shortening it), and the release
+    /// deletes the record once no permit is held.
+    pub(crate) fn set_permit_of(&mut self, permits: Arc<PermitKeys>) {
+        self.companion = Some(permits.count.clone());
+        self.permit_of = Some(permits);
+    }
+
     /// The other resources and keys of a multi-resource lock, taken with the first.
     pub(crate) fn set_others(&mut self, others: Vec<(Vec<u8>, Vec<u8>)>) {
         self.others = others;
@@ -184,7 +196,9 @@ impl Lock {
 
     /// How a release deletes this lock's keys.
     fn delete(&self) -> Delete {
-        if self.others.is_empty() {
+        if let Some(permits) = &self.permit_of {
+            Delete::ReleasePermit(permits.clone())
+        } else if self.others.is_empty() {
             Delete::Release
         } else {
             Delete::ReleaseMany {

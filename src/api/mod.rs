@@ -15,4 +15,5 @@ pub(crate) mod lock_service;
 pub(crate) mod multi_lock;
 pub(crate) mod redlock;
 pub(crate) mod semaphore;
+pub(crate) mod semaphore_inspection;
 pub(crate) mod with_lock;

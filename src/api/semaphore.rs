@@ -9,12 +9,13 @@ use std::time::{Duration, Instant};
 use crate::api::lease::{Lease, LeaseOptions};
 use crate::api::lock::Lock;
 use crate::api::redlock::RedLock;
+use crate::core::permit_keys::PermitKeys;
 use crate::core::report::Report;
 use crate::core::retry::RetryPolicy;
 use crate::core::token::Token;
 use crate::errors::config_error::ConfigError;
 use crate::errors::error::{Error, Operation};
-use crate::protocol::permit::{MAX_PERMITS, PermitKeys, acquire_permit};
+use crate::protocol::permit::{MAX_PERMITS, acquire_permit};
 use crate::protocol::shared::ensure_runtime;
 use crate::{Result, core::resource, core::telemetry};
 
@@ -24,7 +25,10 @@ impl RedLock {
     ///
     /// A semaphore and a lock of the same name are unrelated (different keys). Every client
     /// of one semaphore must use the same number of permits: the permits are numbered keys,
-    /// and a client that counts more takes permits the others do not know.
+    /// and a client that counted more would take permits the others do not know. The masters
+    /// record the number in use while a permit is held, and refuse another
+    /// ([`Error::PermitCountDiffers`] from the acquire); once the last permit is released, the
+    /// name takes any number.
     ///
     /// # Errors
     /// [`Error::Config`] for an invalid name (as a resource), zero permits
@@ -97,6 +101,16 @@ impl Semaphore {
         &self.name
     }
 
+    /// The client the semaphore was made by.
+    pub(crate) fn redlock(&self) -> &RedLock {
+        &self.redlock
+    }
+
+    /// The keys of its permits and of its record of their number.
+    pub(crate) fn keys(&self) -> &PermitKeys {
+        &self.keys
+    }
+
     /// One round: takes a permit for `ttl` if one is free now.
     ///
     /// # Errors
@@ -154,8 +168,10 @@ impl Semaphore {
             }
             ensure_runtime()?;
             let taken = acquire_permit(shared, &self.name, &self.keys, &timing, policy).await?;
+            let mut lock = Lock::new(shared.clone(), &self.name, taken.acquired);
+            lock.set_permit_of(self.keys.clone());
             Ok(Permit {
-                lock: Lock::new(shared.clone(), &self.name, taken.acquired),
+                lock,
                 index: taken.index,
             })
         })

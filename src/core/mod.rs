@@ -8,6 +8,7 @@ pub(crate) mod clock;
 pub(crate) mod config;
 pub(crate) mod held_locks;
 pub(crate) mod node_id;
+pub(crate) mod permit_keys;
 pub(crate) mod quorum;
 pub(crate) mod report;
 pub(crate) mod resource;

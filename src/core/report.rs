@@ -52,6 +52,9 @@ pub enum NodeOutcome {
     /// Semaphore acquire: the node granted another permit than the one a majority granted
     /// (its holders were not the same as on the majority); that grant was given back.
     OtherPermit(u32),
+    /// Semaphore acquire: the semaphore is in use on this node with this many permits, not
+    /// the number this client gave; nothing was taken (see [`Error::PermitCountDiffers`](crate::Error::PermitCountDiffers)).
+    PermitCountDiffers(u32),
     /// The node could not be asked, or did not answer usefully.
     Failed(NodeError),
     /// The round was decided before this node answered; its request was abandoned.
@@ -70,7 +73,10 @@ impl NodeOutcome {
             | Self::Released
             | Self::Connected
             | Self::FenceConfirmed => Vote::Yes,
-            Self::HeldByOther { .. } | Self::Missing | Self::OtherPermit(_) => Vote::Refused,
+            Self::HeldByOther { .. }
+            | Self::Missing
+            | Self::OtherPermit(_)
+            | Self::PermitCountDiffers(_) => Vote::Refused,
             Self::Failed(_) | Self::NoReply | Self::LateGrant => Vote::Failed,
         }
     }
@@ -120,6 +126,9 @@ impl fmt::Display for NodeOutcome {
             Self::Missing => f.write_str("key not found"),
             Self::OtherPermit(permit) => {
                 write!(f, "granted permit {permit} instead (given back)")
+            }
+            Self::PermitCountDiffers(permits) => {
+                write!(f, "the semaphore is in use here with {permits} permits")
             }
             Self::LateGrant => f.write_str(
                 "holds our key, granted after the acquire was decided: not counted for the fencing token",

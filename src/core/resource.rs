@@ -249,6 +249,17 @@ pub(crate) fn permit_key(prefix: &[u8], name: &[u8], index: u32) -> Vec<u8> {
     key
 }
 
+/// The key of the record of how many permits the semaphore `name` has:
+/// `prefix{name}:permits`, in the name's hash slot, set by every grant of a permit and
+/// deleted with the last permit (`scripts::ACQUIRE_PERMIT`), so that a client counting other
+/// permits is refused instead of admitting more holders than the others expect. No lock's key
+/// (they end with their closing brace) nor any permit's (`:permit:<digits>`) is this.
+pub(crate) fn permit_count_key(prefix: &[u8], name: &[u8]) -> Vec<u8> {
+    let mut key = lock_key(prefix, name);
+    key.extend_from_slice(b":permits");
+    key
+}
+
 /// The channel releases of the lock `key` are published on: `key:released` (a pub/sub
 /// channel, not a key: it lives in no slot and is never stored). The permits of one semaphore
 /// share one channel, `prefix{name}:permit:released`: a waiter wants any permit, and listens

@@ -13,7 +13,7 @@
 //!
 //! | name | kind | labels |
 //! |---|---|---|
-//! | `redquorum_operations_total` | counter | `operation` (acquire, extend, release, connect), `outcome` (ok, conflict, no_quorum, validity_exhausted, expired, config, no_runtime, lease_lost, no_leader, held_by_caller) |
+//! | `redquorum_operations_total` | counter | `operation` (acquire, extend, release, connect), `outcome` (ok, conflict, no_quorum, validity_exhausted, expired, config, no_runtime, lease_lost, no_leader, held_by_caller, permit_count_differs) |
 //! | `redquorum_rounds_total` | counter | `operation`, `decision` (won, lost) |
 //! | `redquorum_operation_duration_seconds` | histogram | `operation`, `outcome` |
 //! | `redquorum_node_latency_seconds` | histogram | `node` (`host:port`), `outcome` (success, refused, failed) |
@@ -73,6 +73,7 @@ fn outcome_label(result: Result<(), &Error>) -> &'static str {
         Err(Error::LeaseLost { .. }) => "lease_lost",
         Err(Error::NoLeader { .. }) => "no_leader",
         Err(Error::HeldByCaller { .. }) => "held_by_caller",
+        Err(Error::PermitCountDiffers { .. }) => "permit_count_differs",
     }
 }
 

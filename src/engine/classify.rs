@@ -39,6 +39,10 @@ pub(crate) fn classify(reply: Value, done: &NodeOutcome) -> (NodeOutcome, Option
     match reply {
         Value::Int(code) => (classify_code(code, done), None),
         Value::Array(items) => match items.as_slice() {
+            [Value::Int(-8), Value::Int(permits), Value::Int(0)] => match u32::try_from(*permits) {
+                Ok(permits) => (NodeOutcome::PermitCountDiffers(permits), None),
+                Err(_) => (unexpected(&Value::Array(items)), None),
+            },
             [Value::Int(-1), Value::Int(counter), Value::Int(epoch)] => {
                 match (u64::try_from(*counter), u64::try_from(*epoch)) {
                     (Ok(counter), Ok(epoch)) => (done.clone(), Some(Grant { counter, epoch })),

@@ -69,6 +69,20 @@ pub enum Error {
         /// The resource, with non-printable bytes escaped.
         resource: String,
     },
+    /// A semaphore is in use with another number of permits than this client gave: masters
+    /// hold its record of `in_use_with` permits (set by a holder's grant, gone with the last
+    /// permit). The permits are numbered keys, so clients that count different numbers
+    /// would admit more holders than one of them expects; nothing was taken. Every client of
+    /// one semaphore must give the same number ([`RedLock::semaphore`](crate::RedLock::semaphore)).
+    PermitCountDiffers {
+        /// This client's number of permits.
+        permits: u32,
+        /// The number the masters' record names (the largest, if they disagree).
+        in_use_with: u32,
+        /// The round: which masters said so (their lines say
+        /// [`NodeOutcome::PermitCountDiffers`](crate::NodeOutcome::PermitCountDiffers)).
+        failure: Box<Failure>,
+    },
     /// The lease was lost while the work ran under it
     /// ([`RedLock::with_lock`](crate::RedLock::with_lock)); the work was cancelled.
     LeaseLost {
@@ -115,6 +129,11 @@ impl Error {
         matches!(self, Self::HeldByCaller { .. })
     }
 
+    /// A semaphore is in use with another number of permits.
+    pub fn is_permit_count_differs(&self) -> bool {
+        matches!(self, Self::PermitCountDiffers { .. })
+    }
+
     /// The configuration or the arguments are invalid.
     pub fn is_config(&self) -> bool {
         matches!(self, Self::Config(_))
@@ -132,7 +151,8 @@ impl Error {
             Self::Conflict(f)
             | Self::NoQuorum(f)
             | Self::ValidityExhausted(f)
-            | Self::Expired(f) => Some(f),
+            | Self::Expired(f)
+            | Self::PermitCountDiffers { failure: f, .. } => Some(f),
             Self::Config(_)
             | Self::NoRuntime
             | Self::LeaseLost { .. }
@@ -184,6 +204,15 @@ impl fmt::Display for Error {
                 x.operation.noun(),
                 x.resource,
                 x.summary()
+            ),
+            Self::PermitCountDiffers {
+                permits,
+                in_use_with,
+                failure,
+            } => write!(
+                f,
+                "semaphore {} is in use with {in_use_with} permits, not {permits}: every client of one semaphore must give the same number",
+                failure.resource
             ),
             Self::NoRuntime => f.write_str("no tokio runtime is running"),
             Self::NoLeader { resource } => write!(f, "the election on {resource} has no leader"),

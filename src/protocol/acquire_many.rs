@@ -103,6 +103,7 @@ async fn round_for_all(
         timing.per_node_timeout,
         Delete::GiveBack {
             others: others.to_vec(),
+            count: None,
         },
     );
     let request = Request::new(

@@ -93,9 +93,10 @@ pub(crate) struct Renewal<'a> {
 /// have set it, and if it lost it since, that loss is evidence, not a gap to fill.
 fn never_took_our_key(outcome: &NodeOutcome) -> bool {
     match outcome {
-        NodeOutcome::HeldByOther { .. } | NodeOutcome::Missing | NodeOutcome::OtherPermit(_) => {
-            true
-        }
+        NodeOutcome::HeldByOther { .. }
+        | NodeOutcome::Missing
+        | NodeOutcome::OtherPermit(_)
+        | NodeOutcome::PermitCountDiffers(_) => true,
         NodeOutcome::Failed(
             NodeError::Unreachable(_)
             | NodeError::RecentlyRestarted { .. }

@@ -29,16 +29,16 @@ use std::time::Instant;
 use rand::RngExt;
 
 use crate::core::config::Timing;
+use crate::core::permit_keys::PermitKeys;
 use crate::core::quorum::Tally;
 use crate::core::report::{NodeOutcome, NodeReport, Report};
-use crate::core::resource;
 use crate::core::retry::RetryPolicy;
 use crate::core::token::Token;
 use crate::core::verdict::Rejection;
 use crate::engine::classify::Grant;
 use crate::engine::request::{Command, Request};
 use crate::engine::round::{Round, Wait};
-use crate::errors::error::{Error, Operation};
+use crate::errors::error::{Error, Failure, Operation};
 use crate::protocol::acquire::Acquired;
 use crate::protocol::between_rounds::give_up_or_wait;
 use crate::protocol::cleanup::Cleanup;
@@ -49,25 +49,6 @@ use crate::scripts;
 /// The most permits a semaphore may have: every acquire tries each permit on every master
 /// (one `SET NX` each, in one script), so the cost of a full semaphore grows with it.
 pub const MAX_PERMITS: u32 = 256;
-
-/// The keys of a semaphore's permits, in permit order, and the channel their releases are
-/// published on: made once per semaphore, not on every acquire.
-#[derive(Debug)]
-pub(crate) struct PermitKeys {
-    keys: Vec<Vec<u8>>,
-    channel: Vec<u8>,
-}
-
-impl PermitKeys {
-    /// The keys of the `permits` permits of the semaphore `name` under `prefix`.
-    pub(crate) fn new(prefix: &[u8], name: &[u8], permits: u32) -> Self {
-        let keys: Vec<Vec<u8>> = (0..permits)
-            .map(|index| resource::permit_key(prefix, name, index))
-            .collect();
-        let channel = resource::release_channel(&resource::permit_key(prefix, name, 0));
-        Self { keys, channel }
-    }
-}
 
 /// A permit taken: the lock on its key, and its number.
 pub(crate) struct TakenPermit {
@@ -92,7 +73,7 @@ pub(crate) async fn acquire_permit(
     timing: &Timing,
     policy: &RetryPolicy,
 ) -> Result<TakenPermit, Error> {
-    let PermitKeys { keys, channel } = permits;
+    let PermitKeys { keys, channel, .. } = permits;
     let started = Instant::now();
     let deadline = policy.wait_limit().and_then(|w| started.checked_add(w));
     let mut attempts = 0u32;
@@ -100,7 +81,7 @@ pub(crate) async fn acquire_permit(
     let mut split_retries_left = SPLIT_RETRIES;
     loop {
         attempts = attempts.saturating_add(1);
-        let failed = match permit_round(shared, keys, timing).await {
+        let failed = match permit_round(shared, permits, timing).await {
             Ok((round, token, index)) => {
                 let key = keys.get(index as usize).cloned().unwrap_or_default();
                 let acquired = Acquired {
@@ -116,6 +97,21 @@ pub(crate) async fn acquire_permit(
             }
             Err(failed) => failed,
         };
+        if let Some(in_use_with) = failed.count_differs {
+            let permits = u32::try_from(keys.len()).unwrap_or(u32::MAX);
+            let failure = Failure::new(
+                Operation::Acquire,
+                name,
+                attempts,
+                started.elapsed(),
+                failed.report,
+            );
+            return Err(Error::PermitCountDiffers {
+                permits,
+                in_use_with,
+                failure: Box::new(failure),
+            });
+        }
         if failed.split && split_retries_left > 0 {
             tracing::debug!("masters granted different permits, trying again at once");
             split_retries_left -= 1;
@@ -159,6 +155,9 @@ struct LostRound {
     /// Masters granted different permits (they disagreed about which were free): worth
     /// another round at once, everything having been given back.
     split: bool,
+    /// Masters said the semaphore is in use with this many permits, not ours (the largest
+    /// number named): no round can succeed.
+    count_differs: Option<u32>,
 }
 
 /// How many times in one call a split round is tried again at once, without counting as an
@@ -170,9 +169,10 @@ const SPLIT_RETRIES: u8 = 3;
 /// majority granted, with validity left, is ours, and every other grant is given back.
 async fn permit_round(
     shared: &Arc<Shared>,
-    keys: &[Vec<u8>],
+    permits: &PermitKeys,
     timing: &Timing,
 ) -> Result<(Round, Token, u32), LostRound> {
+    let keys = &permits.keys;
     let token = Token::generate();
     let count = keys.len();
     let first = rand::rng().random_range(0..count);
@@ -186,6 +186,8 @@ async fn permit_round(
     };
     let mut in_order = ordered(None);
     let head = in_order.remove(0);
+    // A failed round gives back every permit, and with them the record of their number once
+    // none is held.
     let mut cleanup = Cleanup::arm(
         shared.clone(),
         head.clone(),
@@ -193,8 +195,11 @@ async fn permit_round(
         timing.per_node_timeout,
         Delete::GiveBack {
             others: in_order.clone(),
+            count: Some(permits.count.clone()),
         },
     );
+    let mut keys_and_count = in_order;
+    keys_and_count.push(permits.count.clone());
     let request = Request::new(
         Operation::Acquire,
         Command::Script(&scripts::ACQUIRE_PERMIT),
@@ -202,7 +207,7 @@ async fn permit_round(
         &token,
         NodeOutcome::Granted,
     )
-    .with_extra_keys(in_order)
+    .with_extra_keys(keys_and_count)
     .with_number(timing.ttl_ms)
     .with_payload(order.iter().map(|i| i.to_string().into_bytes()).collect())
     .settled_nodes_only();
@@ -225,7 +230,19 @@ async fn permit_round(
     // engine's sum over permits, and no fence (the grants' numbers are permits, not counters).
     round.tally = tally;
     round.fence = None;
-    match (round.won(timing), chosen) {
+    let count_differs = round
+        .report
+        .iter()
+        .filter_map(|line| match line.outcome() {
+            NodeOutcome::PermitCountDiffers(n) => Some(*n),
+            _ => None,
+        })
+        .max();
+    let verdict = match count_differs {
+        Some(_) => Err(Rejection::Busy),
+        None => round.won(timing),
+    };
+    match (verdict, chosen) {
         (Ok(_), Some(index)) => {
             cleanup.disarm();
             let index = usize::try_from(index).unwrap_or(usize::MAX);
@@ -248,7 +265,10 @@ async fn permit_round(
                         head,
                         token.clone(),
                         timing.per_node_timeout,
-                        Delete::GiveBack { others },
+                        Delete::GiveBack {
+                            others,
+                            count: None,
+                        },
                     );
                     give_back.after(round.stragglers.clone());
                     drop(give_back);
@@ -267,6 +287,7 @@ async fn permit_round(
                 rejection,
                 report: round.report,
                 split,
+                count_differs,
             })
         }
     }

@@ -1,7 +1,9 @@
 //! Release: compare-and-delete of one lock's key on every node.
 
+use std::sync::Arc;
 use std::time::Duration;
 
+use crate::core::permit_keys::PermitKeys;
 use crate::core::report::{NodeOutcome, Report};
 use crate::core::resource::{self, KeyLayout};
 use crate::core::token::Token;
@@ -82,8 +84,17 @@ pub(crate) enum Delete {
     ReleaseMany { others: Vec<Vec<u8>> },
     /// A failed round over several keys (a permit round, a multi-resource acquire): deletes
     /// whichever of the keys (the delete's key and these) holds the token, and publishes on
-    /// the first key's channel when it deleted any (`scripts::GIVE_BACK_PERMITS`).
-    GiveBack { others: Vec<Vec<u8>> },
+    /// the first key's channel when it deleted any (`scripts::GIVE_BACK_PERMITS`). With
+    /// `count` (a semaphore's record of its number of permits, when the keys are all of its
+    /// permits), deletes the record too once none of them is held.
+    GiveBack {
+        others: Vec<Vec<u8>>,
+        count: Option<Vec<u8>>,
+    },
+    /// The release of a semaphore's permit: compare-and-delete, the semaphore's record of its
+    /// number of permits deleted once none is held, published on the semaphore's channel
+    /// (`scripts::RELEASE_PERMIT`).
+    ReleasePermit(Arc<PermitKeys>),
 }
 
 /// Compare-and-delete of `key` on every node, waiting for every answer or timeout (but a
@@ -170,11 +181,28 @@ async fn delete_everywhere(
                     )
                     .collect(),
             ),
-        Delete::GiveBack { others } => compare_and_delete(&scripts::GIVE_BACK_PERMITS)
-            .with_extra_keys(others.clone())
+        Delete::GiveBack { others, count } => compare_and_delete(&scripts::GIVE_BACK_PERMITS)
+            .with_extra_keys(others.iter().chain(count).cloned().collect())
             .in_parts(InParts::EachKey {
                 per_key_payload: None,
             })
+            .with_payload(
+                [
+                    resource::release_channel(key),
+                    release_id.as_bytes().to_vec(),
+                ]
+                .into_iter()
+                .chain(count.as_ref().map(|_| b"1".to_vec()))
+                .collect(),
+            ),
+        Delete::ReleasePermit(permits) => compare_and_delete(&scripts::RELEASE_PERMIT)
+            .with_extra_keys(
+                std::iter::once(&permits.count)
+                    .chain(&permits.keys)
+                    .cloned()
+                    .collect(),
+            )
+            .in_parts(InParts::LockKeyAlone)
             .with_payload(vec![
                 resource::release_channel(key),
                 release_id.as_bytes().to_vec(),
@@ -185,7 +213,7 @@ async fn delete_everywhere(
     // our release first. If a node handed the lock to a waiter of another process instead,
     // ours loses one round there and waits on; the nodes' messages wake the waiter each named.
     let channels: Vec<Vec<u8>> = match delete {
-        Delete::Release => vec![resource::release_channel(key)],
+        Delete::Release | Delete::ReleasePermit(_) => vec![resource::release_channel(key)],
         Delete::ReleaseMany { others } => std::iter::once(key)
             .chain(others.iter().map(Vec::as_slice))
             .map(resource::release_channel)

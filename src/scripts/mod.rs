@@ -14,6 +14,7 @@
 //! | `-7` | fenced confirm: a re-seed read this master's counter after it granted |
 //! | `{-1, f, e}` | fenced acquire: the key was set, the fence counter is now `f`, the re-seed epoch is `e` |
 //! | `{-1, p, 0}` | permit acquire: the key of permit `p` was set |
+//! | `{-8, n, 0}` | permit acquire: the semaphore is in use with `n` permits, not this client's number |
 //!
 //! A round sends `EVALSHA` and, on `NOSCRIPT` (a restarted node, a `SCRIPT FLUSH`), loads the
 //! script and sends it once more (`encoded::EncodedRequest::send`). The plain acquire is not a script:
@@ -116,13 +117,14 @@ impl std::fmt::Debug for LuaScript {
 
 /// Every script sent by hash, for loading them all on a new connection (`QUEUED_ACQUIRE` is
 /// sent whole).
-pub(crate) fn all() -> [&'static LuaScript; 16] {
+pub(crate) fn all() -> [&'static LuaScript; 17] {
     [
         &ACQUIRE_MANY,
         &EXTEND_MANY,
         &RELEASE_MANY,
         &ACQUIRE_PERMIT,
         &GIVE_BACK_PERMITS,
+        &RELEASE_PERMIT,
         &RELEASE,
         &UNDO_AND_QUEUE,
         &DEQUEUE,
@@ -138,10 +140,10 @@ pub(crate) fn all() -> [&'static LuaScript; 16] {
 }
 
 /// The script made of these files of `src/scripts/lua/`, in order: the functions it shares
-/// with other scripts first (`not_ours`, `hand_over`, `join_queue`, `fence_term`), then its
-/// own code. Each file is plain Lua; the docs below say what each script's arguments are and
-/// why it does what it does. `join_queue.lua` carries no comments: `QUEUED_ACQUIRE` is sent
-/// whole with every call, comments included.
+/// with other scripts first (`not_ours`, `hand_over`, `join_queue`, `fence_term`,
+/// `forget_permit_count`), then its own code. Each file is plain Lua; the docs below say what
+/// each script's arguments are and why it does what it does. `join_queue.lua` carries no
+/// comments: `QUEUED_ACQUIRE` is sent whole with every call, comments included.
 macro_rules! lua {
     ($($file:literal),+) => {
         concat!($(include_str!(concat!("lua/", $file, ".lua"))),+)
@@ -216,21 +218,45 @@ pub(crate) static EXTEND_MANY: LuaScript = LuaScript::new(lua!("extend_many"));
 /// the first key that was not, as `not_ours` does. Nothing is handed over.
 pub(crate) static RELEASE_MANY: LuaScript = LuaScript::new(lua!("release_many"));
 
-/// `KEYS[1..P]` the keys of a semaphore's permits, in the order this acquire tries them;
-/// `ARGV[1]` token, `ARGV[2]` ttl in ms, `ARGV[2 + i]` the number of the permit `KEYS[i]`.
+/// `KEYS[1..P]` the keys of a semaphore's permits, in the order this acquire tries them,
+/// `KEYS[P + 1]` the semaphore's record of its number of permits
+/// (`resource::permit_count_key`); `ARGV[1]` token, `ARGV[2]` ttl in ms, `ARGV[2 + i]` the
+/// number of the permit `KEYS[i]`.
 ///
-/// Takes the first free permit in that order (`SET NX PX`) and answers `{-1, its number, 0}`;
-/// when every permit is held, answers the shortest remaining ttl among them (`-3` when none
-/// expires). Each permit is a lock of its own: the client trusts a permit only when a majority
-/// of masters granted *that* permit, never by adding grants of different ones (see
+/// - When the record says another number than P, answers `{-8, that number, 0}` and takes
+///   nothing: clients that count different permits would admit more holders than one of
+///   them expects (the permits are numbered keys).
+/// - Else takes the first free permit in that order (`SET NX PX`), sets the record to P for
+///   at least the ttl (never shortening it, so it outlives every holder's permit), and
+///   answers `{-1, its number, 0}`.
+/// - When every permit is held, answers the shortest remaining ttl among them (`-3` when
+///   none expires).
+///
+/// Each permit is a lock of its own: the client trusts a permit only when a majority of
+/// masters granted *that* permit, never by adding grants of different ones (see
 /// `crate::protocol::permit`). O(P) per call; the number of permits is bounded (`MAX_PERMITS`).
 pub(crate) static ACQUIRE_PERMIT: LuaScript = LuaScript::new(lua!("acquire_permit"));
 
-/// `KEYS[1..]` permit keys; `ARGV[1]` token, `ARGV[2]` the semaphore's release channel,
-/// `ARGV[3]` a release id. Deletes each key that holds the token (the permits a failed or
-/// split permit round was granted, or all but the one it keeps) and, when it deleted any,
-/// publishes, since a permit came free; answers `-1`.
-pub(crate) static GIVE_BACK_PERMITS: LuaScript = LuaScript::new(lua!("give_back_permits"));
+/// `KEYS[1..]` permit keys, then (with `ARGV[4]` = `1`) the semaphore's record of its number
+/// of permits; `ARGV[1]` token, `ARGV[2]` the semaphore's release channel, `ARGV[3]` a
+/// release id. Deletes each permit key that holds the token (the permits a failed or split
+/// permit round was granted, or all but the one it keeps) and, when it deleted any,
+/// publishes, since a permit came free; answers `-1`. The record goes once none of the
+/// permits is held: the client passes it only with every permit's key (a failed round), and
+/// a key sent alone (a half-moved cluster slot, `request::InParts`) is never taken for it.
+pub(crate) static GIVE_BACK_PERMITS: LuaScript =
+    LuaScript::new(lua!("forget_permit_count", "give_back_permits"));
+
+/// `KEYS[1]` a permit's key, `KEYS[2]` the semaphore's record of its number of permits,
+/// `KEYS[3..]` every permit's key; `ARGV[1]` token, `ARGV[2]` the semaphore's release channel,
+/// `ARGV[3]` release id.
+///
+/// The release of a permit: only if the key holds our token, deletes it, deletes the record
+/// once no permit is held (a semaphore leaves nothing behind), publishes, and answers `-1`;
+/// else answers as `not_ours`. Nothing is handed over: permits do not queue. With `KEYS[1]`
+/// alone (a half-moved cluster slot), the record is left to its ttl.
+pub(crate) static RELEASE_PERMIT: LuaScript =
+    LuaScript::new(lua!("not_ours", "forget_permit_count", "release_permit"));
 
 /// `KEYS[1]` lock key, `KEYS[2]` its waiters' queue, `KEYS[3]` their liveness; `ARGV[1]`
 /// token, `ARGV[2]` the waiter's id, `ARGV[3]` liveness in ms, `ARGV[4]` its place.
@@ -252,11 +278,13 @@ pub(crate) static UNDO_AND_QUEUE: LuaScript = LuaScript::new(lua!("join_queue", 
 /// to nobody: the client leaves the queue's keys with one command each.
 pub(crate) static DEQUEUE: LuaScript = LuaScript::new(lua!("hand_over", "dequeue"));
 
-/// `KEYS[1]` lock key, optional `KEYS[2..]` keys that live as long as the lock (an election's
-/// leader info, the other keys of a multi-resource lock), `ARGV[1]` token, `ARGV[2]` new ttl in ms, `ARGV[3]` `1` to re-add a missing
-/// key. Renews the key's ttl (and the companion's) only if it holds our token; with `ARGV[3]`
-/// = `1` and no key at all, sets ours again (`-5`). Never deletes a key, never touches another
-/// owner's.
+/// `KEYS[1]` lock key, optional `KEYS[2..]` keys that live at least as long as the lock (an
+/// election's leader info, a semaphore's record of its number of permits), `ARGV[1]` token,
+/// `ARGV[2]` new ttl in ms, `ARGV[3]` `1` to re-add a missing key. Renews the key's ttl only
+/// if it holds our token, and then the companions' where they would expire sooner (a
+/// semaphore's record serves every holder: one holder's shorter ttl must not cut another's
+/// short); with `ARGV[3]` = `1` and no key at all, sets ours again (`-5`). Never deletes a
+/// key, never touches another owner's.
 ///
 /// The client asks for the re-add only on nodes that did not hold our key at the last acquire
 /// or extend, and only while the lock is valid on its clock: a lease on a bare majority then
@@ -650,10 +678,11 @@ mod tests {
         /// `ACQUIRE_PERMIT` with permits tried in the order 1, 2, 0.
         fn acquire_permit(cluster: &Cluster, token: &str) -> redis::Value {
             let mut cmd = redis::cmd("EVAL");
-            cmd.arg(super::super::ACQUIRE_PERMIT.code()).arg(3);
+            cmd.arg(super::super::ACQUIRE_PERMIT.code()).arg(4);
             cmd.arg("s:{p}:permit:1")
                 .arg("s:{p}:permit:2")
-                .arg("s:{p}:permit:0");
+                .arg("s:{p}:permit:0")
+                .arg("s:{p}:permits");
             cmd.arg(token).arg(10_000).arg(1).arg(2).arg(0);
             cluster.run(0, &cmd)
         }
@@ -701,6 +730,9 @@ mod tests {
                     .arg("s:{p}:permit:2"),
             );
             assert_eq!(left, [Some("x".into()), None, Some("b".into())]);
+            // The record of the number of permits stays while permits are held.
+            let record: Option<String> = cluster.run(0, redis::cmd("GET").arg("s:{p}:permits"));
+            assert_eq!(record.as_deref(), Some("3"));
         }
     }
 }

@@ -43,7 +43,12 @@ async fn tokens_strictly_increase_across_holders_and_master_failures() {
         let token = lock.fencing_token().expect("fenced client");
         assert!(token > last, "acquisition {n}: token {token} after {last}");
         last = token;
-        lock.release().await.expect("release");
+        // The claim is the tokens' order. A release starved past the 250 ms node timeout
+        // (seen with two CPU hogs beside the tests: every live master timed out) is an
+        // outage, and the next acquire waits out the ttl; any other error fails the test.
+        if let Err(e) = lock.release().await {
+            assert!(e.is_no_quorum(), "release {n}: {e}");
+        }
     }
     // A client without fencing hands out none.
     let lock = plain

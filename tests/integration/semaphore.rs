@@ -1,5 +1,6 @@
 //! Counting semaphores: at most P holders at once, while masters fail; grants of different
-//! permits never add up to one; waiters wake on a release; bad input is typed.
+//! permits never add up to one; clients that count other permits are refused; waiters wake on
+//! a release; bad input is typed; nothing is left behind.
 
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -16,6 +17,8 @@ const NODE_TIMEOUT: Duration = Duration::from_millis(250);
 #[derive(Debug, Clone, Copy)]
 struct Hold {
     index: u32,
+    /// The number of permits its client gave.
+    permits: u32,
     from: Instant,
     until: Instant,
 }
@@ -44,6 +47,7 @@ fn the_checker_counts_holders_at_once() {
     let ms = |n| t + Duration::from_millis(n);
     let hold = |index, from, until| Hold {
         index,
+        permits: 2,
         from: ms(from),
         until: ms(until),
     };
@@ -59,33 +63,50 @@ fn the_checker_counts_holders_at_once() {
 }
 
 /// Contenders in tasks of several clients hold and release permits of one semaphore while
-/// one master is killed and another paused; every hold is recorded from its grant to the
-/// earlier of its deadline and its release.
-async fn contend(cluster: &mut Cluster, clients: &[RedLock], permits: &[u32]) -> Vec<Hold> {
+/// the first master is killed and the second paused; every hold is recorded from its grant to
+/// the earlier of its deadline and its release. Also answers how many acquires were refused
+/// because the semaphore was in use with another number of permits.
+async fn contend(
+    cluster: &mut Cluster,
+    clients: &[RedLock],
+    permits: &[u32],
+) -> (Vec<Hold>, usize) {
     let holds = Arc::new(Mutex::new(Vec::new()));
+    let count_differs = Arc::new(std::sync::atomic::AtomicUsize::new(0));
     let stop = Instant::now() + Duration::from_secs(3);
     let mut tasks = Vec::new();
     for (n, rl) in clients.iter().enumerate() {
         let semaphore = rl.semaphore("pool", permits[n]).expect("semaphore");
         for _ in 0..2 {
             let (semaphore, holds) = (semaphore.clone(), holds.clone());
+            let count_differs = count_differs.clone();
             tasks.push(tokio::spawn(async move {
                 let mut taken = 0;
                 while Instant::now() < stop {
-                    let Ok(permit) = semaphore
+                    let permit = match semaphore
                         .acquire_within(Duration::from_secs(2), Duration::from_secs(2))
                         .await
-                    else {
-                        continue;
+                    {
+                        Ok(permit) => permit,
+                        Err(e) => {
+                            if e.is_permit_count_differs() {
+                                count_differs.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                                tokio::time::sleep(Duration::from_millis(5)).await;
+                            }
+                            continue;
+                        }
                     };
                     let from = Instant::now();
                     tokio::time::sleep(Duration::from_millis(taken % 7)).await;
                     let until = permit.valid_until().min(Instant::now());
                     let index = permit.index();
-                    holds
-                        .lock()
-                        .expect("holds")
-                        .push(Hold { index, from, until });
+                    let permits = semaphore.permits();
+                    holds.lock().expect("holds").push(Hold {
+                        index,
+                        permits,
+                        from,
+                        until,
+                    });
                     let _ = permit.release().await;
                     taken += 1;
                 }
@@ -101,7 +122,11 @@ async fn contend(cluster: &mut Cluster, clients: &[RedLock], permits: &[u32]) ->
     for task in tasks {
         task.await.expect("contender");
     }
-    holds.lock().expect("holds").clone()
+    let holds = holds.lock().expect("holds").clone();
+    (
+        holds,
+        count_differs.load(std::sync::atomic::Ordering::Relaxed),
+    )
 }
 
 /// At most two holders of a two-permit semaphore at any instant, never two on one permit,
@@ -115,7 +140,7 @@ async fn contend(cluster: &mut Cluster, clients: &[RedLock], permits: &[u32]) ->
 async fn at_most_the_permits_hold_at_once_while_masters_fail() {
     let mut cluster = Cluster::start(5);
     let clients: Vec<RedLock> = (0..3).map(|_| client(&cluster, NODE_TIMEOUT)).collect();
-    let holds = contend(&mut cluster, &clients, &[2, 2, 2]).await;
+    let (holds, _) = contend(&mut cluster, &clients, &[2, 2, 2]).await;
     let (most, shared_permit) = most_at_once(&holds);
     println!(
         "semaphore of 2: {} holds, at most {most} at once",
@@ -135,13 +160,78 @@ async fn at_most_the_permits_hold_at_once_while_masters_fail() {
     cluster.assert_no_keys_under(PREFIX);
 }
 
-/// The negative control: clients that disagree about the number of permits (two say 2, one
-/// says 3) admit three holders, and the checker sees it.
+/// Clients that disagree about the number of permits (two say 2, one says 3), while masters
+/// fail: the masters' record of the number in use refuses whichever count came second
+/// ([`Error::PermitCountDiffers`]), so holders of the two counts never hold at once, and no
+/// more than two hold at once; nothing is left behind, the record included.
+///
+/// Mutation: `ACQUIRE_PERMIT` without its check of the record: run, holders of both counts at
+/// once and three holders (as in the control below), and no refusal.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn clients_counting_other_permits_never_hold_beside_the_others() {
+    let mut cluster = Cluster::start(5);
+    let clients: Vec<RedLock> = (0..3).map(|_| client(&cluster, NODE_TIMEOUT)).collect();
+    let (holds, refused) = contend(&mut cluster, &clients, &[2, 2, 3]).await;
+    let (most, shared_permit) = most_at_once(&holds);
+    let mixed = holds.iter().any(|h| {
+        holds
+            .iter()
+            .any(|o| o.permits != h.permits && o.from <= h.from && h.from < o.until)
+    });
+    println!(
+        "semaphore of 2 and 3: {} holds, at most {most} at once, {refused} refused",
+        holds.len()
+    );
+    assert!(holds.len() > 20, "too few holds: {}", holds.len());
+    assert!(refused > 0, "no client was refused for its count");
+    assert!(!mixed, "holders of 2 and of 3 permits at once");
+    assert!(most <= 2, "{most} holders at once");
+    assert!(!shared_permit, "two holders of one permit at once");
+    for rl in &clients {
+        settled(rl).await;
+    }
+    cluster.assert_no_keys_under(PREFIX);
+}
+
+/// The negative control: with the record of the number of permits deleted on every master as
+/// fast as the grants write it (as if clients from before the record took the permits),
+/// clients that disagree about the number admit three holders, and the checker sees it.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_checker_catches_more_holders_than_permits() {
     let mut cluster = Cluster::start(5);
     let clients: Vec<RedLock> = (0..3).map(|_| client(&cluster, NODE_TIMEOUT)).collect();
-    let holds = contend(&mut cluster, &clients, &[2, 2, 3]).await;
+    let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let record = {
+        let mut key = crate::lock_key(b"pool");
+        key.extend_from_slice(b":permits");
+        key
+    };
+    // One thread per master: `contend` kills one and pauses another, which must not stall
+    // the deletes on the rest.
+    let forgetters: Vec<_> = cluster
+        .urls()
+        .into_iter()
+        .map(|url| {
+            let (stop, record) = (stop.clone(), record.clone());
+            std::thread::spawn(move || {
+                let mut master = redis::Client::open(url.as_str())
+                    .and_then(|c| c.get_connection())
+                    .expect("a connection");
+                while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                    let deleted: redis::RedisResult<i64> =
+                        redis::cmd("DEL").arg(&record).query(&mut master);
+                    if deleted.is_err() {
+                        std::thread::sleep(Duration::from_millis(20));
+                    }
+                }
+            })
+        })
+        .collect();
+    let (holds, _) = contend(&mut cluster, &clients, &[2, 2, 3]).await;
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    for forgetter in forgetters {
+        forgetter.join().expect("the record's deleter");
+    }
     let (most, _) = most_at_once(&holds);
     assert!(
         most > 2,
@@ -203,6 +293,165 @@ async fn grants_of_different_permits_never_add_up_to_a_permit() {
     // "expired" (a key vanished under them); what matters here is that nothing stays.
     let _ = a.release().await;
     let _ = b.release().await;
+    settled(&rl).await;
+    cluster.assert_no_keys_under(PREFIX);
+}
+
+/// The masters' record of a semaphore's number of permits, step by step:
+/// - a client that counts 3 permits is refused while holders of 2 hold
+///   ([`Error::PermitCountDiffers`], exit 64 in the command), and takes nothing;
+/// - the record outlives every holder's permit: a holder's shorter renewal does not cut
+///   another's longer one short;
+/// - it goes with the last permit's release, and then any count may use the name;
+/// - a client of another count never deletes it, even where it sees no permit of its own.
+///
+/// Mutations: `ACQUIRE_PERMIT` without the record check: run, the third client is granted
+/// permit 2. `EXTEND` renewing its companions unconditionally (`PEXPIRE` even when shorter):
+/// run, the record's ttl falls under the longer holder's. `RELEASE_PERMIT` without
+/// `forget_permit_count`: run, the record is left behind. `forget_permit_count` without its
+/// check that the record names the caller's number: run, the refused client of 2 deletes the
+/// record of 3 (found by `clients_counting_other_permits_never_hold_beside_the_others`, which
+/// then saw holders of both numbers at once).
+#[tokio::test]
+async fn a_semaphore_in_use_refuses_another_count_until_its_last_permit_goes() {
+    let cluster = Cluster::start(3);
+    let rl = client(&cluster, NODE_TIMEOUT);
+    rl.connect_all().await.expect("connected");
+    let two = rl.semaphore("pool", 2).expect("semaphore");
+    let mut long = two
+        .try_acquire(Duration::from_secs(30))
+        .await
+        .expect("a permit");
+    let mut short = two
+        .try_acquire(Duration::from_secs(20))
+        .await
+        .expect("another");
+    let record = {
+        let mut key = crate::lock_key(b"pool");
+        key.extend_from_slice(b":permits");
+        key
+    };
+    assert!(
+        crate::eventually(Duration::from_secs(3), || (0..3)
+            .all(|i| cluster.get(i, &record) == Some(b"2".to_vec())))
+        .await
+    );
+
+    let other = client(&cluster, NODE_TIMEOUT);
+    let three = other.semaphore("pool", 3).expect("semaphore");
+    let err = three
+        .try_acquire(Duration::from_secs(10))
+        .await
+        .expect_err("the semaphore is in use with 2 permits");
+    match &err {
+        Error::PermitCountDiffers {
+            permits: 3,
+            in_use_with: 2,
+            ..
+        } => {}
+        other => panic!("expected PermitCountDiffers, got {other:?}"),
+    }
+    assert_eq!(
+        err.to_string(),
+        "semaphore pool is in use with 2 permits, not 3: every client of one semaphore must give the same number"
+    );
+    let refusals = err
+        .report()
+        .expect("a round ran")
+        .iter()
+        .filter(|line| matches!(line.outcome(), NodeOutcome::PermitCountDiffers(2)))
+        .count();
+    assert!(refusals >= 2, "{}", err.report().expect("report"));
+    let mut permit_2 = crate::lock_key(b"pool");
+    permit_2.extend_from_slice(b":permit:2");
+    assert!(
+        (0..3).all(|i| cluster.get(i, &permit_2).is_none()),
+        "the refused client took permit 2"
+    );
+
+    // Renewals: the short holder renews for 1 s after the long one renewed for 60 s; the
+    // record keeps the longer.
+    long.extend(Duration::from_secs(60)).await.expect("extend");
+    short.extend(Duration::from_secs(1)).await.expect("extend");
+    assert!(
+        crate::eventually(Duration::from_secs(3), || (0..3)
+            .all(|i| cluster.pttl(i, &record) > 50_000))
+        .await,
+        "the record's ttl fell under the longer holder's: {:?}",
+        (0..3).map(|i| cluster.pttl(i, &record)).collect::<Vec<_>>()
+    );
+
+    long.release().await.expect("release");
+    short.release().await.expect("release");
+    settled(&rl).await;
+    cluster.assert_no_keys_under(PREFIX);
+    // Unused, the name takes any count. A client of 3 holding only permit 2, which a client
+    // of 2 never sees: that client's refused round gives back what it has (nothing) and
+    // must leave the record of 3 alone.
+    let mut taken = Vec::new();
+    for _ in 0..3 {
+        taken.push(
+            three
+                .try_acquire(Duration::from_secs(10))
+                .await
+                .expect("unused, the name takes any count"),
+        );
+    }
+    let mut last = None;
+    for permit in taken {
+        if permit.index() == 2 {
+            last = Some(permit);
+        } else {
+            permit.release().await.expect("release");
+        }
+    }
+    settled(&other).await;
+    let last = last.expect("permit 2");
+    let token = last.token().expose().as_bytes().to_vec();
+    let landed = || {
+        (0..3).all(|i| {
+            cluster.get(i, &permit_2).as_ref() == Some(&token)
+                && cluster.get(i, &record) == Some(b"3".to_vec())
+        })
+    };
+    assert!(crate::eventually(Duration::from_secs(3), landed).await);
+    let err = two
+        .try_acquire(Duration::from_secs(10))
+        .await
+        .expect_err("in use with 3");
+    assert!(err.is_permit_count_differs(), "{err}");
+    settled(&rl).await;
+    assert!(
+        (0..3).all(|i| cluster.get(i, &record) == Some(b"3".to_vec())),
+        "a client of 2 deleted the record of 3"
+    );
+    last.release().await.expect("release");
+    settled(&other).await;
+    cluster.assert_no_keys_under(PREFIX);
+}
+
+/// A permit round that fails (two of three masters paused: no majority) gives back what it
+/// was granted, and the record of the number of permits with it, on every master, the
+/// paused ones included once they wake and run the round's acquire late.
+///
+/// Mutation: `GIVE_BACK_PERMITS` without `forget_permit_count`: run, the record is left on
+/// every master.
+#[tokio::test]
+async fn a_failed_permit_round_leaves_nothing_behind() {
+    let mut cluster = Cluster::start(3);
+    let rl = client(&cluster, NODE_TIMEOUT);
+    rl.connect_all().await.expect("connected");
+    cluster.pause(1);
+    cluster.pause(2);
+    let err = rl
+        .semaphore("pool", 2)
+        .expect("semaphore")
+        .try_acquire(Duration::from_secs(10))
+        .await
+        .expect_err("no majority");
+    assert!(err.is_no_quorum(), "{err}");
+    cluster.resume(1);
+    cluster.resume(2);
     settled(&rl).await;
     cluster.assert_no_keys_under(PREFIX);
 }

@@ -1,0 +1,32 @@
+//! The keys of a semaphore: its permits', its record of their number, and its release
+//! channel.
+
+use crate::core::resource;
+
+/// The keys of a semaphore's permits, in permit order, the key of its record of how many
+/// permits it has, and the channel their releases are published on: made once per
+/// semaphore, not on every acquire.
+#[derive(Debug)]
+pub(crate) struct PermitKeys {
+    pub(crate) keys: Vec<Vec<u8>>,
+    /// `resource::permit_count_key`: set by every grant, renewed with every permit, deleted
+    /// with the last one (`scripts::ACQUIRE_PERMIT`).
+    pub(crate) count: Vec<u8>,
+    pub(crate) channel: Vec<u8>,
+}
+
+impl PermitKeys {
+    /// The keys of the `permits` permits of the semaphore `name` under `prefix`.
+    pub(crate) fn new(prefix: &[u8], name: &[u8], permits: u32) -> Self {
+        let keys: Vec<Vec<u8>> = (0..permits)
+            .map(|index| resource::permit_key(prefix, name, index))
+            .collect();
+        let channel = resource::release_channel(&resource::permit_key(prefix, name, 0));
+        let count = resource::permit_count_key(prefix, name);
+        Self {
+            keys,
+            count,
+            channel,
+        }
+    }
+}
