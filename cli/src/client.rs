@@ -16,6 +16,7 @@ pub(crate) fn redlock(
     nodes: Vec<String>,
     tuning: &Tuning,
     fencing: bool,
+    holder: Option<String>,
 ) -> Result<RedLock, CliError> {
     if let Some(factor) = tuning.drift_factor
         && !(0.0..0.5).contains(&factor)
@@ -56,6 +57,9 @@ pub(crate) fn redlock(
     }
     if let Some(factor) = tuning.drift_factor {
         builder = builder.drift_factor(factor);
+    }
+    if let Some(about) = holder {
+        builder = builder.holder_info(about);
     }
     builder.build().map_err(|e| match &e {
         redquorum::Error::Config(redquorum::ConfigError::InvalidNode { index, source }) => {
@@ -190,3 +194,29 @@ pub(crate) async fn settle(rl: &RedLock, tuning: &Tuning) {
         );
     }
 }
+
+/// Who holds, as `run` and `elect` describe themselves in their locks' values
+/// (`Builder::holder_info`), for `status` and for the line a skipped run prints: "HOST pid PID
+/// COMMAND…", the command cut to fit, with anything the library refuses (a `:`, a control
+/// character) shown as `_`.
+pub(crate) fn holder(command: &[std::ffi::OsString]) -> String {
+    let host = nix::unistd::gethostname()
+        .ok()
+        .and_then(|name| name.into_string().ok())
+        .unwrap_or_else(|| "?".to_owned());
+    let command: Vec<String> = command
+        .iter()
+        .map(|arg| arg.to_string_lossy().into_owned())
+        .collect();
+    let mut about: String = format!("{host} pid {} {}", std::process::id(), command.join(" "))
+        .chars()
+        .map(|c| if c == ':' || c.is_control() { '_' } else { c })
+        .collect();
+    while about.len() > HOLDER_LEN {
+        about.pop();
+    }
+    about.trim_end().to_owned()
+}
+
+/// The longest holder description the library takes, in bytes.
+const HOLDER_LEN: usize = 200;

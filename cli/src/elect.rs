@@ -17,7 +17,7 @@ pub(crate) async fn elect(
 ) -> Result<u8, CliError> {
     let kill_grace = child::kill_grace(args.ttl, args.kill_grace)?;
     client::lease_ttl(args.ttl, tuning)?;
-    let rl = client::redlock(nodes, tuning, false)?;
+    let rl = client::redlock(nodes, tuning, false, Some(client::holder(&args.command)))?;
     let ended = elect_with(&rl, args, tuning, kill_grace).await;
     // A resignation is decided at the majority; its other deletes finish in the background,
     // and must before the process exits.

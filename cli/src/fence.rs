@@ -14,7 +14,7 @@ pub(crate) async fn fence(
     as_json: bool,
     tuning: &Tuning,
 ) -> Result<u8, CliError> {
-    let rl = client::redlock(nodes, tuning, true)?;
+    let rl = client::redlock(nodes, tuning, true, None)?;
     let seeding = if check_only {
         rl.fence_seeding().await?
     } else {

@@ -31,7 +31,7 @@ pub(crate) async fn observe(
     if args.every.is_zero() {
         return Err(CliError::usage("--every must be more than 0"));
     }
-    let rl = client::redlock(nodes, tuning, false)?;
+    let rl = client::redlock(nodes, tuning, false, None)?;
     let election = rl.election(&args.resource, READ_TTL)?;
     let mut signals = Signals::new()?;
     client::connect_first(&rl).await?;

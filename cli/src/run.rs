@@ -20,7 +20,7 @@ pub(crate) async fn run(
 ) -> Result<u8, CliError> {
     let kill_grace = child::kill_grace(args.ttl, args.kill_grace)?;
     client::lease_ttl(args.ttl, tuning)?;
-    let rl = client::redlock(nodes, tuning, true)?;
+    let rl = client::redlock(nodes, tuning, true, Some(client::holder(&args.command)))?;
     let ended = run_with(&rl, args, tuning, kill_grace).await;
     // A release is decided at the majority; its other deletes finish in the background, and
     // must before the process exits.
@@ -213,6 +213,15 @@ pub(crate) async fn acquire(
     };
     let result = attempt.await;
     drop(progress);
+    // Who holds, when the holder describes itself (one more read, on a skip only).
+    let about = match &result {
+        Err(e) if e.is_conflict() && permits.is_none() => rl
+            .inspect(resource)
+            .await
+            .ok()
+            .and_then(|seen| crate::status::about(&seen)),
+        _ => None,
+    };
     result.map_err(|e| {
         let remaining = held_for(&e);
         let differs = match &e {
@@ -232,7 +241,10 @@ pub(crate) async fn acquire(
         if err.code == exit::BUSY {
             let held = match permits {
                 Some(permits) => format!("all {permits} permits of {resource} are held"),
-                None => format!("{resource} is held by another owner"),
+                None => match &about {
+                    Some(about) => format!("{resource} is held by {about}"),
+                    None => format!("{resource} is held by another owner"),
+                },
             };
             let remaining = remaining.map_or_else(String::new, |t| format!(" for another {t:.1?}"));
             // One line: cron mails what a skip prints, from every host that skipped. The
@@ -265,7 +277,8 @@ impl Drop for AbortOnDrop {
     }
 }
 
-/// Who holds a lock one waits for: "held by 1a2b3c4d for another 4.2s".
+/// Who holds a lock one waits for: "held by web1 pid 4242 backup.sh for another 4.2s" (a
+/// holder that describes itself, as `run` and `elect` do), else "held by 1a2b3c4d …".
 async fn holder(rl: &RedLock, resource: &str) -> String {
     match rl.inspect(resource).await {
         Ok(seen) => {
@@ -276,6 +289,7 @@ async fn holder(rl: &RedLock, resource: &str) -> String {
                 .max();
             match (seen.majority_holder(), ttl) {
                 (Some(who), Some(ttl)) => {
+                    let who = crate::status::about(&seen).unwrap_or(who);
                     format!("held by {who} for another {:.1}s", ttl.as_secs_f64())
                 }
                 _ => format!(

@@ -14,7 +14,7 @@ pub(crate) async fn status(
     as_json: bool,
     tuning: &Tuning,
 ) -> Result<u8, CliError> {
-    let rl = client::redlock(nodes, tuning, false)?;
+    let rl = client::redlock(nodes, tuning, false, None)?;
     // The masters' fence seeding, read beside the resource (none in the shared layout).
     let (seen, seeding) = tokio::join!(rl.inspect(resource), rl.fence_seeding());
     let seen = seen?;
@@ -85,6 +85,10 @@ fn print_table(resource: &str, seen: &Inspection) {
     let view = if seen.reachable() < seen.quorum() {
         format!("unknown: only {} masters answered", seen.reachable())
     } else if let Some(who) = seen.majority_holder() {
+        let who = match about(seen) {
+            Some(about) => format!("{who} ({about})"),
+            None => who,
+        };
         match seen.majority_leader() {
             Some(l) => format!(
                 "held by {who}: leader {} in term {}",
@@ -201,6 +205,8 @@ fn to_json(resource: &str, seen: &Inspection, seeding: Option<&FenceSeeding>) ->
                 "ttl_ms": h.ttl().map(|t| t.as_millis() as u64),
                 "fence": h.fence(),
                 "leader": h.leader().map(leader_json),
+                "holder_about": h.holder_about(),
+                "held_since_ms": h.held_since().and_then(|t| t.duration_since(std::time::UNIX_EPOCH).ok()).map(|d| d.as_millis() as u64),
             }),
             Err(e) => json!({
                 "node": n.node().index(),
@@ -215,6 +221,7 @@ fn to_json(resource: &str, seen: &Inspection, seeding: Option<&FenceSeeding>) ->
         "quorum": seen.quorum(),
         "reachable": seen.reachable(),
         "majority_holder": seen.majority_holder(),
+        "majority_holder_about": about(seen),
         "majority_leader": seen.majority_leader().map(leader_json),
         "free": seen.free_on_majority(),
         "highest_fence": seen.highest_fence(),
@@ -228,4 +235,16 @@ fn leader_json(leader: &Leader) -> serde_json::Value {
         "value": String::from_utf8_lossy(leader.value()),
         "term": leader.term(),
     })
+}
+
+/// The description of the holder that holds on a majority, when it gave one (`run` and
+/// `elect` do: host, pid, command).
+pub(crate) fn about(seen: &Inspection) -> Option<String> {
+    let who = seen.majority_holder()?;
+    seen.nodes()
+        .iter()
+        .filter_map(|n| n.state().ok())
+        .find(|h| h.holder().as_deref() == Some(who.as_str()))?
+        .holder_about()
+        .map(str::to_owned)
 }

@@ -2426,6 +2426,59 @@ async fn a_signal_during_an_acquire_leaves_no_key_behind() {
     cluster.resume(1);
 }
 
+/// A skipped run names who holds (host, pid, command), and so do `status` and its JSON: `run`
+/// describes itself in its lock's value (`Builder::holder_info`), so nothing of it is left
+/// once it is done.
+///
+/// Mutation: `run` building its client without `holder_info`: run, the skip says "held by
+/// another owner".
+#[test]
+fn a_skip_and_status_name_the_holders_host_pid_and_command() {
+    let cluster = Cluster::start(3);
+    let dir = tempfile::tempdir().expect("tempdir");
+    let held = dir.path().join("held");
+    let mut holder = Reaped(
+        redquorum(&cluster, dir.path())
+            .args(["run", "job", "--", "sh", "-c"])
+            .arg(format!("touch {}; sleep 10", held.display()))
+            .spawn()
+            .expect("spawn"),
+    );
+    assert!(wait_until(Duration::from_secs(10), || held.exists()));
+    let host = nix::unistd::gethostname()
+        .expect("hostname")
+        .into_string()
+        .expect("utf-8");
+    let about = format!("{host} pid {} sh -c touch", holder.id());
+    let (code, _, err) =
+        output(redquorum(&cluster, dir.path()).args(["run", "-n", "job", "--", "true"]));
+    assert_eq!(code, 75, "{err}");
+    assert!(err.contains(&format!("job is held by {about}")), "{err}");
+    assert!(err.contains(" for another "), "{err}");
+    assert_eq!(err.lines().count(), 1, "{err}");
+    let (code, out, err) = output(redquorum(&cluster, dir.path()).args(["status", "job"]));
+    assert_eq!(code, 0, "{err}");
+    assert!(out.contains(&format!("({about}")), "{out}");
+    let (_, out, _) = output(redquorum(&cluster, dir.path()).args(["--json", "status", "job"]));
+    let json: serde_json::Value = serde_json::from_str(&out).expect("JSON");
+    let shown = json["majority_holder_about"].as_str().expect("described");
+    assert!(shown.starts_with(&about), "{json}");
+    let since = json["nodes"][0]["held_since_ms"].as_u64().expect("since");
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .expect("clock")
+        .as_millis() as u64;
+    assert!(since <= now && now - since < 60_000, "{since} {now}");
+    signal(&holder, nix::sys::signal::Signal::SIGTERM);
+    wait_exit(&mut holder, Duration::from_secs(10));
+    assert!(wait_until(Duration::from_secs(5), || cluster
+        .keys()
+        .iter()
+        .all(|(_, k)| !k.starts_with(b"redquorum:{job}")
+            || k.ends_with(b":fence")
+            || k.ends_with(b":seeded"))));
+}
+
 /// `run --permits 3` while runs with `--permits 2` hold the semaphore: refused on the servers
 /// (exit 64, one line naming both numbers), the command never runs, and nothing of the refused
 /// run is left; once the holder is done, any number may use the name.

@@ -191,6 +191,19 @@ impl Builder {
         self
     }
 
+    /// Describes who holds this client's locks (a host, a process, a job: at most 200 bytes,
+    /// printable, no `:`), for people looking: every lock, permit and leadership this client
+    /// takes carries it in its value, after the token and the time it was taken, and
+    /// [`Holding::holder_about`](crate::Holding::holder_about) and `redquorum status` show it.
+    ///
+    /// Never trusted for anything: the token alone decides who holds. It lives and goes with
+    /// the lock (no key of its own, nothing left after a release), and costs only its bytes
+    /// in each request. Off by default.
+    pub fn holder_info(mut self, about: impl Into<String>) -> Self {
+        self.config.holder_info = Some(about.into());
+        self
+    }
+
     /// Seeds the random retry delays, so a test run can be replayed exactly.
     pub fn retry_seed(mut self, seed: u64) -> Self {
         self.retry_seed = Some(seed);
@@ -210,6 +223,9 @@ impl Builder {
         }
         if config.per_node_timeout == Some(Duration::ZERO) {
             return Err(ConfigError::ZeroTimeout("per-node timeout").into());
+        }
+        if let Some(info) = &config.holder_info {
+            holder_info_is_valid(info)?;
         }
         if config.connect_timeout.is_zero() {
             return Err(ConfigError::ZeroTimeout("connect timeout").into());
@@ -270,6 +286,29 @@ impl Builder {
             watch,
         ))
     }
+}
+
+/// The longest holder description, in bytes.
+const MAX_HOLDER_INFO: usize = 200;
+
+/// A holder description is shown to people and stored inside each lock's value: printable,
+/// bounded, and without the leader info's separator.
+fn holder_info_is_valid(info: &str) -> Result<(), ConfigError> {
+    let why = if info.is_empty() {
+        "empty"
+    } else if info.len() > MAX_HOLDER_INFO {
+        "longer than 200 bytes"
+    } else if info.chars().any(char::is_control) {
+        "holds a control character"
+    } else if info.contains(':') {
+        "holds a ':' (the leader info's separator)"
+    } else {
+        return Ok(());
+    };
+    Err(ConfigError::InvalidHolderInfo {
+        info: info.chars().take(MAX_HOLDER_INFO).collect(),
+        why,
+    })
 }
 
 #[cfg(test)]
@@ -385,6 +424,18 @@ mod tests {
                 .retry(RetryPolicy::default().max_attempts(Some(0)))
                 .build()
         ));
+        for bad in ["", "a:b", "line\nbreak", &"x".repeat(201)] {
+            assert!(matches!(
+                Builder::new(one).holder_info(bad).build(),
+                Err(Error::Config(ConfigError::InvalidHolderInfo { .. }))
+            ));
+        }
+        assert!(
+            Builder::new(one)
+                .holder_info("web1 pid 42 backup.sh")
+                .build()
+                .is_ok()
+        );
         assert!(Builder::new(one).build().is_ok());
     }
 

@@ -2,11 +2,12 @@
 //! counter, its advertised leader, and whether a semaphore of that name is in use. What
 //! `redquorum status` shows.
 
-use std::time::Duration;
+use std::time::{Duration, SystemTime};
 
 use crate::api::redlock::RedLock;
 use crate::core::node_id::NodeId;
 use crate::core::resource::KeyLayout;
+use crate::core::token::holder_about;
 use crate::engine::query::query_everywhere;
 use crate::errors::error::Error;
 use crate::errors::node_error::NodeError;
@@ -36,6 +37,7 @@ pub struct Holding {
     fence: Option<u64>,
     leader: Option<Leader>,
     permits: Option<u32>,
+    about: Option<(SystemTime, String)>,
 }
 
 impl Holding {
@@ -53,6 +55,19 @@ impl Holding {
             };
             String::from_utf8_lossy(shown).into_owned()
         })
+    }
+
+    /// Who holds, as the holder's client describes itself (`Builder::holder_info`: in the
+    /// `redquorum` command, the host, the process id and the command), or `None` for a holder
+    /// that gave no description. For people: never trust it for anything.
+    pub fn holder_about(&self) -> Option<&str> {
+        self.about.as_ref().map(|(_, about)| about.as_str())
+    }
+
+    /// When the holder's winning round began, on its own clock, for a holder that describes
+    /// itself (see [`holder_about`](Self::holder_about)).
+    pub fn held_since(&self) -> Option<SystemTime> {
+        self.about.as_ref().map(|(since, _)| *since)
     }
 
     /// The key's remaining time to live on this node (`None`: no key, or a key without expiry,
@@ -325,6 +340,7 @@ pub(crate) fn holding(
     };
     Holding {
         ttl: u64::try_from(pttl).ok().map(Duration::from_millis),
+        about: token.as_deref().and_then(holder_about),
         token,
         fence,
         leader,

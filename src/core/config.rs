@@ -46,6 +46,8 @@ pub(crate) struct Config {
     pub(crate) restart_grace: Option<Duration>,
     pub(crate) fencing: bool,
     pub(crate) wait_for_release: bool,
+    /// Who holds this client's locks, in every lock's value (`Builder::holder_info`).
+    pub(crate) holder_info: Option<String>,
 }
 
 /// The numbers one call works with, checked before any I/O.
@@ -132,6 +134,7 @@ impl Default for Config {
             restart_grace: None,
             fencing: false,
             wait_for_release: true,
+            holder_info: None,
         }
     }
 }

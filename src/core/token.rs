@@ -1,6 +1,7 @@
 //! Lock tokens: the secret that proves a key is ours.
 
 use std::fmt;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use rand::{Rng, TryRng};
 
@@ -45,6 +46,23 @@ impl Token {
         Self(hex)
     }
 
+    /// A new token for a client that describes its holders (`Builder::holder_info`): the
+    /// random hex digits, then the time it was drawn (Unix ms) and the description, each
+    /// after a space: `<40 hex> <ms> <about>`. The whole value is the token (what the scripts
+    /// compare); the rest only tells people who holds. Without a description, [`generate`].
+    ///
+    /// [`generate`]: Self::generate
+    pub(crate) fn generate_about(about: Option<&str>) -> Self {
+        let mut token = Self::generate();
+        if let Some(about) = about {
+            let ms = SystemTime::now()
+                .duration_since(UNIX_EPOCH)
+                .map_or(0, |since| since.as_millis());
+            token.0 = format!("{} {ms} {about}", token.0);
+        }
+        token
+    }
+
     /// What a release publishes to wake waiters: the token's first 16 hex digits, enough to
     /// tell one release from the next, never enough to act on the lock.
     pub(crate) fn release_id(&self) -> String {
@@ -54,16 +72,26 @@ impl Token {
             .to_owned()
     }
 
-    /// The full token, as stored in Redis. Treat it as a secret.
+    /// The full token, as stored in Redis: 40 hex digits, followed by the time and the
+    /// description of a client built with `Builder::holder_info`. Treat it as a secret.
     ///
     /// ```
     /// # async fn demo(lock: redquorum::Lock) {
-    /// assert_eq!(lock.token().expose().len(), 40);
+    /// assert!(lock.token().expose().len() >= 40);
     /// # }
     /// ```
     pub fn expose(&self) -> &str {
         &self.0
     }
+}
+
+/// Who holds a lock whose value carries a description (see [`Token::generate_about`]): when
+/// the value was drawn and the description, or `None` for a plain token.
+pub(crate) fn holder_about(value: &[u8]) -> Option<(SystemTime, String)> {
+    let text = std::str::from_utf8(value.get(TOKEN_BYTES * 2..)?).ok()?;
+    let (ms, about) = text.strip_prefix(' ')?.split_once(' ')?;
+    let since = UNIX_EPOCH.checked_add(Duration::from_millis(ms.parse().ok()?))?;
+    Some((since, about.to_owned()))
 }
 
 impl fmt::Display for Token {
@@ -103,5 +131,26 @@ mod tests {
         assert!(!shown.contains(t.expose()));
         assert!(shown.contains(&t.expose()[..8]));
         assert!(!shown.contains(&t.expose()[8..16]));
+    }
+
+    /// A described token reads back as its time and description; a plain one as none, and
+    /// so does anything that is not ours (a hand-off reservation, another client's value).
+    #[test]
+    fn a_described_token_tells_who_and_since_when() {
+        let before = SystemTime::now() - Duration::from_millis(1);
+        let t = Token::generate_about(Some("web1 pid 42 backup.sh --full"));
+        assert!(t.expose().starts_with(&t.release_id()));
+        let (since, about) = holder_about(t.expose().as_bytes()).expect("described");
+        assert_eq!(about, "web1 pid 42 backup.sh --full");
+        assert!(since >= before && since <= SystemTime::now(), "{since:?}");
+        for plain in [
+            Token::generate().expose().as_bytes(),
+            b"handoff:abc.1",
+            b"",
+            b"0123456789012345678901234567890123456789 notanumber x",
+        ] {
+            assert_eq!(holder_about(plain), None);
+        }
+        assert_eq!(Token::generate_about(None).expose().len(), 40);
     }
 }

@@ -100,6 +100,15 @@ pub enum ConfigError {
         /// The maximum.
         max: u32,
     },
+    /// A holder description (`Builder::holder_info`) that is empty, longer than 200 bytes, or
+    /// holds a control character or a `:` (the leader info's separator).
+    #[error("holder info {info:?}: {why}")]
+    InvalidHolderInfo {
+        /// The description given.
+        info: String,
+        /// What is wrong with it.
+        why: &'static str,
+    },
     /// A feature that keeps keys of its own beside the lock's (fencing, elections,
     /// semaphores) asked of a client with the [`Shared`](crate::KeyLayout::Shared) key
     /// layout: other clients do not know those keys, and they could not share the lock's

@@ -164,7 +164,7 @@ async fn round(
     mut queue: Option<(&mut Option<Queue>, &RetryPolicy)>,
     will_retry: bool,
 ) -> Result<Won, LostRound> {
-    let token = Token::generate();
+    let token = Token::generate_about(shared.config.holder_info.as_deref());
     let mut cleanup = Cleanup::arm(
         shared.clone(),
         key.to_vec(),

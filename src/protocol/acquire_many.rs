@@ -92,7 +92,7 @@ async fn round_for_all(
     keys: &[Vec<u8>],
     timing: &Timing,
 ) -> Result<(Round, Token), (Rejection, Report)> {
-    let token = Token::generate();
+    let token = Token::generate_about(shared.config.holder_info.as_deref());
     let (first, others) = keys
         .split_first()
         .ok_or((Rejection::Busy, Report::default()))?;

@@ -154,9 +154,12 @@ pub(crate) fn encode(token: &Token, term: u64, value: &[u8]) -> Vec<u8> {
     info
 }
 
+/// The owner's token (everything before the first `:`: a token never holds one, described or
+/// not, see `Builder::holder_info`) and the leader.
 pub(crate) fn decode(info: &[u8]) -> Option<(&[u8], Leader)> {
-    let token = info.get(..40)?;
-    let rest = info.get(40..)?.strip_prefix(b":")?;
+    let end = info.iter().position(|b| *b == b':')?;
+    let token = info.get(..end)?;
+    let rest = info.get(end + 1..)?;
     let colon = rest.iter().position(|b| *b == b':')?;
     let term = std::str::from_utf8(rest.get(..colon)?).ok()?.parse().ok()?;
     let value = rest.get(colon + 1..)?.to_vec();
@@ -169,13 +172,15 @@ mod tests {
 
     #[test]
     fn leader_info_round_trips_any_value() {
-        let token = Token::generate();
-        for value in [&b""[..], b"worker-7", b"a:b:c", b"\0\xff\n"] {
-            let info = encode(&token, 42, value);
-            let (t, leader) = decode(&info).expect("decodes");
-            assert_eq!(t, token.expose().as_bytes());
-            assert_eq!(leader.term(), 42);
-            assert_eq!(leader.value(), value);
+        let described = Token::generate_about(Some("web1 pid 42 redquorum elect"));
+        for token in [Token::generate(), described] {
+            for value in [&b""[..], b"worker-7", b"a:b:c", b"\0\xff\n"] {
+                let info = encode(&token, 42, value);
+                let (t, leader) = decode(&info).expect("decodes");
+                assert_eq!(t, token.expose().as_bytes());
+                assert_eq!(leader.term(), 42);
+                assert_eq!(leader.value(), value);
+            }
         }
     }
 

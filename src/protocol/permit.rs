@@ -173,7 +173,7 @@ async fn permit_round(
     timing: &Timing,
 ) -> Result<(Round, Token, u32), LostRound> {
     let keys = &permits.keys;
-    let token = Token::generate();
+    let token = Token::generate_about(shared.config.holder_info.as_deref());
     let count = keys.len();
     let first = rand::rng().random_range(0..count);
     let order: Vec<usize> = (0..count).map(|i| (first + i) % count).collect();

@@ -251,10 +251,11 @@ pub(crate) static GIVE_BACK_PERMITS: LuaScript =
 /// `KEYS[3..]` every permit's key; `ARGV[1]` token, `ARGV[2]` the semaphore's release channel,
 /// `ARGV[3]` release id.
 ///
-/// The release of a permit: only if the key holds our token, deletes it, deletes the record
-/// once no permit is held (a semaphore leaves nothing behind), publishes, and answers `-1`;
-/// else answers as `not_ours`. Nothing is handed over: permits do not queue. With `KEYS[1]`
-/// alone (a half-moved cluster slot), the record is left to its ttl.
+/// The release of a permit: only if the key holds our token, deletes it, publishes, and
+/// answers `-1`; else answers as `not_ours`. Either way, deletes the record once no permit is
+/// held (a semaphore leaves nothing behind, also on a master that granted this round another
+/// permit, given back since, and never held ours). Nothing is handed over: permits do not
+/// queue. With `KEYS[1]` alone (a half-moved cluster slot), the record is left to its ttl.
 pub(crate) static RELEASE_PERMIT: LuaScript =
     LuaScript::new(lua!("not_ours", "forget_permit_count", "release_permit"));
 

@@ -397,3 +397,48 @@ async fn run_leads_campaigns_again_after_a_loss_or_a_return_and_stops_on_cancel(
     crate::settled(&client_a).await;
     crate::settled(&client_b).await;
 }
+
+/// A client that describes its holders (`Builder::holder_info`): `inspect` shows the
+/// description and when the lock was taken beside its holder, an election's leader still
+/// reads (the leader info's owner is then the whole described token), and nothing is left
+/// after the release and the resignation.
+///
+/// Mutation: `leader_info::decode` taking the first 40 bytes as the owner (as before holder
+/// descriptions): run, `leader()` finds no leader.
+#[tokio::test]
+async fn a_described_holder_is_shown_and_leads_like_any_other() {
+    let cluster = Cluster::start(3);
+    let rl = RedLock::builder(cluster.urls())
+        .per_node_timeout(Duration::from_millis(100))
+        .holder_info("web1 pid 42 nightly-export")
+        .build()
+        .expect("config");
+    rl.connect_all().await.expect("connected");
+    let before = std::time::SystemTime::now();
+    let lock = rl.try_acquire("described", TTL).await.expect("lock");
+    let seen = rl.inspect("described").await.expect("inspect");
+    let holding = seen
+        .nodes()
+        .iter()
+        .find_map(|n| n.state().ok().filter(|h| h.holder().is_some()))
+        .expect("held somewhere");
+    assert_eq!(holding.holder_about(), Some("web1 pid 42 nightly-export"));
+    let since = holding.held_since().expect("since");
+    assert!(since >= before - Duration::from_secs(1) && since <= std::time::SystemTime::now());
+    assert_eq!(
+        seen.majority_holder().as_deref(),
+        Some(&lock.token().expose()[..8])
+    );
+    lock.release().await.expect("release");
+
+    let election = rl.election("described-service", TTL).expect("election");
+    let leading = election.campaign("10.0.0.1:80").await.expect("leads");
+    let leader = election.leader().await.expect("a leader");
+    assert_eq!(
+        (leader.value(), leader.term()),
+        (&b"10.0.0.1:80"[..], leading.term())
+    );
+    leading.resign().await.expect("resign");
+    crate::settled(&rl).await;
+    crate::assert_no_lock_keys(&cluster);
+}
