@@ -10,7 +10,7 @@ use crate::core::config::Timing;
 use crate::core::retry::RetryPolicy;
 use crate::core::token::Token;
 use crate::errors::error::{Error, Failure, LostReason, Operation};
-use crate::protocol::leader_info::{self, Leader, Reading};
+use crate::protocol::leader_info::{self, Leader, LeaderReading};
 use crate::protocol::shared::ensure_runtime;
 use crate::{Result, core::resource};
 
@@ -259,11 +259,11 @@ impl Election {
         )
         .await
         {
-            Reading::Leader(leader) => Ok(leader),
-            Reading::NoLeader => Err(Error::NoLeader {
+            LeaderReading::Leader(leader) => Ok(leader),
+            LeaderReading::NoLeader => Err(Error::NoLeader {
                 resource: resource::display(&self.resource),
             }),
-            Reading::NoQuorum(report) => Err(Error::NoQuorum(Box::new(Failure::new(
+            LeaderReading::NoQuorum(report) => Err(Error::NoQuorum(Box::new(Failure::new(
                 Operation::Connect,
                 &self.resource,
                 1,

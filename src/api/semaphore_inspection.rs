@@ -123,7 +123,7 @@ impl Semaphore {
         let permits = keys.len();
         // Settled once every permit is: one owner's key on a majority, or free on one, or too
         // many nodes failed for either.
-        let decided = |answers: &[Option<Answer>]| {
+        let decided = |answers: &[Option<PermitsAnswer>]| {
             let failed = answers
                 .iter()
                 .flatten()
@@ -174,7 +174,7 @@ impl Semaphore {
 
 /// A node's answer so far: its replies (`MGET`, then one `PTTL` per permit), or why it could
 /// not be read, and when.
-type Answer = (std::result::Result<Vec<Value>, NodeError>, Duration);
+type PermitsAnswer = (std::result::Result<Vec<Value>, NodeError>, Duration);
 
 /// The permits' tokens from a node's answer (`MGET`, then one `PTTL` per permit); a value
 /// that is not a token reads as none.

@@ -46,7 +46,7 @@ impl Leader {
 
 /// What a majority says about who leads.
 #[derive(Debug)]
-pub(crate) enum Reading {
+pub(crate) enum LeaderReading {
     /// A majority holds the same leader's lock and info.
     Leader(Leader),
     /// A majority answered, and no leader is on a majority of them.
@@ -100,7 +100,7 @@ pub(crate) async fn read(
     lock_key: &[u8],
     info_key: &[u8],
     timeout: Duration,
-) -> Reading {
+) -> LeaderReading {
     let mut mget = redis::pipe();
     mget.cmd("MGET").arg(lock_key).arg(info_key);
     let answers = query_everywhere::<((Option<Vec<u8>>, Option<Vec<u8>>),)>(
@@ -139,12 +139,12 @@ pub(crate) async fn read(
     }
     let quorum = quorum::quorum(shared.nodes.len());
     if let Some((leader, _, _)) = votes.into_iter().find(|(_, _, count)| *count >= quorum) {
-        return Reading::Leader(leader);
+        return LeaderReading::Leader(leader);
     }
     if answered < quorum {
-        return Reading::NoQuorum(Report::new(report));
+        return LeaderReading::NoQuorum(Report::new(report));
     }
-    Reading::NoLeader
+    LeaderReading::NoLeader
 }
 
 /// `token:term:value`; the token is 40 hex digits.

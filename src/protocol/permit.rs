@@ -149,7 +149,7 @@ pub(crate) async fn acquire_permit(
 }
 
 /// A permit round that did not produce a permit.
-struct LostRound {
+struct LostPermitRound {
     rejection: Rejection,
     report: Report,
     /// Masters granted different permits (they disagreed about which were free): worth
@@ -171,7 +171,7 @@ async fn permit_round(
     shared: &Arc<Shared>,
     permits: &PermitKeys,
     timing: &Timing,
-) -> Result<(Round, Token, u32), LostRound> {
+) -> Result<(Round, Token, u32), LostPermitRound> {
     let keys = &permits.keys;
     let token = Token::generate_about(shared.config.holder_info.as_deref());
     let count = keys.len();
@@ -283,7 +283,7 @@ async fn permit_round(
                 .report
                 .iter()
                 .any(|line| matches!(line.outcome(), NodeOutcome::OtherPermit(_)));
-            Err(LostRound {
+            Err(LostPermitRound {
                 rejection,
                 report: round.report,
                 split,

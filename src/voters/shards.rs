@@ -350,7 +350,7 @@ impl Shards {
             self.reading.store(false, Ordering::Release);
             return;
         };
-        let guard = Reading(Arc::downgrade(self));
+        let guard = ReadingGuard(Arc::downgrade(self));
         runtime.spawn(async move {
             loop {
                 tokio::time::sleep(REFRESH_EVERY).await;
@@ -392,9 +392,9 @@ impl Shards {
 }
 
 /// The periodic reading: clears [`Shards::reading`] when it ends, however it ends.
-struct Reading(std::sync::Weak<Shards>);
+struct ReadingGuard(std::sync::Weak<Shards>);
 
-impl Drop for Reading {
+impl Drop for ReadingGuard {
     fn drop(&mut self) {
         if let Some(shards) = self.0.upgrade() {
             shards.reading.store(false, Ordering::Release);
