@@ -49,6 +49,5 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
             println!("[{:>4.1} s] done and released", start.elapsed().as_secs_f64());
         }
     }
-    rl.settle(Duration::from_secs(1)).await;
     Ok(())
 }

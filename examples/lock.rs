@@ -41,7 +41,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
 
     let report = lock.release().await?;
     println!("released: {report}");
-    // The deletes still on their way (the release returns at the majority) finish before exit.
-    rl.settle(Duration::from_secs(1)).await;
+    // The deletes still on their way (the release returns at the majority) finish before
+    // exit: dropping `rl`, the client's last handle, waits for them.
     Ok(())
 }

@@ -9,6 +9,7 @@ pub(crate) mod election;
 pub(crate) mod fence_seeding;
 pub(crate) mod inspect;
 pub(crate) mod keep_alive;
+pub(crate) mod last_handle;
 pub(crate) mod lease;
 pub(crate) mod lock;
 pub(crate) mod lock_service;

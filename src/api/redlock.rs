@@ -6,6 +6,7 @@ use std::time::{Duration, Instant};
 
 use crate::Result;
 use crate::api::builder::Builder;
+use crate::api::last_handle::LastHandle;
 use crate::api::lock::Lock;
 use crate::core::held_locks;
 use crate::core::quorum::{self, Decision, Tally};
@@ -46,6 +47,8 @@ use tracing::Instrument;
 #[derive(Debug, Clone)]
 pub struct RedLock {
     pub(super) shared: Arc<Shared>,
+    /// Held only for its drop, with the last clone: it waits for the clean-ups still running.
+    _last: Arc<LastHandle>,
 }
 
 impl RedLock {
@@ -90,6 +93,15 @@ impl RedLock {
     }
 
     /// What this client's handles and locks share, for the layers below the API.
+    /// A client handle over `shared`, the first of its clones.
+    pub(crate) fn from_shared(shared: Shared) -> Self {
+        let shared = Arc::new(shared);
+        Self {
+            _last: Arc::new(LastHandle(shared.clone())),
+            shared,
+        }
+    }
+
     pub(crate) fn shared(&self) -> &Arc<Shared> {
         &self.shared
     }
@@ -107,8 +119,13 @@ impl RedLock {
     /// Waits (at most `within`) for the clean-ups this client left to the runtime: the
     /// compare-and-delete of an acquire cancelled mid-round, the release of a lock dropped
     /// without [`Lock::release`], and the deletes of a release that returned at the majority.
-    /// Call it before a process exits, or those keys stay until their ttl. True when none is
-    /// left.
+    /// True when none is left.
+    ///
+    /// Dropping the client's last handle on a multi-thread runtime (`#[tokio::main]`'s) waits
+    /// for them too, up to 1 s, so a program that releases its locks and returns from `main`
+    /// leaves nothing behind. Call `settle` on a current-thread runtime (`#[tokio::test]`'s,
+    /// where waiting in a drop would stop the clean-ups themselves), to wait longer, or to
+    /// know whether they finished; without either, their keys stay until their ttl.
     ///
     /// It also waits for what rounds left running: requests to slow nodes (each bounded by the
     /// per-node timeout) and deletes queued for a master that stopped answering, which are
@@ -439,8 +456,6 @@ impl Builder {
     /// [`MAX_TTL`](crate::MAX_TTL), or one that leaves no validity after the drift and the
     /// per-node timeout.
     pub fn build(self) -> Result<RedLock> {
-        Ok(RedLock {
-            shared: Arc::new(self.into_shared()?),
-        })
+        Ok(RedLock::from_shared(self.into_shared()?))
     }
 }

@@ -180,3 +180,47 @@ async fn a_cancelled_acquire_cleans_up_its_keys() {
         cluster.keys()
     );
 }
+
+/// On `#[tokio::main]`'s multi-thread runtime, a lock dropped without its release, then the
+/// client, then the runtime, as a program that returns from `main` does: the dropped lock's
+/// release runs in the background, and dropping the client's last handle waits for it (with a
+/// master paused, so that its delete is still owed when the handle goes). Once the runtime is
+/// gone and the master woke, no key is left.
+///
+/// Mutation: `LastHandle`'s drop returning at once: run, the keys stay (the runtime ends
+/// before the release is sent).
+#[test]
+fn dropping_the_last_handle_waits_for_a_dropped_locks_release() {
+    let mut cluster = Cluster::start(3);
+    let pid = nix::unistd::Pid::from_raw(
+        i32::try_from(cluster.server(2).process_id().expect("running")).expect("pid"),
+    );
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .expect("runtime");
+    let resumer = runtime.block_on(async {
+        let rl = client(&cluster, Duration::from_millis(250));
+        rl.connect_all().await.expect("connected");
+        let lock = rl
+            .try_acquire("quick-start", Duration::from_secs(30))
+            .await
+            .expect("acquired");
+        assert!(held_everywhere(&cluster, &lock).await);
+        cluster.pause(2);
+        // The paused master wakes while the last handle waits for the release.
+        let resumer = std::thread::spawn(move || {
+            std::thread::sleep(Duration::from_millis(300));
+            nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGCONT).expect("SIGCONT");
+        });
+        drop(lock);
+        drop(rl);
+        resumer
+    });
+    drop(runtime);
+    resumer.join().expect("resumer");
+    cluster.resume(2);
+    std::thread::sleep(Duration::from_millis(200));
+    cluster.assert_no_keys_under(PREFIX);
+}
