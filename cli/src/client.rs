@@ -61,6 +61,9 @@ pub(crate) fn redlock(
     if let Some(about) = holder {
         builder = builder.holder_info(about);
     }
+    // `run` and `elect` settle before they exit, bounded by what the lock's state needs
+    // (`settle` below): the drop must not wait again for a hung master's delete.
+    builder = builder.settle_on_drop(Duration::ZERO);
     builder.build().map_err(|e| match &e {
         redquorum::Error::Config(redquorum::ConfigError::InvalidNode { index, source }) => {
             let url = given.get(*index).map_or("?", String::as_str);

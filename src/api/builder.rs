@@ -204,6 +204,17 @@ impl Builder {
         self
     }
 
+    /// How long dropping the client's last handle waits for the clean-ups its locks left
+    /// running (a release's deletes beyond the majority, a dropped lock's release), on a
+    /// multi-thread runtime: 1 s by default, so a program that returns from `main` leaves
+    /// nothing behind. Zero: not at all, for a program that calls
+    /// [`RedLock::settle`](crate::RedLock::settle) with a bound of its own (a hung master's
+    /// delete can take the whole wait).
+    pub fn settle_on_drop(mut self, within: Duration) -> Self {
+        self.config.settle_on_drop = within;
+        self
+    }
+
     /// Seeds the random retry delays, so a test run can be replayed exactly.
     pub fn retry_seed(mut self, seed: u64) -> Self {
         self.retry_seed = Some(seed);

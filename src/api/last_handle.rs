@@ -9,22 +9,21 @@ use tokio::runtime::{Handle, RuntimeFlavor};
 
 use crate::protocol::shared::Shared;
 
-/// The longest the last handle's drop waits.
-pub(crate) const DROP_WAIT: Duration = Duration::from_secs(1);
-
 /// Held by a [`RedLock`](crate::RedLock) and its clones and by nothing else (the background
 /// tasks hold the client's state, not this): dropped with the last handle.
 #[derive(Debug)]
 pub(crate) struct LastHandle(pub(crate) Arc<Shared>);
 
 impl Drop for LastHandle {
-    /// Waits up to [`DROP_WAIT`] for the clean-ups still running: a release's deletes beyond
-    /// the majority, a dropped lock's release, a cancelled acquire's. Only on a multi-thread
-    /// runtime, whose other threads run them while this one waits (`block_in_place`); on a
-    /// current-thread runtime they could not run, so nothing waits there (call `settle`).
+    /// Waits up to the client's `settle_on_drop` (1 s by default) for the clean-ups still
+    /// running: a release's deletes beyond the majority, a dropped lock's release, a
+    /// cancelled acquire's. Only on a multi-thread runtime, whose other threads run them
+    /// while this one waits (`block_in_place`); on a current-thread runtime they could not
+    /// run, so nothing waits there (call `settle`).
     fn drop(&mut self) {
         let tracker = &self.0.background;
-        if tracker.is_empty() {
+        let within = self.0.config.settle_on_drop;
+        if tracker.is_empty() || within.is_zero() {
             return;
         }
         let multi_thread = Handle::try_current()
@@ -36,7 +35,7 @@ impl Drop for LastHandle {
             );
             return;
         }
-        let deadline = Instant::now() + DROP_WAIT;
+        let deadline = Instant::now() + within;
         // No timer: the runtime may be shutting down, and its time driver with it.
         tokio::task::block_in_place(|| {
             while !tracker.is_empty() && Instant::now() < deadline {
@@ -44,7 +43,10 @@ impl Drop for LastHandle {
             }
         });
         if !tracker.is_empty() {
-            tracing::debug!("last client handle dropped: clean-ups still running after 1 s");
+            tracing::debug!(
+                ?within,
+                "last client handle dropped: clean-ups still running"
+            );
         }
     }
 }

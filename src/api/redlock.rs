@@ -122,8 +122,8 @@ impl RedLock {
     /// True when none is left.
     ///
     /// Dropping the client's last handle on a multi-thread runtime (`#[tokio::main]`'s) waits
-    /// for them too, up to 1 s, so a program that releases its locks and returns from `main`
-    /// leaves nothing behind. Call `settle` on a current-thread runtime (`#[tokio::test]`'s,
+    /// for them too, up to 1 s ([`Builder::settle_on_drop`]), so a program that releases its
+    /// locks and returns from `main` leaves nothing behind. Call `settle` on a current-thread runtime (`#[tokio::test]`'s,
     /// where waiting in a drop would stop the clean-ups themselves), to wait longer, or to
     /// know whether they finished; without either, their keys stay until their ttl.
     ///

@@ -48,6 +48,8 @@ pub(crate) struct Config {
     pub(crate) wait_for_release: bool,
     /// Who holds this client's locks, in every lock's value (`Builder::holder_info`).
     pub(crate) holder_info: Option<String>,
+    /// How long dropping the client's last handle waits for its clean-ups (`Builder::settle_on_drop`).
+    pub(crate) settle_on_drop: Duration,
 }
 
 /// The numbers one call works with, checked before any I/O.
@@ -135,6 +137,7 @@ impl Default for Config {
             fencing: false,
             wait_for_release: true,
             holder_info: None,
+            settle_on_drop: Duration::from_secs(1),
         }
     }
 }
