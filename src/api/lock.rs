@@ -277,6 +277,10 @@ impl Lock {
                     .chain(self.others.iter().map(|(_, key)| key.clone()))
                     .collect(),
                 set: !self.others.is_empty(),
+                permits: self
+                    .permit_of
+                    .as_ref()
+                    .map(|keys| u32::try_from(keys.keys.len()).unwrap_or(u32::MAX)),
             },
             &self.report,
             &timing,

@@ -40,6 +40,7 @@ pub(crate) async fn extend(
         token,
         companions,
         set,
+        permits,
     } = keys;
     let readd_on: Vec<bool> = granted
         .iter()
@@ -53,19 +54,26 @@ pub(crate) async fn extend(
     } else {
         Wait::UntilDecided
     };
+    let script = match (set, permits) {
+        (true, _) => &scripts::EXTEND_MANY,
+        (false, Some(_)) => &scripts::EXTEND_PERMIT,
+        (false, None) => &scripts::EXTEND,
+    };
     let request = Request::new(
         Operation::Extend,
-        Command::Script(if set {
-            &scripts::EXTEND_MANY
-        } else {
-            &scripts::EXTEND
-        }),
+        Command::Script(script),
         key,
         token,
         NodeOutcome::Extended,
     )
     .with_extra_keys(companions)
     .with_number(timing.ttl_ms)
+    .with_payload(
+        permits
+            .map(|p| p.to_string().into_bytes())
+            .into_iter()
+            .collect(),
+    )
     .readding_on(readd_on);
     let round = shared
         .fanout()
@@ -85,6 +93,9 @@ pub(crate) struct Renewal<'a> {
     /// The companions are the rest of a multi-resource lock's set: every key must hold the
     /// token (`scripts::EXTEND_MANY`), and nothing is re-added.
     pub(crate) set: bool,
+    /// A semaphore's permit, of this many permits: the one companion is the semaphore's
+    /// record of that number, kept beside the key (`scripts::EXTEND_PERMIT`).
+    pub(crate) permits: Option<u32>,
 }
 
 /// Whether a node's last answer says for certain that our key never got there: another

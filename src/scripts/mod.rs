@@ -117,7 +117,7 @@ impl std::fmt::Debug for LuaScript {
 
 /// Every script sent by hash, for loading them all on a new connection (`QUEUED_ACQUIRE` is
 /// sent whole).
-pub(crate) fn all() -> [&'static LuaScript; 17] {
+pub(crate) fn all() -> [&'static LuaScript; 18] {
     [
         &ACQUIRE_MANY,
         &EXTEND_MANY,
@@ -129,6 +129,7 @@ pub(crate) fn all() -> [&'static LuaScript; 17] {
         &UNDO_AND_QUEUE,
         &DEQUEUE,
         &EXTEND,
+        &EXTEND_PERMIT,
         &ACQUIRE_FENCED,
         &CONFIRM_FENCE,
         &WRITE_LEADER_INFO,
@@ -252,10 +253,14 @@ pub(crate) static GIVE_BACK_PERMITS: LuaScript =
 /// `ARGV[3]` release id.
 ///
 /// The release of a permit: only if the key holds our token, deletes it, publishes, and
-/// answers `-1`; else answers as `not_ours`. Either way, deletes the record once no permit is
-/// held (a semaphore leaves nothing behind, also on a master that granted this round another
-/// permit, given back since, and never held ours). Nothing is handed over: permits do not
-/// queue. With `KEYS[1]` alone (a half-moved cluster slot), the record is left to its ttl.
+/// answers `-1`; else answers as `not_ours`. Either way:
+/// - deletes every other permit key that holds our token (the round's grants of other
+///   permits, whose give-back may still be on its way behind this release);
+/// - deletes the record once no permit is held (a semaphore leaves nothing behind, also on a
+///   master that granted this round another permit and never held ours).
+///
+/// Nothing is handed over: permits do not queue. With `KEYS[1]` alone (a half-moved cluster
+/// slot), the record is left to its ttl.
 pub(crate) static RELEASE_PERMIT: LuaScript =
     LuaScript::new(lua!("not_ours", "forget_permit_count", "release_permit"));
 
@@ -279,13 +284,11 @@ pub(crate) static UNDO_AND_QUEUE: LuaScript = LuaScript::new(lua!("join_queue", 
 /// to nobody: the client leaves the queue's keys with one command each.
 pub(crate) static DEQUEUE: LuaScript = LuaScript::new(lua!("hand_over", "dequeue"));
 
-/// `KEYS[1]` lock key, optional `KEYS[2..]` keys that live at least as long as the lock (an
-/// election's leader info, a semaphore's record of its number of permits), `ARGV[1]` token,
-/// `ARGV[2]` new ttl in ms, `ARGV[3]` `1` to re-add a missing key. Renews the key's ttl only
-/// if it holds our token, and then the companions' where they would expire sooner (a
-/// semaphore's record serves every holder: one holder's shorter ttl must not cut another's
-/// short); with `ARGV[3]` = `1` and no key at all, sets ours again (`-5`). Never deletes a
-/// key, never touches another owner's.
+/// `KEYS[1]` lock key, optional `KEYS[2..]` keys that live as long as the lock (an election's
+/// leader info, the other keys of a multi-resource lock), `ARGV[1]` token, `ARGV[2]` new ttl in ms, `ARGV[3]` `1` to re-add a missing
+/// key. Renews the key's ttl (and the companion's) only if it holds our token; with `ARGV[3]`
+/// = `1` and no key at all, sets ours again (`-5`). Never deletes a key, never touches another
+/// owner's.
 ///
 /// The client asks for the re-add only on nodes that did not hold our key at the last acquire
 /// or extend, and only while the lock is valid on its clock: a lease on a bare majority then
@@ -293,6 +296,18 @@ pub(crate) static DEQUEUE: LuaScript = LuaScript::new(lua!("hand_over", "dequeue
 /// lost our key is not re-added: that loss is evidence the verdict must see
 /// (`crate::core::verdict`).
 pub(crate) static EXTEND: LuaScript = LuaScript::new(lua!("extend"));
+
+/// `KEYS[1]` a permit's key, `KEYS[2]` the semaphore's record of its number of permits;
+/// `ARGV[1]` token, `ARGV[2]` new ttl in ms, `ARGV[3]` the number of permits, `ARGV[4]` `1`
+/// to re-add a missing key.
+///
+/// `EXTEND` for a permit, which keeps the record beside every key it renews or re-adds: where
+/// the record names another number, answers `{-8, that number, 0}` and touches nothing (a
+/// client of that number holds there now); else renews the key (`-1`) or re-adds it (`-5`)
+/// as `EXTEND` does, and sets the record for at least the ttl. A re-added permit without its
+/// record would be a master of the holder's majority where a client of another number is
+/// granted (the review's schedule: re-added after an outage, then the first masters lost).
+pub(crate) static EXTEND_PERMIT: LuaScript = LuaScript::new(lua!("extend_permit"));
 
 /// `KEYS[1]` lock key, `KEYS[2]` fence counter (one per hash slot, see
 /// `resource::fence_key`), `KEYS[3]` its re-seed marker (`resource::FenceKeys::marker`),

@@ -306,8 +306,8 @@ async fn grants_of_different_permits_never_add_up_to_a_permit() {
 /// - a client of another count never deletes it, even where it sees no permit of its own.
 ///
 /// Mutations: `ACQUIRE_PERMIT` without the record check: run, the third client is granted
-/// permit 2. `EXTEND` renewing its companions unconditionally (`PEXPIRE` even when shorter):
-/// run, the record's ttl falls under the longer holder's. `RELEASE_PERMIT` without
+/// permit 2. `EXTEND_PERMIT` setting the record even where that shortens it: run, the
+/// record's ttl falls under the longer holder's. `RELEASE_PERMIT` without
 /// `forget_permit_count`: run, the record is left behind. `forget_permit_count` without its
 /// check that the record names the caller's number: run, the refused client of 2 deletes the
 /// record of 3 (found by `clients_counting_other_permits_never_hold_beside_the_others`, which
@@ -492,6 +492,113 @@ async fn a_master_that_granted_another_permit_keeps_no_record_after_the_release(
         }
     }
     panic!("no round started at permit 0 in 40 tries");
+}
+
+/// A permit that an extend re-adds on a master that never took it gets its record there too:
+/// the master, one of three, held other keys on both permits when the permit was granted;
+/// once they are gone, the extend re-adds our key, and the record beside it. Without it, that
+/// master would count for the holder's majority while a client of another number is granted
+/// there (the review's schedule: the first masters then lost).
+///
+/// Mutation: `EXTEND_PERMIT` re-adding the key without the record: run, no record on the
+/// third master.
+#[tokio::test]
+async fn a_permit_re_added_by_an_extend_gets_its_record() {
+    let cluster = Cluster::start(3);
+    let rl = client(&cluster, NODE_TIMEOUT);
+    rl.connect_all().await.expect("connected");
+    let permit_key = |index: u32| {
+        let mut key = crate::lock_key(b"pool");
+        key.extend_from_slice(format!(":permit:{index}").as_bytes());
+        key
+    };
+    let record = [crate::lock_key(b"pool"), b":permits".to_vec()].concat();
+    for index in 0..2 {
+        cluster.set(
+            2,
+            &permit_key(index),
+            b"another holder",
+            Duration::from_secs(60),
+        );
+    }
+    // An extend re-adds only where the grant's round heard for certain that our key never
+    // got there; a round decided before the third master answered does not count it, so the
+    // grant is taken again until it has.
+    let semaphore = rl.semaphore("pool", 2).expect("semaphore");
+    let mut permit = None;
+    for _ in 0..20 {
+        let taken = semaphore
+            .try_acquire(Duration::from_secs(10))
+            .await
+            .expect("granted by the first two");
+        let heard = taken.report().iter().any(|line| {
+            line.node().index() == 2 && matches!(line.outcome(), NodeOutcome::HeldByOther { .. })
+        });
+        if heard {
+            permit = Some(taken);
+            break;
+        }
+        taken.release().await.expect("release");
+    }
+    let mut permit = permit.expect("the third master heard in 20 rounds");
+    assert_eq!(cluster.get(2, &record), None);
+    let _: i64 = cluster.run(2, redis::cmd("DEL").arg(permit_key(0)).arg(permit_key(1)));
+    permit
+        .extend(Duration::from_secs(10))
+        .await
+        .expect("extend");
+    let ours = permit.token().expose().as_bytes().to_vec();
+    assert_eq!(
+        cluster.get(2, &permit_key(permit.index())),
+        Some(ours),
+        "re-added"
+    );
+    assert_eq!(
+        cluster.get(2, &record),
+        Some(b"2".to_vec()),
+        "the record beside it"
+    );
+    permit.release().await.expect("release");
+    settled(&rl).await;
+    cluster.assert_no_keys_under(PREFIX);
+}
+
+/// A round's grant of another permit, still to be given back when the permit is released at
+/// once, is deleted by the release itself: whichever of the two reaches the master first,
+/// nothing is left, the record included.
+///
+/// Mutation: `RELEASE_PERMIT` without its loop over the other permits' keys: run, the record is
+/// left on the first master (4 runs of 4: the release is sent before the give-back).
+#[tokio::test]
+async fn a_release_at_once_after_a_split_round_leaves_nothing() {
+    let cluster = Cluster::start(3);
+    let rl = client(&cluster, NODE_TIMEOUT);
+    rl.connect_all().await.expect("connected");
+    let semaphore = rl.semaphore("pool", 2).expect("semaphore");
+    let mut permit_0 = crate::lock_key(b"pool");
+    permit_0.extend_from_slice(b":permit:0");
+    let mut splits = 0;
+    for _ in 0..40 {
+        cluster.set(0, &permit_0, b"another holder", Duration::from_secs(60));
+        let permit = semaphore
+            .try_acquire(Duration::from_secs(10))
+            .await
+            .expect("a permit");
+        // The other holder goes at once; our release follows without a pause, racing the
+        // give-back of the first master's grant of permit 1.
+        let _: i64 = cluster.run(0, redis::cmd("DEL").arg(&permit_0));
+        let split = permit.index() == 0;
+        permit.release().await.expect("release");
+        settled(&rl).await;
+        cluster.assert_no_keys_under(PREFIX);
+        if split {
+            splits += 1;
+            if splits == 5 {
+                return;
+            }
+        }
+    }
+    panic!("only {splits} split rounds in 40 tries");
 }
 
 /// A waiter wakes when a permit is released: its retry delay is a minute, and the holder's

@@ -1,11 +1,6 @@
 local value = redis.call('GET', KEYS[1])
 if value == ARGV[1] then
-  redis.call('PEXPIRE', KEYS[1], ARGV[2])
-  for i = 2, #KEYS do
-    if redis.call('PTTL', KEYS[i]) < tonumber(ARGV[2]) then
-      redis.call('PEXPIRE', KEYS[i], ARGV[2])
-    end
-  end
+  for i = 1, #KEYS do redis.call('PEXPIRE', KEYS[i], ARGV[2]) end
   return -1
 end
 if not value then

@@ -1,10 +1,15 @@
 local value = redis.call('GET', KEYS[1])
-if value ~= ARGV[1] then
-  local answer = not_ours(value)
-  if KEYS[2] then forget_permit_count(2, 3, #KEYS) end
-  return answer
+local answer = -1
+if value == ARGV[1] then
+  redis.call('DEL', KEYS[1])
+else
+  answer = not_ours(value)
 end
-redis.call('DEL', KEYS[1])
-if KEYS[2] then forget_permit_count(2, 3, #KEYS) end
-redis.pcall('PUBLISH', ARGV[2], ARGV[3])
-return -1
+if KEYS[2] then
+  for i = 3, #KEYS do
+    if redis.call('GET', KEYS[i]) == ARGV[1] then redis.call('DEL', KEYS[i]) end
+  end
+  forget_permit_count(2, 3, #KEYS)
+end
+if answer == -1 then redis.pcall('PUBLISH', ARGV[2], ARGV[3]) end
+return answer
