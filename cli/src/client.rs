@@ -200,24 +200,31 @@ pub(crate) async fn settle(rl: &RedLock, tuning: &Tuning) {
 
 /// Who holds, as `run` and `elect` describe themselves in their locks' values
 /// (`Builder::holder_info`), for `status` and for the line a skipped run prints: "HOST pid PID
-/// COMMAND…", the command cut to fit, with anything the library refuses (a `:`, a control
-/// character) shown as `_`.
+/// PROGRAM". The program's name only, never its arguments: the value is readable by anyone
+/// who can read the keys, and arguments carry secrets (`psql postgres://user:password@…`).
+/// Anything the library refuses (not printable ASCII, a `:`) shows as `_`.
 pub(crate) fn holder(command: &[std::ffi::OsString]) -> String {
     let host = nix::unistd::gethostname()
         .ok()
         .and_then(|name| name.into_string().ok())
         .unwrap_or_else(|| "?".to_owned());
-    let command: Vec<String> = command
-        .iter()
-        .map(|arg| arg.to_string_lossy().into_owned())
-        .collect();
-    let mut about: String = format!("{host} pid {} {}", std::process::id(), command.join(" "))
+    let program = command
+        .first()
+        .map(std::path::Path::new)
+        .and_then(std::path::Path::file_name)
+        .map(|name| name.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    let mut about: String = format!("{host} pid {} {program}", std::process::id())
         .chars()
-        .map(|c| if c == ':' || c.is_control() { '_' } else { c })
+        .map(|c| {
+            if c == ':' || !(c.is_ascii_graphic() || c == ' ') {
+                '_'
+            } else {
+                c
+            }
+        })
         .collect();
-    while about.len() > HOLDER_LEN {
-        about.pop();
-    }
+    about.truncate(HOLDER_LEN);
     about.trim_end().to_owned()
 }
 

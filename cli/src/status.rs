@@ -85,9 +85,13 @@ fn print_table(resource: &str, seen: &Inspection) {
     let view = if seen.reachable() < seen.quorum() {
         format!("unknown: only {} masters answered", seen.reachable())
     } else if let Some(who) = seen.majority_holder() {
-        let who = match about(seen) {
-            Some(about) => format!("{who} ({about})"),
-            None => who,
+        let who = match (about(seen), since(seen)) {
+            (Some(about), Some(since)) => format!(
+                "{who} ({about}, since {})",
+                humantime::format_rfc3339_seconds(since)
+            ),
+            (Some(about), None) => format!("{who} ({about})"),
+            _ => who,
         };
         match seen.majority_leader() {
             Some(l) => format!(
@@ -174,12 +178,7 @@ fn semaphore_json(seen: &SemaphoreInspection) -> serde_json::Value {
                     "ttl_ms": h.ttl().map(|t| t.as_millis() as u64),
                 })).collect::<Vec<_>>(),
             }),
-            Err(e) => json!({
-                "node": n.node().index(),
-                "address": n.node().address(),
-                "reachable": false,
-                "error": e.to_string(),
-            }),
+            Err(e) => unreachable_json(n.node(), e),
         })
         .collect();
     json!({
@@ -208,12 +207,7 @@ fn to_json(resource: &str, seen: &Inspection, seeding: Option<&FenceSeeding>) ->
                 "holder_about": h.holder_about(),
                 "held_since_ms": h.held_since().and_then(|t| t.duration_since(std::time::UNIX_EPOCH).ok()).map(|d| d.as_millis() as u64),
             }),
-            Err(e) => json!({
-                "node": n.node().index(),
-                "address": n.node().address(),
-                "reachable": false,
-                "error": e.to_string(),
-            }),
+            Err(e) => unreachable_json(n.node(), e),
         })
         .collect();
     json!({
@@ -240,11 +234,29 @@ fn leader_json(leader: &Leader) -> serde_json::Value {
 /// The description of the holder that holds on a majority, when it gave one (`run` and
 /// `elect` do: host, pid, command).
 pub(crate) fn about(seen: &Inspection) -> Option<String> {
+    majority_holding(seen)?.holder_about().map(str::to_owned)
+}
+
+/// When the majority's holder took the lock, by its own clock, when it described itself.
+fn since(seen: &Inspection) -> Option<std::time::SystemTime> {
+    majority_holding(seen)?.held_since()
+}
+
+/// A node's holding of the holder that holds on a majority.
+fn majority_holding(seen: &Inspection) -> Option<&redquorum::Holding> {
     let who = seen.majority_holder()?;
     seen.nodes()
         .iter()
         .filter_map(|n| n.state().ok())
-        .find(|h| h.holder().as_deref() == Some(who.as_str()))?
-        .holder_about()
-        .map(str::to_owned)
+        .find(|h| h.holder().as_deref() == Some(who.as_str()))
+}
+
+/// A master that could not be read, in the JSON of the lock and of a semaphore alike.
+fn unreachable_json(node: &redquorum::NodeId, e: &redquorum::NodeError) -> serde_json::Value {
+    json!({
+        "node": node.index(),
+        "address": node.address(),
+        "reachable": false,
+        "error": e.to_string(),
+    })
 }

@@ -191,8 +191,8 @@ impl Builder {
         self
     }
 
-    /// Describes who holds this client's locks (a host, a process, a job: at most 200 bytes,
-    /// printable, no `:`), for people looking: every lock, permit and leadership this client
+    /// Describes who holds this client's locks (a host, a process, a job: at most 200 bytes of
+    /// printable ASCII, no `:`), for people looking: every lock, permit and leadership this client
     /// takes carries it in its value, after the token and the time it was taken, and
     /// [`Holding::holder_about`](crate::Holding::holder_about) and `redquorum status` show it.
     ///
@@ -205,9 +205,10 @@ impl Builder {
     }
 
     /// How long dropping the client's last handle waits for the clean-ups its locks left
-    /// running (a release's deletes beyond the majority, a dropped lock's release), on a
-    /// multi-thread runtime: 1 s by default, so a program that returns from `main` leaves
-    /// nothing behind. Zero: not at all, for a program that calls
+    /// running (a release's deletes beyond the majority, a dropped lock's release), when it is
+    /// dropped at the end of `#[tokio::main]` (see [`RedLock::settle`](crate::RedLock::settle)
+    /// for where else): 1 s by default, so a program that returns from `main` leaves nothing
+    /// behind. Zero: not at all, for a program that calls
     /// [`RedLock::settle`](crate::RedLock::settle) with a bound of its own (a hung master's
     /// delete can take the whole wait).
     pub fn settle_on_drop(mut self, within: Duration) -> Self {
@@ -309,8 +310,10 @@ fn holder_info_is_valid(info: &str) -> Result<(), ConfigError> {
         "empty"
     } else if info.len() > MAX_HOLDER_INFO {
         "longer than 200 bytes"
-    } else if info.chars().any(char::is_control) {
-        "holds a control character"
+    } else if info.trim().is_empty() {
+        "blank"
+    } else if !info.chars().all(|c| c.is_ascii_graphic() || c == ' ') {
+        "holds a character other than printable ASCII (it is shown on one line, in terminals)"
     } else if info.contains(':') {
         "holds a ':' (the leader info's separator)"
     } else {
@@ -435,7 +438,14 @@ mod tests {
                 .retry(RetryPolicy::default().max_attempts(Some(0)))
                 .build()
         ));
-        for bad in ["", "a:b", "line\nbreak", &"x".repeat(201)] {
+        for bad in [
+            "",
+            "  ",
+            "a:b",
+            "line\nbreak",
+            "rtl\u{202e}",
+            &"x".repeat(201),
+        ] {
             assert!(matches!(
                 Builder::new(one).holder_info(bad).build(),
                 Err(Error::Config(ConfigError::InvalidHolderInfo { .. }))

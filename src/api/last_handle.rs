@@ -17,13 +17,16 @@ pub(crate) struct LastHandle(pub(crate) Arc<Shared>);
 impl Drop for LastHandle {
     /// Waits up to the client's `settle_on_drop` (1 s by default) for the clean-ups still
     /// running: a release's deletes beyond the majority, a dropped lock's release, a
-    /// cancelled acquire's. Only on a multi-thread runtime, whose other threads run them
-    /// while this one waits (`block_in_place`); on a current-thread runtime they could not
-    /// run, so nothing waits there (call `settle`).
+    /// cancelled acquire's. Only at the root of a multi-thread runtime's `block_on` (the end
+    /// of `#[tokio::main]`), where no task runs and the runtime's workers run the clean-ups
+    /// meanwhile. Nowhere else:
+    /// - inside a task (a handle kept by a spawned task, or dropped with it as the runtime
+    ///   shuts down), waiting would hold a worker, and at shutdown the clean-ups cannot run;
+    /// - on a current-thread runtime, they would run on this very thread (call `settle`).
     fn drop(&mut self) {
         let tracker = &self.0.background;
         let within = self.0.config.settle_on_drop;
-        if tracker.is_empty() || within.is_zero() {
+        if tracker.is_empty() || within.is_zero() || tokio::task::try_id().is_some() {
             return;
         }
         let multi_thread = Handle::try_current()
@@ -35,13 +38,11 @@ impl Drop for LastHandle {
             );
             return;
         }
-        let deadline = Instant::now() + within;
-        // No timer: the runtime may be shutting down, and its time driver with it.
-        tokio::task::block_in_place(|| {
-            while !tracker.is_empty() && Instant::now() < deadline {
-                std::thread::sleep(Duration::from_millis(1));
-            }
-        });
+        // A plain sleep, no timer: the runtime may be shutting down, its time driver with it.
+        let deadline = Instant::now().checked_add(within);
+        while !tracker.is_empty() && deadline.is_none_or(|deadline| Instant::now() < deadline) {
+            std::thread::sleep(Duration::from_millis(1));
+        }
         if !tracker.is_empty() {
             tracing::debug!(
                 ?within,

@@ -121,11 +121,14 @@ impl RedLock {
     /// without [`Lock::release`], and the deletes of a release that returned at the majority.
     /// True when none is left.
     ///
-    /// Dropping the client's last handle on a multi-thread runtime (`#[tokio::main]`'s) waits
-    /// for them too, up to 1 s ([`Builder::settle_on_drop`]), so a program that releases its
-    /// locks and returns from `main` leaves nothing behind. Call `settle` on a current-thread runtime (`#[tokio::test]`'s,
-    /// where waiting in a drop would stop the clean-ups themselves), to wait longer, or to
-    /// know whether they finished; without either, their keys stay until their ttl.
+    /// Dropping the client's last handle at the end of `#[tokio::main]` (the root of a
+    /// multi-thread runtime's `block_on`) waits for them too, up to 1 s
+    /// ([`Builder::settle_on_drop`]), so a program that releases its locks and returns from
+    /// `main` leaves nothing behind. Call `settle` elsewhere: in a task, on a current-thread
+    /// runtime (`#[tokio::test]`'s, where waiting in a drop would stop the clean-ups
+    /// themselves), to wait longer, or to know whether they finished; without it, their keys
+    /// stay until their ttl. Keep the client until its locks are released or dropped: a lock
+    /// dropped after the last handle is not waited for.
     ///
     /// It also waits for what rounds left running: requests to slow nodes (each bounded by the
     /// per-node timeout) and deletes queued for a master that stopped answering, which are

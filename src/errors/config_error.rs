@@ -100,8 +100,8 @@ pub enum ConfigError {
         /// The maximum.
         max: u32,
     },
-    /// A holder description (`Builder::holder_info`) that is empty, longer than 200 bytes, or
-    /// holds a control character or a `:` (the leader info's separator).
+    /// A holder description (`Builder::holder_info`) that is blank, longer than 200 bytes, or
+    /// holds anything but printable ASCII, or a `:` (the leader info's separator).
     #[error("holder info {info:?}: {why}")]
     InvalidHolderInfo {
         /// The description given.

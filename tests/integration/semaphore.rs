@@ -12,6 +12,20 @@ use crate::{PREFIX, client, settled};
 
 const NODE_TIMEOUT: Duration = Duration::from_millis(250);
 
+/// The key of permit `index` of the semaphore "pool".
+fn permit_key(index: u32) -> Vec<u8> {
+    [
+        crate::lock_key(b"pool"),
+        format!(":permit:{index}").into_bytes(),
+    ]
+    .concat()
+}
+
+/// The key of the record of how many permits the semaphore "pool" has.
+fn count_record() -> Vec<u8> {
+    [crate::lock_key(b"pool"), b":permits".to_vec()].concat()
+}
+
 /// One holder's use of a permit: from the grant to the earlier of its deadline and the start
 /// of its release.
 #[derive(Debug, Clone, Copy)]
@@ -201,11 +215,7 @@ async fn the_checker_catches_more_holders_than_permits() {
     let mut cluster = Cluster::start(5);
     let clients: Vec<RedLock> = (0..3).map(|_| client(&cluster, NODE_TIMEOUT)).collect();
     let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
-    let record = {
-        let mut key = crate::lock_key(b"pool");
-        key.extend_from_slice(b":permits");
-        key
-    };
+    let record = count_record();
     // One thread per master: `contend` kills one and pauses another, which must not stall
     // the deletes on the rest.
     let forgetters: Vec<_> = cluster
@@ -257,11 +267,7 @@ async fn grants_of_different_permits_never_add_up_to_a_permit() {
     let a = semaphore.try_acquire(ttl).await.expect("first permit");
     let b = semaphore.try_acquire(ttl).await.expect("second permit");
     assert_ne!(a.index(), b.index());
-    let key = |index: u32| {
-        let mut key = crate::lock_key(b"pool");
-        key.extend_from_slice(format!(":permit:{index}").as_bytes());
-        key
-    };
+    let key = permit_key;
     // Every grant has landed (a round may return before its last master answers).
     let everywhere = |permit: &redquorum::Permit| {
         let token = permit.token().expose().as_bytes().to_vec();
@@ -326,11 +332,7 @@ async fn a_semaphore_in_use_refuses_another_count_until_its_last_permit_goes() {
         .try_acquire(Duration::from_secs(20))
         .await
         .expect("another");
-    let record = {
-        let mut key = crate::lock_key(b"pool");
-        key.extend_from_slice(b":permits");
-        key
-    };
+    let record = count_record();
     assert!(
         crate::eventually(Duration::from_secs(3), || (0..3)
             .all(|i| cluster.get(i, &record) == Some(b"2".to_vec())))
@@ -362,8 +364,7 @@ async fn a_semaphore_in_use_refuses_another_count_until_its_last_permit_goes() {
         .filter(|line| matches!(line.outcome(), NodeOutcome::PermitCountDiffers(2)))
         .count();
     assert!(refusals >= 2, "{}", err.report().expect("report"));
-    let mut permit_2 = crate::lock_key(b"pool");
-    permit_2.extend_from_slice(b":permit:2");
+    let permit_2 = permit_key(2);
     assert!(
         (0..3).all(|i| cluster.get(i, &permit_2).is_none()),
         "the refused client took permit 2"
@@ -470,8 +471,7 @@ async fn a_master_that_granted_another_permit_keeps_no_record_after_the_release(
     let rl = client(&cluster, NODE_TIMEOUT);
     rl.connect_all().await.expect("connected");
     let semaphore = rl.semaphore("pool", 2).expect("semaphore");
-    let mut permit_0 = crate::lock_key(b"pool");
-    permit_0.extend_from_slice(b":permit:0");
+    let permit_0 = permit_key(0);
     // The round's order is random: tried until it starts at permit 0, where the first master
     // holds another key and grants permit 1 instead.
     for _ in 0..40 {
@@ -507,12 +507,7 @@ async fn a_permit_re_added_by_an_extend_gets_its_record() {
     let cluster = Cluster::start(3);
     let rl = client(&cluster, NODE_TIMEOUT);
     rl.connect_all().await.expect("connected");
-    let permit_key = |index: u32| {
-        let mut key = crate::lock_key(b"pool");
-        key.extend_from_slice(format!(":permit:{index}").as_bytes());
-        key
-    };
-    let record = [crate::lock_key(b"pool"), b":permits".to_vec()].concat();
+    let record = count_record();
     for index in 0..2 {
         cluster.set(
             2,
@@ -575,8 +570,7 @@ async fn a_release_at_once_after_a_split_round_leaves_nothing() {
     let rl = client(&cluster, NODE_TIMEOUT);
     rl.connect_all().await.expect("connected");
     let semaphore = rl.semaphore("pool", 2).expect("semaphore");
-    let mut permit_0 = crate::lock_key(b"pool");
-    permit_0.extend_from_slice(b":permit:0");
+    let permit_0 = permit_key(0);
     let mut splits = 0;
     for _ in 0..40 {
         cluster.set(0, &permit_0, b"another holder", Duration::from_secs(60));
