@@ -77,7 +77,7 @@ pub use self::core::report::{NodeOutcome, NodeReport, Report};
 pub use self::core::resource::{DEFAULT_KEY_PREFIX, KeyLayout, MAX_RESOURCE_LEN};
 pub use self::core::retry::RetryPolicy;
 pub use self::core::token::Token;
-pub use api::builder::Builder;
+pub use api::builder::{Builder, MAX_HOLDER_INFO};
 pub use api::election::{Election, Leadership, Leading};
 pub use api::fence_seeding::{FenceSeeding, Seeding};
 pub use api::inspect::{Holding, Inspection, NodeInspection};

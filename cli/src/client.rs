@@ -202,7 +202,8 @@ pub(crate) async fn settle(rl: &RedLock, tuning: &Tuning) {
 /// (`Builder::holder_info`), for `status` and for the line a skipped run prints: "HOST pid PID
 /// PROGRAM". The program's name only, never its arguments: the value is readable by anyone
 /// who can read the keys, and arguments carry secrets (`psql postgres://user:password@…`).
-/// Anything the library refuses (not printable ASCII, a `:`) shows as `_`.
+/// Anything the library refuses (not printable ASCII, a `:`: `Builder::holder_info`) shows as
+/// `_`, and the whole is cut to the library's `MAX_HOLDER_INFO`.
 pub(crate) fn holder(command: &[std::ffi::OsString]) -> String {
     let host = nix::unistd::gethostname()
         .ok()
@@ -224,9 +225,6 @@ pub(crate) fn holder(command: &[std::ffi::OsString]) -> String {
             }
         })
         .collect();
-    about.truncate(HOLDER_LEN);
+    about.truncate(redquorum::MAX_HOLDER_INFO);
     about.trim_end().to_owned()
 }
-
-/// The longest holder description the library takes, in bytes.
-const HOLDER_LEN: usize = 200;

@@ -85,13 +85,14 @@ fn print_table(resource: &str, seen: &Inspection) {
     let view = if seen.reachable() < seen.quorum() {
         format!("unknown: only {} masters answered", seen.reachable())
     } else if let Some(who) = seen.majority_holder() {
-        let who = match (about(seen), since(seen)) {
-            (Some(about), Some(since)) => format!(
+        let described =
+            majority_holding(seen).and_then(|h| Some((h.holder_about()?, h.held_since()?)));
+        let who = match described {
+            Some((about, since)) => format!(
                 "{who} ({about}, since {})",
                 humantime::format_rfc3339_seconds(since)
             ),
-            (Some(about), None) => format!("{who} ({about})"),
-            _ => who,
+            None => who,
         };
         match seen.majority_leader() {
             Some(l) => format!(
@@ -235,11 +236,6 @@ fn leader_json(leader: &Leader) -> serde_json::Value {
 /// `elect` do: host, pid, command).
 pub(crate) fn about(seen: &Inspection) -> Option<String> {
     majority_holding(seen)?.holder_about().map(str::to_owned)
-}
-
-/// When the majority's holder took the lock, by its own clock, when it described itself.
-fn since(seen: &Inspection) -> Option<std::time::SystemTime> {
-    majority_holding(seen)?.held_since()
 }
 
 /// A node's holding of the holder that holds on a majority.

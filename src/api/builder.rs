@@ -300,8 +300,8 @@ impl Builder {
     }
 }
 
-/// The longest holder description, in bytes.
-const MAX_HOLDER_INFO: usize = 200;
+/// The longest holder description [`Builder::holder_info`] takes, in bytes.
+pub const MAX_HOLDER_INFO: usize = 200;
 
 /// A holder description is shown to people and stored inside each lock's value: printable,
 /// bounded, and without the leader info's separator.

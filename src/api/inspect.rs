@@ -58,7 +58,7 @@ impl Holding {
     }
 
     /// Who holds, as the holder's client describes itself (`Builder::holder_info`: in the
-    /// `redquorum` command, the host, the process id and the command), or `None` for a holder
+    /// `redquorum` command, the host, the process id and the program), or `None` for a holder
     /// that gave no description. For people: never trust it for anything.
     pub fn holder_about(&self) -> Option<&str> {
         self.about.as_ref().map(|(_, about)| about.as_str())
@@ -260,7 +260,8 @@ impl RedLock {
             // Redis Cluster voter.
             let mut pipeline = redis::pipe();
             pipeline.cmd("GET").arg(lock_key).cmd("PTTL").arg(lock_key);
-            let decided = |answers: &[_]| settles(answers, quorum, |(token, _): &Plain| token);
+            let decided =
+                |answers: &[_]| settles(answers, quorum, |(token, _): &Plain| token.as_deref());
             query_everywhere(nodes, lock_key, &pipeline, timeout, decided, grace_floor)
                 .await
                 .into_iter()
@@ -279,8 +280,11 @@ impl RedLock {
                 .arg(permits_key)
                 .cmd("PTTL")
                 .arg(lock_key);
-            let decided =
-                |answers: &[_]| settles(answers, quorum, |((token, ..), _): &Tagged| token);
+            let decided = |answers: &[_]| {
+                settles(answers, quorum, |((token, ..), _): &Tagged| {
+                    token.as_deref()
+                })
+            };
             query_everywhere(nodes, lock_key, &pipeline, timeout, decided, grace_floor).await
         };
         let nodes = answers
@@ -310,14 +314,14 @@ type Tagged = (Keys, i64);
 
 /// Whether the answers so far settle what an inspection says of the lock: one owner's key on
 /// a majority, a majority holding none, or too many nodes failed for either.
-fn settles<T>(
+pub(crate) fn settles<T>(
     answers: &[Option<(Result<T, NodeError>, Duration)>],
     quorum: usize,
-    token: impl Fn(&T) -> &Option<Vec<u8>>,
+    token: impl Fn(&T) -> Option<&[u8]>,
 ) -> bool {
     let answered = || answers.iter().flatten().map(|(answer, _)| answer);
     let failed = answered().filter(|answer| answer.is_err()).count();
-    let tokens: Vec<&Option<Vec<u8>>> = answered().flatten().map(&token).collect();
+    let tokens: Vec<Option<&[u8]>> = answered().flatten().map(&token).collect();
     let most_alike = tokens
         .iter()
         .map(|t| tokens.iter().filter(|other| *other == t).count())

@@ -176,7 +176,7 @@ impl Lock {
     /// semaphore's record of its number of permits too (never shortening it), and the release
     /// deletes the record once no permit is held.
     pub(crate) fn set_permit_of(&mut self, permits: Arc<PermitKeys>) {
-        self.companion = Some(permits.count.clone());
+        self.companion = Some(permits.record.clone());
         self.permit_of = Some(permits);
     }
 
@@ -277,10 +277,7 @@ impl Lock {
                     .chain(self.others.iter().map(|(_, key)| key.clone()))
                     .collect(),
                 set: !self.others.is_empty(),
-                permits: self
-                    .permit_of
-                    .as_ref()
-                    .map(|keys| u32::try_from(keys.keys.len()).unwrap_or(u32::MAX)),
+                permits: self.permit_of.as_ref().map(|keys| keys.permits()),
             },
             &self.report,
             &timing,

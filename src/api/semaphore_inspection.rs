@@ -6,7 +6,7 @@ use std::time::Duration;
 use redis::Value;
 
 use crate::Result;
-use crate::api::inspect::{Holding, holding};
+use crate::api::inspect::{Holding, holding, settles};
 use crate::api::semaphore::Semaphore;
 use crate::core::node_id::NodeId;
 use crate::engine::query::query_everywhere;
@@ -121,28 +121,11 @@ impl Semaphore {
         let timeout = config.connect_timeout.saturating_add(grace_floor);
         let quorum = redlock.quorum();
         let permits = keys.len();
-        // Settled once every permit is: one owner's key on a majority, or free on one, or too
-        // many nodes failed for either.
+        // Settled once every permit is, as a lock's inspection is settled.
         let decided = |answers: &[Option<PermitsAnswer>]| {
-            let failed = answers
-                .iter()
-                .flatten()
-                .filter(|(read, _)| read.is_err())
-                .count();
-            if failed > answers.len().saturating_sub(quorum) {
-                return true;
-            }
-            let read: Vec<Vec<Option<Vec<u8>>>> = answers
-                .iter()
-                .flatten()
-                .filter_map(|(read, _)| read.as_ref().ok())
-                .map(|values| tokens_of(values))
-                .collect();
             (0..permits).all(|permit| {
-                let at = |tokens: &Vec<Option<Vec<u8>>>| tokens.get(permit).cloned().flatten();
-                read.iter().any(|tokens| {
-                    let token = at(tokens);
-                    read.iter().filter(|other| at(other) == token).count() >= quorum
+                settles(answers, quorum, |values: &Vec<Value>| {
+                    permit_token(values, permit)
                 })
             })
         };
@@ -176,24 +159,21 @@ impl Semaphore {
 /// not be read, and when.
 type PermitsAnswer = (std::result::Result<Vec<Value>, NodeError>, Duration);
 
-/// The permits' tokens from a node's answer (`MGET`, then one `PTTL` per permit); a value
-/// that is not a token reads as none.
-fn tokens_of(values: &[Value]) -> Vec<Option<Vec<u8>>> {
-    match values.first() {
-        Some(Value::Array(tokens)) => tokens
-            .iter()
-            .map(|token| match token {
-                Value::BulkString(bytes) => Some(bytes.clone()),
-                _ => None,
-            })
-            .collect(),
-        _ => Vec::new(),
+/// The token permit `permit`'s key holds in a node's answer (`MGET`, then one `PTTL` per
+/// permit); a value that is not a token reads as none.
+fn permit_token(values: &[Value], permit: usize) -> Option<&[u8]> {
+    match values.first()? {
+        Value::Array(tokens) => match tokens.get(permit)? {
+            Value::BulkString(bytes) => Some(bytes),
+            _ => None,
+        },
+        _ => None,
     }
 }
 
 /// Each permit's holding from a node's answer, or an unexpected reply.
 fn holdings(values: &[Value], permits: usize) -> std::result::Result<Vec<Holding>, NodeError> {
-    let tokens = tokens_of(values);
+    let read = matches!(values.first(), Some(Value::Array(tokens)) if tokens.len() == permits);
     let ttls: Vec<i64> = values
         .iter()
         .skip(1)
@@ -202,13 +182,16 @@ fn holdings(values: &[Value], permits: usize) -> std::result::Result<Vec<Holding
             _ => -2,
         })
         .collect();
-    if tokens.len() != permits || ttls.len() != permits {
+    if !read || ttls.len() != permits {
         let shown = format!("{values:?}").chars().take(120).collect();
         return Err(NodeError::UnexpectedReply(shown));
     }
-    Ok(tokens
+    Ok(ttls
         .into_iter()
-        .zip(ttls)
-        .map(|(token, ttl)| holding(token, None, None, ttl))
+        .enumerate()
+        .map(|(permit, ttl)| {
+            let token = permit_token(values, permit).map(<[u8]>::to_vec);
+            holding(token, None, None, ttl)
+        })
         .collect())
 }

@@ -9,9 +9,10 @@ use crate::core::resource;
 #[derive(Debug)]
 pub(crate) struct PermitKeys {
     pub(crate) keys: Vec<Vec<u8>>,
-    /// `resource::permit_count_key`: set by every grant, renewed with every permit, deleted
-    /// with the last one (`scripts::ACQUIRE_PERMIT`).
-    pub(crate) count: Vec<u8>,
+    /// The record of how many permits the semaphore has (`resource::permit_count_key`): set by
+    /// every grant, renewed with every permit, deleted with the last one
+    /// (`scripts::ACQUIRE_PERMIT`).
+    pub(crate) record: Vec<u8>,
     pub(crate) channel: Vec<u8>,
 }
 
@@ -22,11 +23,16 @@ impl PermitKeys {
             .map(|index| resource::permit_key(prefix, name, index))
             .collect();
         let channel = resource::release_channel(&resource::permit_key(prefix, name, 0));
-        let count = resource::permit_count_key(prefix, name);
+        let record = resource::permit_count_key(prefix, name);
         Self {
             keys,
-            count,
+            record,
             channel,
         }
+    }
+
+    /// How many permits the semaphore has (one key each).
+    pub(crate) fn permits(&self) -> u32 {
+        u32::try_from(self.keys.len()).unwrap_or(u32::MAX)
     }
 }

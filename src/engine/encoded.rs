@@ -417,11 +417,9 @@ mod tests {
         );
     }
 
-    #[test]
-    /// Mutation: the script part first (as it was, found by review): a release landing between
-    /// the parts hands the lock to the leaving waiter, still queued.
-    fn a_waiter_leaves_the_queue_then_passes_its_reservation_on() {
-        let request = Request::for_waiter(
+    /// Waiter `c.w` leaving the queue of `k` (`DEQUEUE`), sent in parts on a half-moved slot.
+    fn leaving_the_queue() -> Request {
+        Request::for_waiter(
             Operation::Release,
             &crate::scripts::DEQUEUE,
             b"k",
@@ -430,7 +428,13 @@ mod tests {
         )
         .with_extra_keys(payload(&["k:queue", "k:waiters"]))
         .in_parts(InParts::LeaveQueue)
-        .with_payload(payload(&["ch", "id", "500"]));
+    }
+
+    #[test]
+    /// Mutation: the script part first (as it was, found by review): a release landing between
+    /// the parts hands the lock to the leaving waiter, still queued.
+    fn a_waiter_leaves_the_queue_then_passes_its_reservation_on() {
+        let request = leaving_the_queue().with_payload(payload(&["ch", "id", "500"]));
         let prepared = EncodedRequest::new(&request);
         let hash = crate::scripts::DEQUEUE.script().get_hash();
         let parts: Vec<Vec<String>> = prepared.parts.iter().map(|p| words(&p.cmd)).collect();
@@ -493,17 +497,7 @@ mod tests {
             Err("down")
         );
         // The queue's commands answer 1 or 0, never the request's answer.
-        let leave = EncodedRequest::new(
-            &Request::for_waiter(
-                Operation::Release,
-                &crate::scripts::DEQUEUE,
-                b"k",
-                "c.w",
-                NodeOutcome::Released,
-            )
-            .with_extra_keys(payload(&["k:queue", "k:waiters"]))
-            .in_parts(InParts::LeaveQueue),
-        );
+        let leave = EncodedRequest::new(&leaving_the_queue());
         assert_eq!(leave.combine(answers([1, 0, -1])), Ok(Value::Int(-1)));
     }
 }

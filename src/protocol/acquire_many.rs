@@ -103,7 +103,7 @@ async fn round_for_all(
         timing.per_node_timeout,
         Delete::GiveBack {
             others: others.to_vec(),
-            count: None,
+            record: None,
         },
     );
     let request = Request::new(

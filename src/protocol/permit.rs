@@ -98,7 +98,6 @@ pub(crate) async fn acquire_permit(
             Err(failed) => failed,
         };
         if let Some(in_use_with) = failed.count_differs {
-            let permits = u32::try_from(keys.len()).unwrap_or(u32::MAX);
             let failure = Failure::new(
                 Operation::Acquire,
                 name,
@@ -107,7 +106,7 @@ pub(crate) async fn acquire_permit(
                 failed.report,
             );
             return Err(Error::PermitCountDiffers {
-                permits,
+                permits: permits.permits(),
                 in_use_with,
                 failure: Box::new(failure),
             });
@@ -195,11 +194,11 @@ async fn permit_round(
         timing.per_node_timeout,
         Delete::GiveBack {
             others: in_order.clone(),
-            count: Some(permits.count.clone()),
+            record: Some(permits.record.clone()),
         },
     );
-    let mut keys_and_count = in_order;
-    keys_and_count.push(permits.count.clone());
+    let mut keys_and_record = in_order;
+    keys_and_record.push(permits.record.clone());
     let request = Request::new(
         Operation::Acquire,
         Command::Script(&scripts::ACQUIRE_PERMIT),
@@ -207,7 +206,7 @@ async fn permit_round(
         &token,
         NodeOutcome::Granted,
     )
-    .with_extra_keys(keys_and_count)
+    .with_extra_keys(keys_and_record)
     .with_number(timing.ttl_ms)
     .with_payload(order.iter().map(|i| i.to_string().into_bytes()).collect())
     .settled_nodes_only();
@@ -267,7 +266,7 @@ async fn permit_round(
                         timing.per_node_timeout,
                         Delete::GiveBack {
                             others,
-                            count: None,
+                            record: None,
                         },
                     );
                     give_back.after(round.stragglers.clone());

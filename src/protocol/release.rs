@@ -85,11 +85,11 @@ pub(crate) enum Delete {
     /// A failed round over several keys (a permit round, a multi-resource acquire): deletes
     /// whichever of the keys (the delete's key and these) holds the token, and publishes on
     /// the first key's channel when it deleted any (`scripts::GIVE_BACK_PERMITS`). With
-    /// `count` (a semaphore's record of its number of permits, when the keys are all of its
+    /// `record` (a semaphore's record of its number of permits, when the keys are all of its
     /// permits), deletes the record too once none of them is held.
     GiveBack {
         others: Vec<Vec<u8>>,
-        count: Option<Vec<u8>>,
+        record: Option<Vec<u8>>,
     },
     /// The release of a semaphore's permit: compare-and-delete, the semaphore's record of its
     /// number of permits deleted once none is held, published on the semaphore's channel
@@ -181,8 +181,8 @@ async fn delete_everywhere(
                     )
                     .collect(),
             ),
-        Delete::GiveBack { others, count } => compare_and_delete(&scripts::GIVE_BACK_PERMITS)
-            .with_extra_keys(others.iter().chain(count).cloned().collect())
+        Delete::GiveBack { others, record } => compare_and_delete(&scripts::GIVE_BACK_PERMITS)
+            .with_extra_keys(others.iter().chain(record).cloned().collect())
             .in_parts(InParts::EachKey {
                 per_key_payload: None,
             })
@@ -192,12 +192,12 @@ async fn delete_everywhere(
                     release_id.as_bytes().to_vec(),
                 ]
                 .into_iter()
-                .chain(count.as_ref().map(|_| b"1".to_vec()))
+                .chain(record.as_ref().map(|_| b"1".to_vec()))
                 .collect(),
             ),
         Delete::ReleasePermit(permits) => compare_and_delete(&scripts::RELEASE_PERMIT)
             .with_extra_keys(
-                std::iter::once(&permits.count)
+                std::iter::once(&permits.record)
                     .chain(&permits.keys)
                     .cloned()
                     .collect(),

@@ -142,7 +142,7 @@ pub(crate) fn all() -> [&'static LuaScript; 18] {
 
 /// The script made of these files of `src/scripts/lua/`, in order: the functions it shares
 /// with other scripts first (`not_ours`, `hand_over`, `join_queue`, `fence_term`,
-/// `forget_permit_count`), then its own code. Each file is plain Lua; the docs below say what
+/// `delete_ours`, `forget_permit_count`), then its own code. Each file is plain Lua; the docs below say what
 /// each script's arguments are and why it does what it does. `join_queue.lua` carries no
 /// comments: `QUEUED_ACQUIRE` is sent whole with every call, comments included.
 macro_rules! lua {
@@ -245,8 +245,11 @@ pub(crate) static ACQUIRE_PERMIT: LuaScript = LuaScript::new(lua!("acquire_permi
 /// publishes, since a permit came free; answers `-1`. The record goes once none of the
 /// permits is held: the client passes it only with every permit's key (a failed round), and
 /// a key sent alone (a half-moved cluster slot, `request::InParts`) is never taken for it.
-pub(crate) static GIVE_BACK_PERMITS: LuaScript =
-    LuaScript::new(lua!("forget_permit_count", "give_back_permits"));
+pub(crate) static GIVE_BACK_PERMITS: LuaScript = LuaScript::new(lua!(
+    "delete_ours",
+    "forget_permit_count",
+    "give_back_permits"
+));
 
 /// `KEYS[1]` a permit's key, `KEYS[2]` the semaphore's record of its number of permits,
 /// `KEYS[3..]` every permit's key; `ARGV[1]` token, `ARGV[2]` the semaphore's release channel,
@@ -261,8 +264,12 @@ pub(crate) static GIVE_BACK_PERMITS: LuaScript =
 ///
 /// Nothing is handed over: permits do not queue. With `KEYS[1]` alone (a half-moved cluster
 /// slot), the record is left to its ttl.
-pub(crate) static RELEASE_PERMIT: LuaScript =
-    LuaScript::new(lua!("not_ours", "forget_permit_count", "release_permit"));
+pub(crate) static RELEASE_PERMIT: LuaScript = LuaScript::new(lua!(
+    "not_ours",
+    "delete_ours",
+    "forget_permit_count",
+    "release_permit"
+));
 
 /// `KEYS[1]` lock key, `KEYS[2]` its waiters' queue, `KEYS[3]` their liveness; `ARGV[1]`
 /// token, `ARGV[2]` the waiter's id, `ARGV[3]` liveness in ms, `ARGV[4]` its place.

@@ -562,8 +562,9 @@ async fn a_permit_re_added_by_an_extend_gets_its_record() {
 /// once, is deleted by the release itself: whichever of the two reaches the master first,
 /// nothing is left, the record included.
 ///
-/// Mutation: `RELEASE_PERMIT` without its loop over the other permits' keys: run, the record is
-/// left on the first master (4 runs of 4: the release is sent before the give-back).
+/// Mutation: `RELEASE_PERMIT` without its `delete_ours` over the other permits' keys: run,
+/// the record is left on the first master (4 runs of 4: the release is sent before the
+/// give-back).
 #[tokio::test]
 async fn a_release_at_once_after_a_split_round_leaves_nothing() {
     let cluster = Cluster::start(3);

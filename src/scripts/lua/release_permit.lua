@@ -6,9 +6,7 @@ else
   answer = not_ours(value)
 end
 if KEYS[2] then
-  for i = 3, #KEYS do
-    if redis.call('GET', KEYS[i]) == ARGV[1] then redis.call('DEL', KEYS[i]) end
-  end
+  delete_ours(3, #KEYS)
   forget_permit_count(2, 3, #KEYS)
 end
 if answer == -1 then redis.pcall('PUBLISH', ARGV[2], ARGV[3]) end
