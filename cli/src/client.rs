@@ -88,8 +88,8 @@ const MIN_LEASE_TTL: Duration = Duration::from_millis(100);
 /// still end before the deadline: `ttl/3 + T + ttl/12 + T < ttl − drift` needs about 3.5 T.
 const LEASE_TTL_IN_NODE_TIMEOUTS: u32 = 4;
 
-/// Refuses, before anything connects, a ttl whose lease could not survive one renewal (issue
-/// 31: `--ttl 13ms` used to be taken, and lost at once with exit 76). Names the per-node
+/// Refuses, before anything connects, a ttl whose lease could not survive one renewal
+/// (`--ttl 13ms` would be lost at once, exit 76). Names the per-node
 /// timeout's source only when the user set it.
 pub(crate) fn lease_ttl(ttl: Duration, tuning: &Tuning) -> Result<(), CliError> {
     let node_timeout = tuning

@@ -13,8 +13,8 @@
 //! kill-signal = "INT"     # run and elect
 //! ```
 //!
-//! The one-URL-per-line nodes file of earlier versions (`$XDG_CONFIG_HOME/redquorum/nodes`,
-//! or given with `--config`) still works, with a warning that shows the TOML to write instead.
+//! A one-URL-per-line nodes file (`$XDG_CONFIG_HOME/redquorum/nodes`, or given with
+//! `--config`) is read too, with a warning that shows the TOML to write instead.
 
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};

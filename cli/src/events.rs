@@ -3,7 +3,7 @@
 //! stdout stays untouched; `observe`, whose events are its output, writes them on stdout).
 //!
 //! Every JSON event has `ts` (RFC 3339, UTC, milliseconds) and `event`, and all but `error`
-//! a `resource`; the rest depends on the event (see [`Event`]). The sentences are the lines redquorum always printed.
+//! a `resource`; the rest depends on the event (see [`Event`]).
 
 use std::sync::OnceLock;
 use std::time::{Duration, Instant, SystemTime};

@@ -413,7 +413,7 @@ mod tests {
         assert!(is_config(
             Builder::new(one).per_node_timeout(Duration::ZERO).build()
         ));
-        // Accepted before, then a panic inside a task or inspect(): now a typed error.
+        // Past MAX_TTL: a typed error, not a panic inside a task or inspect().
         for too_long in [Duration::MAX, MAX_TTL + Duration::from_secs(1)] {
             assert!(matches!(
                 Builder::new(one).connect_timeout(too_long).build(),

@@ -498,7 +498,7 @@ mod tests {
     }
 
     /// No renewal once `max_hold` has passed, even one already scheduled (the renewal due at
-    /// 30 s, after 25 s of holding, is not made: it was, before this test).
+    /// 30 s, after 25 s of holding, is not made).
     /// Mutation: ignoring `max_hold`, or checking it only before the sleep.
     #[tokio::test(start_paused = true)]
     async fn max_hold_stops_renewing_and_loses_at_the_deadline() {

@@ -92,7 +92,6 @@ impl RedLock {
         Builder::new(nodes)
     }
 
-    /// What this client's handles and locks share, for the layers below the API.
     /// A client handle over `shared`, the first of its clones.
     pub(crate) fn from_shared(shared: Shared) -> Self {
         let shared = Arc::new(shared);
@@ -102,6 +101,7 @@ impl RedLock {
         }
     }
 
+    /// What this client's handles and locks share, for the layers below the API.
     pub(crate) fn shared(&self) -> &Arc<Shared> {
         &self.shared
     }

@@ -5,10 +5,10 @@
 //! `lock()` of the owning thread. redquorum hands out no nested guard. In async Rust the
 //! [`Lock`](crate::Lock) value *is* the ownership: code that needs the lock again takes
 //! `&mut Lock` (or the lease) from its caller, and a second guard would let two values each
-//! believe they own the lock, one releasing it under the other. What must not happen is the
-//! old behaviour: work asking its own client for the resource it runs under was treated as a
-//! stranger, refused as busy after its retries or, given a long wait, blocked until its own
-//! lock expired (a self-deadlock that ends by breaking the lock).
+//! believe they own the lock, one releasing it under the other. What must not happen is work
+//! asking its own client for the resource it runs under being treated as a stranger: refused
+//! as busy after its retries or, given a long wait, blocked until its own lock expires (a
+//! self-deadlock that ends by breaking the lock).
 //!
 //! A thread is no owner in async Rust: one task runs many futures (`join!`, `select!`), and two
 //! of them asking for one lock are two waiters, one of which gets it when the other releases.

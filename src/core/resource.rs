@@ -142,8 +142,8 @@ fn slot_tags() -> &'static [Option<u32>] {
 /// and every key a fenced acquire touches stays in one slot (a Redis Cluster voter can run it
 /// as one script). Sharing a counter keeps each resource's tokens increasing: a counter only
 /// ever grows, and other resources' acquires only make it grow faster. With a prefix whose
-/// own braces would put the counter in another slot than the lock, the per-resource counter
-/// of older versions is kept instead.
+/// own braces would put the counter in another slot than the lock, a per-resource counter
+/// (`prefix{resource}:fence`) is kept instead.
 pub(crate) fn fence_key(prefix: &[u8], resource: &[u8]) -> Vec<u8> {
     let lock = lock_key(prefix, resource);
     let slot = hash_slot(&lock);
@@ -177,8 +177,8 @@ pub(crate) struct FenceKeys {
     /// marker names the server's current run: one that restarted, with or without its data,
     /// must be re-seeded first (`crate::protocol::reseed`). One per counter, so as bounded.
     pub(crate) marker: Vec<u8>,
-    /// The per-resource counter older versions kept (`prefix{resource}:fence`), folded into
-    /// the slot's counter by the fenced acquire so tokens never go back across the upgrade;
+    /// The per-resource counter (`prefix{resource}:fence`), folded into the slot's counter by
+    /// the fenced acquire so tokens never go back;
     /// `None` when it *is* the counter in use (see [`fence_key`]).
     pub(crate) legacy: Option<Vec<u8>>,
 }

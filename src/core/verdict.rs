@@ -165,10 +165,9 @@ mod tests {
         )
     }
 
-    /// The case: a node never got the SET, two granting nodes are paused; the release
-    /// deletes on the other two. Not a majority released, but nothing proves the lock lost.
-    /// Each verdict becomes its error (cargo-mutants found this mapping untested by the unit
-    /// tests: `error()` returning `None` for every verdict survived them).
+    /// Each verdict becomes its error.
+    ///
+    /// Mutation: `error()` returning `None` for every verdict.
     #[test]
     fn each_rejection_becomes_its_error() {
         use crate::core::report::Report;
@@ -188,6 +187,8 @@ mod tests {
         assert!(error(Rejection::Outage).is_no_quorum());
     }
 
+    /// A node never got the SET, two granting nodes are paused; the release deletes on the
+    /// other two. Not a majority released, but nothing proves the lock lost.
     #[test]
     fn timeouts_are_an_outage_not_an_expiry() {
         let granted = [F, Y, Y, Y, Y];

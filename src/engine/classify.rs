@@ -240,7 +240,7 @@ mod tests {
             );
             assert!(matches!(negative, (NodeOutcome::Failed(_), None)));
         }
-        // The reply of the fenced acquire before re-seeding (no epoch) is not a grant.
+        // A fenced grant without its epoch (`{-1, f}`) is not a grant.
         let old = classify(
             Value::Array(vec![Value::Int(-1), Value::Int(41)]),
             &NodeOutcome::Granted,

@@ -431,7 +431,7 @@ mod tests {
     }
 
     #[test]
-    /// Mutation: the script part first (as it was, found by review): a release landing between
+    /// Mutation: the script part first: a release landing between
     /// the parts hands the lock to the leaving waiter, still queued.
     fn a_waiter_leaves_the_queue_then_passes_its_reservation_on() {
         let request = leaving_the_queue().with_payload(payload(&["ch", "id", "500"]));

@@ -31,8 +31,8 @@ impl Command {
 pub(crate) struct Request {
     pub(crate) command: Command,
     pub(crate) key: Vec<u8>,
-    /// `KEYS[2]…`, for the scripts that take them: the fence counter (and an older version's
-    /// per-resource counter), or the leader info.
+    /// `KEYS[2]…`, for the scripts that take them: the fence counter (and the per-resource
+    /// counter), or the leader info.
     pub(crate) extra_keys: Vec<Vec<u8>>,
     pub(crate) token: String,
     /// The numeric argument (`ARGV[2]`): the ttl in ms, or the fencing token to confirm.

@@ -281,8 +281,8 @@ impl<V: Voter> Fanout<'_, V> {
         }
     }
 
-    /// Follows the requests still running at the decision in a background task, bounded as
-    /// before, and returns what later rounds need to know of them.
+    /// Follows the requests still running at the decision in a background task, still bounded
+    /// as in the round, and returns what later rounds need to know of them.
     fn follow<F>(
         &self,
         mut flight: InFlight<F>,
@@ -731,7 +731,7 @@ mod tests {
     /// straggler it waited for is ordered.
     ///
     /// Mutation: deciding afresh at the deadline whether a request waits (`waits` re-evaluated
-    /// per use, as before) records voter 4's running request as timed out at 51 ms, makes the
+    /// per use) records voter 4's running request as timed out at 51 ms, makes the
     /// voter suspect and leaves its request out of the round's stragglers.
     #[tokio::test(start_paused = true)]
     async fn a_request_behind_a_straggler_is_not_timed_out_by_the_rounds_deadline() {

@@ -113,9 +113,8 @@ fn is_try_again(err: &redis::RedisError) -> bool {
 /// Sends `request` to `node`, or its part `part` (see `InParts`), following the cluster's
 /// redirections. A part is routed afresh by its own key, as the whole was, never sent where
 /// the whole was refused: which master refused says nothing about where one key is. (Before
-/// Redis 7.0 the leaving master answered `ASK` and the importing one `TRYAGAIN`; a one-key part
-/// sent there after `ASKING` would run on a key it does not have while the key is still on the
-/// leaving master. Only 7.0 is at hand to test.) `queued` runs once the request is handed to
+/// Redis 7.0 the importing master answered `TRYAGAIN`: a part sent there after `ASKING` could
+/// run without its key; untested, only 7.0 is at hand.) `queued` runs once the request is handed to
 /// the connection (see `Voter::ask`).
 ///
 /// # Cancel safety

@@ -18,7 +18,7 @@ use crate::scripts;
 ///
 /// A node whose grant landed after the decision holds our key too, but its counter never
 /// entered the token: its confirmation does not count (`NodeOutcome::LateGrant`). Counting it
-/// let two holders share a token (`DESIGN.md` §5; checked by `crate::model`).
+/// would let two holders share a token (`DESIGN.md` §5; checked by `crate::model`).
 ///
 /// # Cancel safety
 /// Dropping the future stops waiting; the acquire's `Cleanup` (held by the caller) deletes the

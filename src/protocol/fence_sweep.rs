@@ -4,7 +4,7 @@
 //! server's current term (`crate::protocol::reseed`). Re-seeding one slot on demand needs a marked
 //! majority, or every master: on a slot no fenced lock ever used, nothing is marked anywhere,
 //! so with one master down no fenced lock could be taken on it, and after a rolling restart
-//! every slot was in that state. So each fencing client sweeps in the background: every slot
+//! every slot is in that state. So each fencing client sweeps in the background: every slot
 //! (16,384, one counter each) on every master, re-seeding each slot some master is not marked
 //! for, with the same rule and the same scripts as the on-demand re-seed. A sweep while every
 //! master is up marks every slot everywhere; one after a master restarted (with or without its

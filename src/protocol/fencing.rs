@@ -27,7 +27,7 @@ use crate::protocol::shared::Shared;
 use crate::scripts;
 
 /// The fenced acquire of `key` under `token`: the lock key, then the slot's counter and
-/// marker (and an older version's per-resource counter).
+/// marker (and the per-resource counter).
 pub(crate) fn acquire_request(key: &[u8], token: &Token, keys: &FenceKeys) -> Request {
     let mut extra = vec![keys.counter.clone(), keys.marker.clone()];
     extra.extend(keys.legacy.clone());

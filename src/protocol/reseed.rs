@@ -55,8 +55,8 @@ use crate::voters::node::Node;
 /// What one master said about its counter.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub(crate) struct Reading {
-    /// The fence counter (the larger of the slot's counter and an older version's
-    /// per-resource counter); 0 when there is none.
+    /// The fence counter (the larger of the slot's counter and the per-resource counter);
+    /// 0 when there is none.
     pub(crate) counter: u64,
     /// Whether the marker names the server's current term.
     pub(crate) marked: bool,
@@ -73,8 +73,7 @@ pub(crate) struct Reading {
 /// majority lost its counters, which nothing can repair. The readings must be younger than
 /// the term of every master they seed, which the second round of [`reseed_among`] ensures:
 /// with one round, a marked master read before a holder's grant, beside one that lost that
-/// holder's confirmation in a restart, said less than the token (the model checker found it
-/// when its seeder could begin before the restart).
+/// holder's confirmation in a restart, can say less than the token.
 pub(crate) fn seed_value(readings: &[Option<Reading>]) -> Option<u64> {
     let answered: Vec<&Reading> = readings.iter().flatten().collect();
     let marked = answered.iter().filter(|r| r.marked).count();

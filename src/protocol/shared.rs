@@ -79,7 +79,6 @@ impl Shared {
             .unwrap_or(crate::MAX_DERIVED_NODE_TIMEOUT)
     }
 
-    /// How many nodes must agree.
     /// The client's voters, for a round: every round goes to all of them, and leaves what
     /// it still runs to the client's tracker.
     pub(crate) fn fanout(&self) -> Fanout<'_, Node> {
@@ -89,6 +88,7 @@ impl Shared {
         }
     }
 
+    /// How many nodes must agree.
     pub(crate) fn quorum(&self) -> usize {
         crate::core::quorum::quorum(self.nodes.len())
     }

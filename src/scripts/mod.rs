@@ -35,9 +35,9 @@
 //! a dataset replaced by an older copy of itself (a failback, whatever the backlog did since)
 //! is in a new term, and its counter counts only once re-seeded. Read in the script, not at
 //! connect time, so a client that missed a failover and a failback on an idle connection still
-//! sees the new term (`DESIGN.md` §5). The term before this rule (`run_id` alone unless
-//! `second_repl_offset` said "promoted") reverted once the backlog was freed; `crate::model`
-//! finds the token it handed out twice.
+//! sees the new term (`DESIGN.md` §5). A term of `run_id` alone (unless
+//! `second_repl_offset` said "promoted") reverts once the backlog is freed; `crate::model`
+//! finds a token handed out twice under it.
 //!
 //! A server that does not say `role:master`, or gives no replication id, answers `-6`
 //! (unseeded) at once: a replica adopts its master's replication id, so its term could name
@@ -165,10 +165,10 @@ macro_rules! lua {
 /// process wakes its longest waiter. Between two holders the key is never free, so a
 /// releaser's own next acquire, or a passer-by, cannot take the lock from the waiter that
 /// queued first; and a reservation is no lock (no token, no validity), so exclusion rests
-/// on the tokens as before.
+/// on the tokens alone.
 /// The publish and every queue command are `pcall`s: an ACL without `+publish` costs waiters a
-/// delay, one without the queue's commands (`+exists +time +zadd +zrange +zrem +hdel`, the
-/// deploy guide's rule before the hand-off) their turn, never the release itself. The cleanup of a
+/// delay, one without the queue's commands (`+exists +time +zadd +zrange +zrem +hdel`) their
+/// turn, never the release itself. The cleanup of a
 /// failed acquire passes no channel and no queue: waking or handing
 /// to waiters there would have them retry, fail and clean up in turn, waking each other for
 /// ever while the holder holds.
@@ -313,12 +313,12 @@ pub(crate) static EXTEND: LuaScript = LuaScript::new(lua!("extend"));
 /// client of that number holds there now); else renews the key (`-1`) or re-adds it (`-5`)
 /// as `EXTEND` does, and sets the record for at least the ttl. A re-added permit without its
 /// record would be a master of the holder's majority where a client of another number is
-/// granted (the review's schedule: re-added after an outage, then the first masters lost).
+/// granted (re-added after an outage, then the first masters lost).
 pub(crate) static EXTEND_PERMIT: LuaScript = LuaScript::new(lua!("extend_permit"));
 
 /// `KEYS[1]` lock key, `KEYS[2]` fence counter (one per hash slot, see
 /// `resource::fence_key`), `KEYS[3]` its re-seed marker (`resource::FenceKeys::marker`),
-/// optional `KEYS[4]` the per-resource counter older versions kept; `ARGV[1]` token, `ARGV[2]`
+/// optional `KEYS[4]` the per-resource counter; `ARGV[1]` token, `ARGV[2]`
 /// ttl in ms, `ARGV[3]` the `run_id` of the server as the client's connection learned it.
 ///
 /// First, a master whose marker does not name its current term (the fence term) answers `-6`
@@ -326,15 +326,15 @@ pub(crate) static EXTEND_PERMIT: LuaScript = LuaScript::new(lua!("extend_permit"
 /// re-seeded, so the counter may have gone back (no `appendfsync always`, an old snapshot, a
 /// failback) and must not enter a token (`crate::protocol::reseed`).
 /// Then `SET NX PX`, and when the key is set, also `INCR`s the fence counter and answers
-/// `{-1, counter}`; when it is taken, the holder's remaining ttl. A per-resource counter left
-/// by an older version is folded into the slot's counter first (the larger wins) and deleted,
-/// so tokens never go back across the upgrade. (The plain acquire is no script: it sends
-/// `SET NX PX` and `PTTL` as two native commands, see `request::Command`.)
+/// `{-1, counter}`; when it is taken, the holder's remaining ttl. A per-resource counter
+/// (`legacy`) is folded into the slot's counter first (the larger wins) and deleted, so
+/// tokens never go back. (The plain acquire is no script: one native `SET NX PX`, see
+/// `request::Command`.)
 pub(crate) static ACQUIRE_FENCED: LuaScript =
     LuaScript::with_run_id(lua!("fence_term", "acquire_fenced"));
 
-/// `KEYS[1]` fence counter, `KEYS[2]` its re-seed marker, optional `KEYS[3]` an older
-/// version's per-resource counter; `ARGV[1]` the server's `run_id`. Answers
+/// `KEYS[1]` fence counter, `KEYS[2]` its re-seed marker, optional `KEYS[3]` the
+/// per-resource counter; `ARGV[1]` the server's `run_id`. Answers
 /// `{counter, run, legacy, term}` (the first three nil where there is none; `term` the
 /// server's fence term now, the fence term) and moves the marker's epoch on: a fenced confirm
 /// whose grant came before this reading no longer counts on this master (`CONFIRM_FENCE`), so
@@ -342,7 +342,7 @@ pub(crate) static ACQUIRE_FENCED: LuaScript =
 /// On every master read, marked or not: a master whose term changed without a restart (a
 /// first replica attaching, its backlog freed) is unmarked but keeps the keys and epochs of
 /// grants from its last term, and a confirm of one landing after the reading must not count
-/// (found by review: with the epoch moved on only where marked, a holder confirmed on such a
+/// (with the epoch moved on only where marked, a holder confirmed on such a
 /// master after the reading, plus one whose confirmation an empty restart lost, could share
 /// a majority with a later holder's lower token).
 pub(crate) static SEED_READ: LuaScript = LuaScript::new(lua!("fence_term", "seed_read"));
@@ -385,12 +385,12 @@ pub(crate) static MARK_SEEDED: LuaScript = LuaScript::new(lua!("fence_term", "ma
 /// The term check closes it for a master whose term changed since the grant (a failback to an
 /// older copy of its data, which can bring back the key and the epoch of the grant; a first
 /// replica attaching): its counter does not count in its new term until re-seeded, so neither
-/// does a confirmation there (found by review).
+/// does a confirmation there.
 ///
 /// Which answers confirm the token is the client's rule, not the script's: only masters that
 /// granted the lock before the acquire was decided count (`confirm::confirm_fence`). A master
 /// whose grant landed after the decision holds our key too, but its counter never entered T;
-/// counting it let two holders share a token, or a later one get a lower token (`DESIGN.md`
+/// counting it would let two holders share a token, or a later one get a lower token (`DESIGN.md`
 /// §5; `crate::model` finds it with the old rule).
 pub(crate) static CONFIRM_FENCE: LuaScript =
     LuaScript::with_run_id(lua!("not_ours", "fence_term", "confirm_fence"));
@@ -403,8 +403,8 @@ pub(crate) static CONFIRM_FENCE: LuaScript =
 ///
 /// A script sees its keys as of its start, but `PTTL` reads the clock: in the lock key's last
 /// millisecond the `GET` still finds it and `PTTL` says 0. Nothing is written then, and the
-/// answer is `-2`, the key's expiry (a `SET` without `PX` there left the info without any
-/// expiry: issue 29). Only a lock key without an expiry, which we never make, gives an info
+/// answer is `-2`, the key's expiry (a `SET` without `PX` there would leave the info without
+/// any expiry). Only a lock key without an expiry, which we never make, gives an info
 /// without one.
 pub(crate) static WRITE_LEADER_INFO: LuaScript =
     LuaScript::new(lua!("not_ours", "write_leader_info"));

@@ -627,7 +627,7 @@ mod tests {
     }
 
     /// Mutation: a settings change that makes a new identity (`self.id = Arc::default()` in
-    /// `settings`, as `Arc::make_mut` of the identity did in the first version): the
+    /// `settings`, or `Arc::make_mut` of the identity): the
     /// configured clone is another client, whose acquire inside `with_lock` is a conflict
     /// instead of `HeldByCaller`. Mutation: a retry seed that is not used draws other delays
     /// on the replay.

@@ -25,8 +25,8 @@ const REDIS_PORT: u16 = 6379;
 ///
 /// The URL form is `redis+cluster://[user:password@]host:port[,host:port…]`; the credentials
 /// are every shard's. With TLS compiled in, give `rediss://` seeds to [`ClusterNode::new`]:
-/// every shard is then reached with the first seed's TLS settings (not tested yet: the
-/// tests run no TLS cluster). A client whose nodes
+/// every shard is then reached with the first seed's TLS settings (untested: the tests
+/// run no TLS cluster). A client whose nodes
 /// include a cluster refuses a multi-resource lock whose resources do not share one hash slot
 /// ([`ConfigError::CrossSlot`](crate::ConfigError::CrossSlot)).
 ///

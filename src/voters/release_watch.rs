@@ -491,8 +491,8 @@ mod tests {
         (waiters, named)
     }
 
-    /// Mutation: waking the longest waiter for a message that names someone (the behaviour
-    /// before the hand-off) wakes a waiter whose round can only fail.
+    /// Mutation: waking the longest waiter for a message that names someone wakes a waiter
+    /// whose round can only fail.
     #[test]
     fn a_message_naming_a_waiter_wakes_only_that_waiter_once() {
         let (mut waiters, named) = waiting(&["c.a", "c.b"]);

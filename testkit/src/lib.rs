@@ -20,7 +20,9 @@
 //!   the lab's bench and the criterion benches (`benches/redlock.rs`) measure redquorum against.
 //!
 //! Only loopback addresses are used, and a signal goes only to a process this crate started.
-//! `redis-server` must be on `PATH` (`sudo apt-get install -y redis-server` on Debian/Ubuntu).
+//! `redis-server` must be on `PATH` (`sudo apt-get install -y redis-server` on Debian/Ubuntu),
+//! and `valkey-server` too for the tests that run Valkey ([`ServerKind`]; `bash .ci/test`
+//! installs it).
 
 pub mod baseline;
 mod cluster;
@@ -36,5 +38,5 @@ pub use dev::{DevCluster, DevError, DevNode, NodeState};
 pub use proxy::{Fault, Proxy};
 pub use redis_cluster::RedisCluster;
 pub use sentinel::SentinelGroup;
-pub use server::{free_port, free_ports, redis_server_binary};
+pub use server::{ServerKind, TEST_SERVER_VARIABLE, free_port, free_ports};
 pub use wait::eventually;

@@ -398,8 +398,8 @@ fn create(servers: &Cluster, replicas: usize) {
 
 /// `count` memory-only cluster-enabled servers, not joined yet.
 fn cluster_enabled(count: usize) -> Cluster {
-    Cluster::start_with_args(
-        count,
+    Cluster::start_kinds(
+        &vec![crate::ServerKind::of_group(); count],
         Persistence::None,
         &["--cluster-enabled", "yes", "--cluster-node-timeout", "5000"],
     )

@@ -51,7 +51,8 @@ impl SentinelGroup {
         } else {
             &[]
         };
-        let mut data = Cluster::start_with_args(1, crate::Persistence::None, guard);
+        let kind = crate::ServerKind::of_group();
+        let mut data = Cluster::start_kinds(&[kind], crate::Persistence::None, guard);
         let master_port = data.server(0).port().to_string();
         let mut replica = vec!["--replicaof", "127.0.0.1", &master_port];
         replica.extend_from_slice(guard);

@@ -27,6 +27,7 @@ mod repo_files;
 mod restarts;
 mod semaphore;
 mod sentinel;
+mod servers;
 mod tls;
 mod types;
 mod validity;
@@ -36,8 +37,8 @@ mod waiting;
 use std::time::Duration;
 
 use redquorum::RedLock;
-use redquorum_testkit::Cluster;
 pub(crate) use redquorum_testkit::eventually;
+use redquorum_testkit::{Cluster, Fault, Proxy};
 
 pub(crate) const PREFIX: &[u8] = b"redquorum:";
 /// How many Lua scripts redquorum loads on every new connection (`scripts::all`).
@@ -81,6 +82,37 @@ pub(crate) async fn held_everywhere(cluster: &Cluster, lock: &redquorum::Lock) -
             .all(|i| cluster.get(i, &key).as_deref() == Some(token))
     })
     .await
+}
+
+/// A client over `cluster` whose first `slow` nodes are reached through proxies (so a test can
+/// slow them down, see [`slowly`]), the others directly; every connection made.
+pub(crate) async fn first_behind_proxies(
+    cluster: &Cluster,
+    slow: usize,
+    per_node_timeout: Duration,
+) -> (Vec<Proxy>, RedLock) {
+    let mut proxies = Vec::new();
+    for node in 0..slow {
+        proxies.push(Proxy::start(cluster.server(node).port()).await);
+    }
+    let mut urls: Vec<String> = proxies.iter().map(Proxy::url).collect();
+    urls.extend((slow..cluster.len()).map(|node| cluster.server(node).url()));
+    let rl = client_of(urls, per_node_timeout);
+    rl.connect_all().await.expect("connect");
+    (proxies, rl)
+}
+
+/// Runs `work` while every proxy delays its traffic by 30 ms: a round then hears the other
+/// nodes before it is decided.
+pub(crate) async fn slowly<T>(proxies: &[Proxy], work: impl std::future::Future<Output = T>) -> T {
+    for proxy in proxies {
+        proxy.set(Fault::Delay(Duration::from_millis(30)));
+    }
+    let done = work.await;
+    for proxy in proxies {
+        proxy.set(Fault::None);
+    }
+    done
 }
 
 /// Waits for what `rl` left running in the background: a release is decided at the majority

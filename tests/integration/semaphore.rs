@@ -505,8 +505,10 @@ async fn a_master_that_granted_another_permit_keeps_no_record_after_the_release(
 #[tokio::test]
 async fn a_permit_re_added_by_an_extend_gets_its_record() {
     let cluster = Cluster::start(3);
-    let rl = client(&cluster, NODE_TIMEOUT);
-    rl.connect_all().await.expect("connected");
+    // An extend re-adds only where the grant's round heard for certain that our key never
+    // got there: the first two masters answer slowly during the grant, so the third has
+    // refused before the round is decided.
+    let (proxies, rl) = crate::first_behind_proxies(&cluster, 2, NODE_TIMEOUT).await;
     let record = count_record();
     for index in 0..2 {
         cluster.set(
@@ -516,26 +518,14 @@ async fn a_permit_re_added_by_an_extend_gets_its_record() {
             Duration::from_secs(60),
         );
     }
-    // An extend re-adds only where the grant's round heard for certain that our key never
-    // got there; a round decided before the third master answered does not count it, so the
-    // grant is taken again until it has.
     let semaphore = rl.semaphore("pool", 2).expect("semaphore");
-    let mut permit = None;
-    for _ in 0..20 {
-        let taken = semaphore
-            .try_acquire(Duration::from_secs(10))
-            .await
-            .expect("granted by the first two");
-        let heard = taken.report().iter().any(|line| {
-            line.node().index() == 2 && matches!(line.outcome(), NodeOutcome::HeldByOther { .. })
-        });
-        if heard {
-            permit = Some(taken);
-            break;
-        }
-        taken.release().await.expect("release");
-    }
-    let mut permit = permit.expect("the third master heard in 20 rounds");
+    let mut permit = crate::slowly(&proxies, semaphore.try_acquire(Duration::from_secs(10)))
+        .await
+        .expect("granted by the first two");
+    let heard = permit.report().iter().any(|line| {
+        line.node().index() == 2 && matches!(line.outcome(), NodeOutcome::HeldByOther { .. })
+    });
+    assert!(heard, "{}", permit.report());
     assert_eq!(cluster.get(2, &record), None);
     let _: i64 = cluster.run(2, redis::cmd("DEL").arg(permit_key(0)).arg(permit_key(1)));
     permit

@@ -124,33 +124,24 @@ async fn a_renewal_that_times_out_on_a_granting_node_keeps_the_lease() {
 #[tokio::test]
 async fn a_lease_on_a_bare_majority_spreads_and_survives_losing_a_granting_node() {
     let mut cluster = Cluster::start(5);
-    let rl = client(&cluster, NODE_TIMEOUT);
+    let (proxies, rl) = crate::first_behind_proxies(&cluster, 3, NODE_TIMEOUT).await;
     let key = lock_key(b"verdict-spread");
     for node in [3, 4] {
         cluster.set(node, &key, b"someone else", Duration::from_secs(60));
     }
     let ttl = Duration::from_secs(2);
     // A renewal re-adds the key only where the grant's round heard for certain that it never
-    // got there; a round decided before nodes 3 and 4 answered (seen in a loaded CI run) does
-    // not know that, so the lock is taken again until it heard both.
-    let mut heard = None;
-    for _ in 0..20 {
-        let lock = rl
-            .try_acquire("verdict-spread", ttl)
-            .await
-            .expect("acquire on 3 of 5");
-        let refused = lock
-            .report()
-            .iter()
-            .filter(|line| matches!(line.outcome(), NodeOutcome::HeldByOther { .. }))
-            .count();
-        if refused == 2 {
-            heard = Some(lock);
-            break;
-        }
-        lock.release().await.expect("release");
-    }
-    let lock = heard.expect("nodes 3 and 4 heard in 20 rounds");
+    // got there: nodes 0–2 answer slowly during the acquire, so 3 and 4 have refused before
+    // the round is decided (without it, a loaded run decided first, every time).
+    let lock = crate::slowly(&proxies, rl.try_acquire("verdict-spread", ttl))
+        .await
+        .expect("acquire on 3 of 5");
+    let refused = lock
+        .report()
+        .iter()
+        .filter(|line| matches!(line.outcome(), NodeOutcome::HeldByOther { .. }))
+        .count();
+    assert_eq!(refused, 2, "{}", lock.report());
     let token = lock.token().expose().as_bytes().to_vec();
     let lease = lock.into_lease(
         LeaseOptions::default()
@@ -190,36 +181,20 @@ async fn a_lease_on_a_bare_majority_spreads_and_survives_losing_a_granting_node(
 /// this fail: the extend succeeds.
 #[tokio::test]
 async fn a_re_added_majority_does_not_hide_a_possible_loss() {
-    use redquorum_testkit::{Fault, Proxy};
     let cluster = Cluster::start(5);
-    // Nodes 0–2 behind slow links during the acquire, so 3 and 4 have refused before the
-    // round is decided: the lock knows they never took its key (a straggler might have).
-    let proxies = [
-        Proxy::start(cluster.server(0).port()).await,
-        Proxy::start(cluster.server(1).port()).await,
-        Proxy::start(cluster.server(2).port()).await,
-    ];
-    let mut urls: Vec<String> = proxies.iter().map(Proxy::url).collect();
-    urls.extend([cluster.server(3).url(), cluster.server(4).url()]);
-    let rl = redquorum::RedLock::builder(urls)
-        .per_node_timeout(NODE_TIMEOUT)
-        .build()
-        .expect("config");
-    rl.connect_all().await.expect("connect");
+    // Nodes 0–2 answer slowly during the acquire, so 3 and 4 have refused before the round
+    // is decided: the lock knows they never took its key (a straggler might have).
+    let (proxies, rl) = crate::first_behind_proxies(&cluster, 3, NODE_TIMEOUT).await;
     let key = lock_key(b"verdict-proof");
     for node in [3, 4] {
         cluster.set(node, &key, b"someone else", Duration::from_secs(60));
     }
-    for proxy in &proxies {
-        proxy.set(Fault::Delay(Duration::from_millis(30)));
-    }
-    let mut lock = rl
-        .try_acquire("verdict-proof", Duration::from_secs(30))
-        .await
-        .expect("acquire on 3 of 5");
-    for proxy in &proxies {
-        proxy.set(Fault::None);
-    }
+    let mut lock = crate::slowly(
+        &proxies,
+        rl.try_acquire("verdict-proof", Duration::from_secs(30)),
+    )
+    .await
+    .expect("acquire on 3 of 5");
     for node in [0, 3, 4] {
         let _: () = cluster.run(node, redis::cmd("DEL").arg(&key));
     }
