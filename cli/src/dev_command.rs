@@ -4,7 +4,7 @@ use std::time::Duration;
 
 use serde_json::json;
 
-use redquorum_testkit::DevCluster;
+use redquorum_testkit::{DevCluster, ServerKind};
 
 use crate::args::DevAction;
 use crate::exit::{self, CliError};
@@ -16,9 +16,11 @@ pub(crate) fn open_dev_cluster() -> Result<Option<DevCluster>, CliError> {
 
 pub(crate) fn dev(action: DevAction, as_json: bool) -> Result<u8, CliError> {
     let cluster = match action {
-        DevAction::Up { count } => {
+        DevAction::Up { count, server } => {
             let dir = DevCluster::default_dir()?;
-            let (cluster, created) = DevCluster::up(&dir, usize::from(count))?;
+            let kind = ServerKind::from_name(&server)
+                .ok_or_else(|| CliError::usage(format!("--server {server}: redis or valkey")))?;
+            let (cluster, created) = DevCluster::up(&dir, usize::from(count), kind)?;
             eprintln!(
                 "redquorum: dev cluster {} in {}",
                 if created { "started" } else { "is up" },
@@ -64,6 +66,7 @@ fn print_status(cluster: &DevCluster, as_json: bool) {
                 let ping = n.ping(timeout);
                 json!({
                     "node": n.index,
+                    "server": n.kind.program(),
                     "url": n.url(),
                     "pid": n.pid(),
                     "state": n.state().label(),
@@ -81,9 +84,10 @@ fn print_status(cluster: &DevCluster, as_json: bool) {
             Err(e) => e,
         };
         println!(
-            "node {}  {:<24} pid {:<8} {:<7} {ping}",
+            "node {}  {:<24} {:<13} pid {:<8} {:<7} {ping}",
             n.index,
             n.url(),
+            n.kind.program(),
             n.pid().map_or("-".into(), |p| p.to_string()),
             n.state().label(),
         );

@@ -61,9 +61,11 @@ impl Sizes {
 pub async fn bench(quick: bool, as_json: bool) -> Result<u8, LabError> {
     let mut signals = StopSignals::listen()?;
     let dir = std::env::temp_dir().join(format!("redquorum-bench-{}", std::process::id()));
-    let cluster = tokio::task::spawn_blocking(move || DevCluster::start_memory_only(dir, NODES))
-        .await
-        .map_err(|e| LabError::new(e.to_string()))??;
+    let kind = redquorum_testkit::ServerKind::for_dev().map_err(LabError::new)?;
+    let cluster =
+        tokio::task::spawn_blocking(move || DevCluster::start_memory_only(dir, NODES, kind))
+            .await
+            .map_err(|e| LabError::new(e.to_string()))??;
     let result = tokio::select! {
         result = measure(&cluster, Sizes::new(quick), as_json) => Ok(result),
         signal = signals.recv() => Err(signal),

@@ -56,9 +56,11 @@ pub struct Contention {
 pub async fn contend(run: Contention, as_json: bool) -> Result<u8, LabError> {
     let mut signals = StopSignals::listen()?;
     let dir = std::env::temp_dir().join(format!("redquorum-contend-{}", std::process::id()));
-    let cluster = tokio::task::spawn_blocking(move || DevCluster::start_memory_only(dir, NODES))
-        .await
-        .map_err(|e| LabError::new(e.to_string()))??;
+    let kind = redquorum_testkit::ServerKind::for_dev().map_err(LabError::new)?;
+    let cluster =
+        tokio::task::spawn_blocking(move || DevCluster::start_memory_only(dir, NODES, kind))
+            .await
+            .map_err(|e| LabError::new(e.to_string()))??;
     let urls = cluster.urls();
     let result = tokio::select! {
         result = measure(&urls, &run) => Ok(result),

@@ -133,7 +133,8 @@ struct Term {
 /// When the cluster cannot be started, the nemesis fails, or two candidates led at once.
 pub async fn demo(quick: bool, as_json: bool) -> Result<u8, LabError> {
     let scale = if quick { QUICK } else { 1.0 };
-    let (cluster, created) = DevCluster::up(&DevCluster::default_dir()?, NODES)?;
+    let kind = redquorum_testkit::ServerKind::for_dev().map_err(LabError::new)?;
+    let (cluster, created) = DevCluster::up(&DevCluster::default_dir()?, NODES, kind)?;
     let t0 = Instant::now();
     let say = crate::report::sayer(as_json);
     say(format!(

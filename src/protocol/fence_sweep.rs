@@ -6,9 +6,10 @@
 //! so with one master down no fenced lock could be taken on it, and after a rolling restart
 //! every slot is in that state. So each fencing client sweeps in the background: every slot
 //! (16,384, one counter each) on every master, re-seeding each slot some master is not marked
-//! for, with the same rule and the same scripts as the on-demand re-seed. A sweep while every
-//! master is up marks every slot everywhere; one after a master restarted (with or without its
-//! data) or failed over re-seeds it from the marked majority the other masters make.
+//! for, with the same rule as the on-demand re-seed, and scripts that do for each slot what its
+//! scripts do for one (several slots per request). A sweep while every master is up marks
+//! every slot everywhere; one after a master restarted (with or without its data) or failed
+//! over re-seeds it from the marked majority the other masters make.
 //!
 //! A server that was swept in its current term says so in its seeding record
 //! (`resource::fence_record_key`, written by `scripts::MARK_SEEDED` once every slot on it is
@@ -256,24 +257,48 @@ async fn sweep_chunk(
         }
     }))
     .await;
-    join_all(chunk.iter().enumerate().map(|(j, keys)| {
+    let mut swept = Vec::with_capacity(chunk.len());
+    // The slots to re-seed (their place in the chunk and their keys), by the masters that
+    // answered for them: one group unless a voter is a Redis Cluster, one of whose shards
+    // may have answered for some slots and not others.
+    let mut to_reseed: Vec<Group<'_>> = Vec::new();
+    for (j, keys) in chunk.iter().enumerate() {
         let state = |s: &Vec<Option<bool>>| s.get(j).copied().flatten();
         let answered: Vec<bool> = states.iter().map(|s| state(s).is_some()).collect();
         let marked: Vec<bool> = states.iter().map(|s| state(s) == Some(true)).collect();
-        async move {
-            if marked == answered {
-                return (marked, answered.clone(), answered);
+        // Some master that answered is not seeded for this slot: re-seed it (which also
+        // moves the marked masters' epochs on, so only here), unless neither a marked
+        // majority nor every master answered: the re-seed could not trust its readings
+        // (`reseed::seed_value`), and they would move epochs on for nothing, fencing off
+        // others' confirmations.
+        let marked_now = marked.iter().filter(|m| **m).count();
+        let trusted = marked_now >= quorum || !answered.contains(&false);
+        if marked != answered && trusted {
+            match to_reseed
+                .iter_mut()
+                .find(|group| group.answered == answered)
+            {
+                Some(group) => group.slots.push((j, keys)),
+                None => to_reseed.push(Group {
+                    answered: answered.clone(),
+                    slots: vec![(j, keys)],
+                }),
             }
-            // Neither a marked majority nor every master: the re-seed could not trust its
-            // readings (`reseed::seed_value`), so it is not run (its readings would move
-            // epochs on for nothing, fencing off others' confirmations).
-            let marked_now = marked.iter().filter(|m| **m).count();
-            if marked_now < quorum && answered.contains(&false) {
-                return (marked, answered.clone(), answered);
-            }
-            // Some master that answered is not seeded for this slot: re-seed it
-            // (which also moves the marked masters' epochs on, so only here).
-            let reseeded = reseed::reseed_among(nodes, keys, timeout, &answered).await;
+        }
+        swept.push((marked, answered.clone(), answered));
+    }
+    let groups = join_all(
+        to_reseed
+            .into_iter()
+            .map(|Group { answered, slots }| async move {
+                let keys: Vec<&FenceKeys> = slots.iter().map(|(_, keys)| *keys).collect();
+                let reseeded = reseed::reseed_slots(nodes, &keys, timeout, &answered).await;
+                (answered, slots, reseeded)
+            }),
+    )
+    .await;
+    for (answered, slots, reseeded) in groups {
+        for ((j, _), reseeded) in slots.into_iter().zip(reseeded) {
             // A master the trusted re-seed could not mark refused the write (or left its
             // term): it is not asked again in this sweep, as one that did not answer.
             let still_asked = answered
@@ -281,10 +306,19 @@ async fn sweep_chunk(
                 .zip(&reseeded.marked_nodes)
                 .map(|(answered, marked)| *answered && *marked)
                 .collect();
-            (reseeded.marked_nodes, answered, still_asked)
+            if let Some(slot) = swept.get_mut(j) {
+                *slot = (reseeded.marked_nodes, answered.clone(), still_asked);
+            }
         }
-    }))
-    .await
+    }
+    swept
+}
+
+/// Slots of a chunk to re-seed together: those the same masters answered for.
+struct Group<'a> {
+    answered: Vec<bool>,
+    /// Each slot's place in the chunk, and its keys.
+    slots: Vec<(usize, &'a FenceKeys)>,
 }
 
 /// Records, on each master whose record was stale and that is now seeded on every slot

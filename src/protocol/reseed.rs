@@ -200,6 +200,223 @@ pub(crate) async fn reseed_among(
     reseeded
 }
 
+/// [`reseed_among`] for many slots at once (a fence sweep): each round is one request per
+/// master for every slot (`scripts::SEED_READ_SLOTS`, `scripts::SEED_FENCE_SLOTS`) instead of
+/// one per slot, and each slot is judged and written exactly as [`reseed_among`] judges and
+/// writes one. Slot by slot with [`reseed_among`] where a master is a Redis Cluster (its
+/// slots may live on different shards) or a slot has a per-resource counter (which the slot
+/// scripts do not read). Returns what it did for each slot of `slots`, in order.
+///
+/// # Cancel safety
+/// As [`reseed`].
+pub(crate) async fn reseed_slots(
+    nodes: &[Node],
+    slots: &[&FenceKeys],
+    timeout: Duration,
+    asked: &[bool],
+) -> Vec<Reseeded> {
+    if nodes.iter().any(Node::is_cluster) || slots.iter().any(|keys| keys.legacy.is_some()) {
+        return join_all(
+            slots
+                .iter()
+                .map(|keys| reseed_among(nodes, keys, timeout, asked)),
+        )
+        .await;
+    }
+    if slots.is_empty() {
+        return Vec::new();
+    }
+    let first = read_slots_round(nodes, slots, timeout, asked).await;
+    let answered: Vec<bool> = first.iter().map(Option::is_some).collect();
+    // Every slot's result, as if no master were unmarked (every master that answered is
+    // marked); the slots some master was read unmarked for are re-seeded below.
+    let mut done: Vec<Reseeded> = vec![
+        Reseeded {
+            marked_nodes: answered.clone(),
+        };
+        slots.len()
+    ];
+    let mut pending: Vec<Pending<'_>> = Vec::new();
+    for (slot, keys) in slots.iter().enumerate() {
+        let unmarked: Vec<bool> = first
+            .iter()
+            .map(|r| r.as_ref().is_some_and(|r| r.unmarked(slot)))
+            .collect();
+        if unmarked.contains(&true) {
+            pending.push(Pending {
+                slot,
+                keys,
+                unmarked,
+                value: None,
+            });
+        }
+    }
+    if pending.is_empty() {
+        return done;
+    }
+    // As in `reseed_among`: the value comes from a second reading, begun once the first has
+    // read every master to be written, and a master is written only while its term is the
+    // one the first round saw.
+    let first_terms: Vec<Option<String>> = first.into_iter().map(|r| r.map(|r| r.term)).collect();
+    let pending_keys: Vec<&FenceKeys> = pending.iter().map(|p| p.keys).collect();
+    let second = read_slots_round(nodes, &pending_keys, timeout, &answered).await;
+    for (at, slot) in pending.iter_mut().enumerate() {
+        let readings: Vec<Option<Reading>> = second
+            .iter()
+            .map(|r| r.as_ref().and_then(|r| r.readings.get(at).copied()))
+            .collect();
+        slot.value = seed_value(&readings);
+    }
+    let pending = &pending;
+    let writes = second.into_iter().zip(first_terms).enumerate().map(
+        |(node, (read, first_term))| async move {
+            let read = read?;
+            let same_term = first_term.as_deref() == Some(read.term.as_str());
+            // Per pending slot: written here (its value, when this master is to be written).
+            let to_write: Vec<Option<(&FenceKeys, u64)>> = pending
+                .iter()
+                .enumerate()
+                .map(|(at, slot)| {
+                    let write = same_term
+                        && read.unmarked(at)
+                        && slot.unmarked.get(node).is_some_and(|u| *u);
+                    slot.value.filter(|_| write).map(|value| (slot.keys, value))
+                })
+                .collect();
+            let writes: Vec<(&FenceKeys, u64)> = to_write.iter().flatten().copied().collect();
+            let written = writes.is_empty() || write_slots(&read, &writes, timeout).await;
+            let marked: Vec<bool> = to_write
+                .iter()
+                .enumerate()
+                .map(|(at, write)| !read.unmarked(at) || (written && write.is_some()))
+                .collect();
+            Some(marked)
+        },
+    );
+    let per_master: Vec<Option<Vec<bool>>> = join_all(writes).await;
+    for (at, slot) in pending.iter().enumerate() {
+        let marked_nodes = per_master
+            .iter()
+            .map(|m| m.as_ref().and_then(|m| m.get(at)).is_some_and(|m| *m))
+            .collect();
+        if let Some(done) = done.get_mut(slot.slot) {
+            *done = Reseeded { marked_nodes };
+        }
+    }
+    tracing::debug!(
+        slots = slots.len(),
+        reseeded = pending.len(),
+        "fence counters re-seeded"
+    );
+    done
+}
+
+/// A slot [`reseed_slots`] reads a second time: some master was read unmarked for it.
+struct Pending<'a> {
+    /// Its index in the slots asked for.
+    slot: usize,
+    keys: &'a FenceKeys,
+    /// Per master: read unmarked by the first round.
+    unmarked: Vec<bool>,
+    /// The value to seed, when the second round's readings can be trusted.
+    value: Option<u64>,
+}
+
+/// Many slots' readings on one master, and the connection and term they were made on.
+struct SlotsRead {
+    /// One per slot read, in order.
+    readings: Vec<Reading>,
+    conn: MultiplexedConnection,
+    run_id: Arc<str>,
+    term: String,
+}
+
+impl SlotsRead {
+    /// Whether the `slot`-th slot read is not marked for the term it was read in.
+    fn unmarked(&self, slot: usize) -> bool {
+        self.readings.get(slot).is_some_and(|r| !r.marked)
+    }
+}
+
+async fn read_slots_round(
+    nodes: &[Node],
+    slots: &[&FenceKeys],
+    timeout: Duration,
+    asked: &[bool],
+) -> Vec<Option<SlotsRead>> {
+    join_all(nodes.iter().zip(asked).map(|(node, asked)| async move {
+        if !asked {
+            return None;
+        }
+        match tokio::time::timeout(timeout, read_slots(node, slots)).await {
+            Ok(Ok(read)) => Some(read),
+            Ok(Err(err)) => {
+                tracing::debug!(node = %node.id(), error = %err, "re-seed: no reading");
+                None
+            }
+            Err(_) => {
+                tracing::debug!(node = %node.id(), "re-seed: no reading in time");
+                None
+            }
+        }
+    }))
+    .await
+}
+
+async fn read_slots(node: &Node, slots: &[&FenceKeys]) -> Result<SlotsRead, ReadError> {
+    let first = slots.first().ok_or(ReadError::NoSlot)?;
+    let ready = node.connection(&first.counter).await?;
+    let run_id = ready.run_id.clone().ok_or(ReadError::Unidentified)?;
+    let mut conn = ready.conn.clone();
+    let mut invocation = scripts::SEED_READ_SLOTS.script().prepare_invoke();
+    for keys in slots {
+        invocation
+            .key(keys.counter.as_slice())
+            .key(keys.marker.as_slice());
+    }
+    invocation.arg(&*run_id);
+    let values: Vec<Option<String>> = invocation
+        .invoke_async(&mut conn)
+        .await
+        .inspect_err(|err| node.learn_from_error(err, &ready))?;
+    let mut values = values.into_iter();
+    let term = values.next().flatten().ok_or(ReadError::Unidentified)?;
+    let mut readings = Vec::with_capacity(slots.len());
+    for _ in slots {
+        let counter = match values.next().ok_or(ReadError::TooFewAnswers)? {
+            Some(text) => text.parse::<u64>().map_err(|_| ReadError::NotANumber)?,
+            None => 0,
+        };
+        let marked =
+            values.next().ok_or(ReadError::TooFewAnswers)?.as_deref() == Some(term.as_str());
+        readings.push(Reading { counter, marked });
+    }
+    Ok(SlotsRead {
+        readings,
+        conn,
+        run_id,
+        term,
+    })
+}
+
+/// Raises each counter of `writes` to at least its value and marks it, on the master `read`
+/// was made on, in one request; whether it did.
+async fn write_slots(read: &SlotsRead, writes: &[(&FenceKeys, u64)], timeout: Duration) -> bool {
+    let mut invocation = scripts::SEED_FENCE_SLOTS.script().prepare_invoke();
+    for (keys, _) in writes {
+        invocation
+            .key(keys.counter.as_slice())
+            .key(keys.marker.as_slice());
+    }
+    invocation.arg(&*read.run_id).arg(read.term.as_str());
+    for (_, value) in writes {
+        invocation.arg(*value);
+    }
+    let mut conn = read.conn.clone();
+    let write = invocation.invoke_async::<i64>(&mut conn);
+    matches!(tokio::time::timeout(timeout, write).await, Ok(Ok(-1)))
+}
+
 /// One reading of each master `asked` names, all at once, each bounded by `timeout`.
 async fn read_round(
     nodes: &[Node],
@@ -237,6 +454,10 @@ enum ReadError {
     Unidentified,
     #[error("a fence counter that is not a number")]
     NotANumber,
+    #[error("no slot to read")]
+    NoSlot,
+    #[error("fewer answers than slots")]
+    TooFewAnswers,
 }
 
 async fn read(node: &Node, keys: &FenceKeys) -> Result<Read, ReadError> {

@@ -117,7 +117,7 @@ impl std::fmt::Debug for LuaScript {
 
 /// Every script sent by hash, for loading them all on a new connection (`QUEUED_ACQUIRE` is
 /// sent whole).
-pub(crate) fn all() -> [&'static LuaScript; 18] {
+pub(crate) fn all() -> [&'static LuaScript; 20] {
     [
         &ACQUIRE_MANY,
         &EXTEND_MANY,
@@ -135,6 +135,8 @@ pub(crate) fn all() -> [&'static LuaScript; 18] {
         &WRITE_LEADER_INFO,
         &SEED_READ,
         &SEED_FENCE,
+        &SEED_READ_SLOTS,
+        &SEED_FENCE_SLOTS,
         &FENCE_STATE,
         &MARK_SEEDED,
     ]
@@ -354,6 +356,24 @@ pub(crate) static SEED_READ: LuaScript = LuaScript::new(lua!("fence_term", "seed
 /// Should the server have restarted, or its dataset been replaced, since the reading, nothing
 /// is trusted that was learned about an earlier term.
 pub(crate) static SEED_FENCE: LuaScript = LuaScript::new(lua!("fence_term", "seed_fence"));
+
+/// [`SEED_READ`] for many slots at once, on a server that is no Redis Cluster (a fence sweep):
+/// `KEYS` pairs of a slot's fence counter and its re-seed marker, `ARGV[1]` the server's
+/// `run_id`. Answers `{term, counter1, run1, counter2, run2, …}` (nil where there is none), or
+/// `-6` on a server that is no master; moves every marker's epoch on, as `SEED_READ` does.
+/// Each slot's part is `SEED_READ`'s without a per-resource counter (a slot's keys have
+/// none), so the re-seed's argument holds slot by slot; the one script only reads them all at
+/// one instant, and the sweep sends one request per master for many slots instead of one each.
+pub(crate) static SEED_READ_SLOTS: LuaScript =
+    LuaScript::new(lua!("fence_term", "seed_read_slots"));
+
+/// [`SEED_FENCE`] for many slots at once, on a server that is no Redis Cluster: `KEYS` pairs of
+/// a slot's fence counter and its re-seed marker, `ARGV[1]` the server's `run_id`, `ARGV[2]`
+/// the term `SEED_READ_SLOTS` found it in, `ARGV[3…]` the value for each pair. Only while the
+/// server is still in that term (else `-6`, and nothing changes): raises each counter to at
+/// least its value and marks it for that term.
+pub(crate) static SEED_FENCE_SLOTS: LuaScript =
+    LuaScript::new(lua!("fence_term", "seed_fence_slots"));
 
 /// `KEYS` re-seed markers (slots', `resource::FenceKeys::marker`, or a server's seeding
 /// record, `resource::fence_record_key`; several only where they may share a script, on a
@@ -756,6 +776,134 @@ mod tests {
             // The record of the number of permits stays while permits are held.
             let record: Option<String> = cluster.run(0, redis::cmd("GET").arg("s:{p}:permits"));
             assert_eq!(record.as_deref(), Some("3"));
+        }
+
+        /// The run id and the fence term (`run_id/master_replid`) of server 0.
+        fn run_and_term(cluster: &Cluster) -> (String, String) {
+            let info: String = cluster.run(0, &redis::cmd("INFO"));
+            let field = |name: &str| {
+                info.lines()
+                    .find_map(|l| l.strip_prefix(name))
+                    .map(|v| v.trim().to_owned())
+                    .expect("INFO has it")
+            };
+            let run = field("run_id:");
+            let term = format!("{run}/{}", field("master_replid:"));
+            (run, term)
+        }
+
+        /// The sweep's scripts do for each slot what the one-slot re-seed scripts do: the same
+        /// readings (counter, marker), the same epochs moved on, the same counters raised
+        /// (never lowered) and markers written, and nothing at all in another term.
+        ///
+        /// Mutation: `SEED_FENCE_SLOTS` setting every counter to its value (no `fence <`
+        /// check) lowers slot b's counter (run, caught).
+        #[test]
+        fn the_slot_scripts_do_slot_by_slot_what_the_one_slot_scripts_do() {
+            use super::super::{SEED_FENCE, SEED_FENCE_SLOTS, SEED_READ, SEED_READ_SLOTS};
+            let cluster = Cluster::start(1);
+            let (run, term) = run_and_term(&cluster);
+            // Slot a: no counter, no marker; b: counter 9 marked for this term; c: counter
+            // 4 marked for an older term. The same three again under other names, for the
+            // one-slot scripts.
+            let set = |key: &str, value: &str| {
+                let _: () = cluster.run(0, redis::cmd("SET").arg(key).arg(value));
+            };
+            let mark = |key: &str, run: &str| {
+                let _: i64 = cluster.run(0, redis::cmd("HSET").arg(key).arg("run").arg(run));
+            };
+            for side in ["many", "one"] {
+                set(&format!("{side}:{{b}}:fence"), "9");
+                mark(&format!("{side}:{{b}}:seeded"), &term);
+                set(&format!("{side}:{{c}}:fence"), "4");
+                mark(&format!("{side}:{{c}}:seeded"), "old/run");
+            }
+            let slots = ["a", "b", "c"];
+            let keys = |side: &str, slot: &str| {
+                (
+                    format!("{side}:{{{slot}}}:fence"),
+                    format!("{side}:{{{slot}}}:seeded"),
+                )
+            };
+            let mut read = redis::cmd("EVAL");
+            read.arg(SEED_READ_SLOTS.code()).arg(2 * slots.len());
+            for slot in slots {
+                let (counter, marker) = keys("many", slot);
+                read.arg(counter).arg(marker);
+            }
+            read.arg(&run);
+            let many: Vec<Option<String>> = cluster.run(0, &read);
+            assert_eq!(
+                many.first().cloned().flatten().as_deref(),
+                Some(term.as_str())
+            );
+            for (i, slot) in slots.iter().enumerate() {
+                let (counter, marker) = keys("one", slot);
+                let one: Vec<Option<String>> = cluster.run(
+                    0,
+                    redis::cmd("EVAL")
+                        .arg(SEED_READ.code())
+                        .arg(2)
+                        .arg(counter)
+                        .arg(marker)
+                        .arg(&run),
+                );
+                assert_eq!(
+                    one.get(3).cloned().flatten().as_deref(),
+                    Some(term.as_str())
+                );
+                assert_eq!(many.get(1 + 2 * i), one.first(), "slot {slot}'s counter");
+                assert_eq!(many.get(2 + 2 * i), one.get(1), "slot {slot}'s marker");
+            }
+            let values = ["5", "7", "6"];
+            let mut write = redis::cmd("EVAL");
+            write.arg(SEED_FENCE_SLOTS.code()).arg(2 * slots.len());
+            for slot in slots {
+                let (counter, marker) = keys("many", slot);
+                write.arg(counter).arg(marker);
+            }
+            write.arg(&run).arg(&term).arg(&values[..]);
+            assert_eq!(cluster.run::<i64>(0, &write), -1);
+            for (slot, value) in slots.iter().zip(values) {
+                let (counter, marker) = keys("one", slot);
+                let one: i64 = cluster.run(
+                    0,
+                    redis::cmd("EVAL")
+                        .arg(SEED_FENCE.code())
+                        .arg(2)
+                        .arg(counter)
+                        .arg(marker)
+                        .arg(value)
+                        .arg(&run)
+                        .arg(&term),
+                );
+                assert_eq!(one, -1);
+            }
+            for slot in slots {
+                let state = |side: &str| {
+                    let (counter, marker) = keys(side, slot);
+                    let counter: Option<String> = cluster.run(0, redis::cmd("GET").arg(counter));
+                    let marker: Vec<String> = cluster.run(0, redis::cmd("HGETALL").arg(marker));
+                    (counter, marker)
+                };
+                assert_eq!(state("many"), state("one"), "slot {slot}");
+            }
+            let (counter, _) = keys("many", "b");
+            let b: Option<String> = cluster.run(0, redis::cmd("GET").arg(&counter));
+            assert_eq!(b.as_deref(), Some("9"), "never lowered");
+            // In another term: nothing changes.
+            let mut stale = redis::cmd("EVAL");
+            stale
+                .arg(SEED_FENCE_SLOTS.code())
+                .arg(2)
+                .arg(&counter)
+                .arg(keys("many", "b").1)
+                .arg(&run)
+                .arg("old/run")
+                .arg(100);
+            assert_eq!(cluster.run::<i64>(0, &stale), -6);
+            let b: Option<String> = cluster.run(0, redis::cmd("GET").arg(&counter));
+            assert_eq!(b.as_deref(), Some("9"));
         }
     }
 }

@@ -1,10 +1,10 @@
-//! A local cluster of independent `redis-server` masters on 127.0.0.1 that outlives the
-//! process that started it (`redquorum dev …`, the lab's demo and bench).
+//! A local cluster of independent `redis-server` (or `valkey-server`) masters on 127.0.0.1 that
+//! outlives the process that started it (`redquorum dev …`, the lab's demo and bench).
 //!
-//! Each node is a `redis-server` started from `deploy/redis.conf` (compiled in), with its own
-//! port and data directory under the state directory. The pid of every server started is kept
-//! in its directory, and a signal goes to a pid only after `/proc` confirms it is still that
-//! `redis-server` on that port: nothing else on the machine is ever touched.
+//! Each node is a server started from `deploy/redis.conf` (compiled in), with its own port and
+//! data directory under the state directory. The pid of every server started is kept in its
+//! directory, and a signal goes to a pid only after `/proc` confirms it is still that server
+//! program on that port: nothing else on the machine is ever touched.
 
 use std::io::{Read, Write};
 use std::net::{Ipv4Addr, SocketAddr, TcpListener, TcpStream};
@@ -15,6 +15,8 @@ use std::time::{Duration, Instant};
 
 use nix::sys::signal::{Signal, kill};
 use nix::unistd::Pid;
+
+use crate::ServerKind;
 
 /// The recommended configuration every dev node starts from: `deploy/redis.conf` (linked as
 /// `testkit/redis.conf`, so the packaged crate carries a copy).
@@ -70,6 +72,8 @@ pub struct DevNode {
     pub index: usize,
     /// Its loopback port.
     pub port: u16,
+    /// The server program it runs.
+    pub kind: ServerKind,
     dir: PathBuf,
 }
 
@@ -79,7 +83,7 @@ impl DevNode {
         format!("redis://127.0.0.1:{}", self.port)
     }
 
-    /// The pid recorded for this node, if it is still that redis-server.
+    /// The pid recorded for this node, if it is still that server.
     pub fn pid(&self) -> Option<u32> {
         let pid: u32 = std::fs::read_to_string(self.dir.join("pid"))
             .ok()?
@@ -88,7 +92,7 @@ impl DevNode {
             .ok()?;
         let cmdline = std::fs::read(format!("/proc/{pid}/cmdline")).ok()?;
         let cmdline = String::from_utf8_lossy(&cmdline);
-        (cmdline.contains("redis-server") && cmdline.contains(&self.port.to_string()))
+        (cmdline.contains(self.kind.program()) && cmdline.contains(&self.port.to_string()))
             .then_some(pid)
     }
 
@@ -143,7 +147,8 @@ impl DevNode {
     fn start(&self, conf: &Path) -> Result<(), DevError> {
         std::fs::create_dir_all(&self.dir)?;
         let log = std::fs::File::create(self.dir.join("redis.log"))?;
-        let mut child = Command::new("redis-server")
+        let program = self.kind.program();
+        let mut child = Command::new(program)
             .arg(conf)
             .args(["--port", &self.port.to_string()])
             .arg("--dir")
@@ -156,11 +161,11 @@ impl DevNode {
             .process_group(0)
             .spawn()
             .map_err(|e| match e.kind() {
-                std::io::ErrorKind::NotFound => DevError::Failure(
-                    "redis-server is not installed: sudo apt-get install -y redis-server"
-                        .to_owned(),
-                ),
-                _ => DevError::Failure(format!("cannot start redis-server: {e}")),
+                std::io::ErrorKind::NotFound => DevError::Failure(format!(
+                    "{program} is not installed: {}",
+                    self.kind.how_to_install()
+                )),
+                _ => DevError::Failure(format!("cannot start {program}: {e}")),
             })?;
         std::fs::write(self.dir.join("pid"), child.id().to_string())?;
         let deadline = Instant::now() + START_TIMEOUT;
@@ -223,6 +228,13 @@ impl DevCluster {
         let Ok(ports) = std::fs::read_to_string(dir.join("ports")) else {
             return Ok(None);
         };
+        // Clusters recorded before the file existed are Redis.
+        let kind = match std::fs::read_to_string(dir.join("server")) {
+            Ok(name) => ServerKind::from_name(name.trim()).ok_or_else(|| {
+                DevError::Failure(format!("corrupt {}", dir.join("server").display()))
+            })?,
+            Err(_) => ServerKind::Redis,
+        };
         let nodes = ports
             .split_whitespace()
             .enumerate()
@@ -233,6 +245,7 @@ impl DevCluster {
                 Ok(DevNode {
                     index,
                     port,
+                    kind,
                     dir: dir.join(format!("node-{index}")),
                 })
             })
@@ -240,18 +253,26 @@ impl DevCluster {
         Ok(Some(Self { dir, nodes }))
     }
 
-    /// Starts a cluster of `count` nodes with its state in `dir`, or the nodes of the one
-    /// already there that are down. Returns the cluster and whether it was created now.
+    /// Starts a cluster of `count` nodes of `kind` with its state in `dir`, or the nodes of the
+    /// one already there that are down. Returns the cluster and whether it was created now.
     ///
     /// # Errors
-    /// [`DevError::Usage`] when the cluster in `dir` has another size; [`DevError::Failure`]
-    /// when a server does not start (the ones this call started are stopped again).
-    pub fn up(dir: &Path, count: usize) -> Result<(Self, bool), DevError> {
+    /// [`DevError::Usage`] when the cluster in `dir` has another size or server;
+    /// [`DevError::Failure`] when a server does not start (the ones this call started are
+    /// stopped again).
+    pub fn up(dir: &Path, count: usize, kind: ServerKind) -> Result<(Self, bool), DevError> {
         if let Some(cluster) = Self::open(dir)? {
             if cluster.nodes.len() != count {
                 return Err(DevError::Usage(format!(
                     "a dev cluster of {} nodes exists already (`redquorum dev down` first)",
                     cluster.nodes.len()
+                )));
+            }
+            let running = cluster.kind();
+            if running != kind {
+                return Err(DevError::Usage(format!(
+                    "a dev cluster of {} exists already (`redquorum dev down` first)",
+                    running.program()
                 )));
             }
             for node in &cluster.nodes {
@@ -261,8 +282,15 @@ impl DevCluster {
             }
             return Ok((cluster, false));
         }
-        let cluster = Self::create(dir.to_path_buf(), preferred_ports(count)?, REDIS_CONF)?;
+        let cluster = Self::create(dir.to_path_buf(), preferred_ports(count)?, REDIS_CONF, kind)?;
         Ok((cluster, true))
+    }
+
+    /// The server program its nodes run.
+    pub fn kind(&self) -> ServerKind {
+        self.nodes
+            .first()
+            .map_or(ServerKind::Redis, |node| node.kind)
     }
 
     /// A cluster of `count` memory-only nodes (no AOF, no snapshots, no memory limit) on any
@@ -272,16 +300,25 @@ impl DevCluster {
     ///
     /// # Errors
     /// When a server does not start (the ones this call started are stopped again).
-    pub fn start_memory_only(dir: PathBuf, count: usize) -> Result<Self, DevError> {
+    pub fn start_memory_only(
+        dir: PathBuf,
+        count: usize,
+        kind: ServerKind,
+    ) -> Result<Self, DevError> {
         let conf = format!(
             "{REDIS_CONF}\n# redquorum bench: measure the client, not the disk or the memory limit.\n\
              appendonly no\nsave \"\"\nmaxmemory 0\n"
         );
-        Self::create(dir, crate::free_ports(count)?, &conf)
+        Self::create(dir, crate::free_ports(count)?, &conf, kind)
     }
 
     /// Writes the configuration and starts one node per port; on failure, stops what started.
-    fn create(dir: PathBuf, ports: Vec<u16>, conf: &str) -> Result<Self, DevError> {
+    fn create(
+        dir: PathBuf,
+        ports: Vec<u16>,
+        conf: &str,
+        kind: ServerKind,
+    ) -> Result<Self, DevError> {
         std::fs::create_dir_all(&dir)?;
         let cluster = Self {
             nodes: ports
@@ -290,12 +327,14 @@ impl DevCluster {
                 .map(|(index, port)| DevNode {
                     index,
                     port,
+                    kind,
                     dir: dir.join(format!("node-{index}")),
                 })
                 .collect(),
             dir,
         };
         std::fs::write(cluster.conf(), conf)?;
+        std::fs::write(cluster.dir.join("server"), kind.name())?;
         let ports: Vec<String> = cluster.nodes.iter().map(|n| n.port.to_string()).collect();
         std::fs::write(cluster.dir.join("ports"), ports.join(" "))?;
         for node in &cluster.nodes {
@@ -333,6 +372,7 @@ impl DevCluster {
         }
         remove_if_present(std::fs::remove_file(self.conf()))?;
         remove_if_present(std::fs::remove_file(self.dir.join("ports")))?;
+        remove_if_present(std::fs::remove_file(self.dir.join("server")))?;
         let _ = std::fs::remove_dir(&self.dir);
         Ok(())
     }

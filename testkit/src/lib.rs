@@ -38,5 +38,5 @@ pub use dev::{DevCluster, DevError, DevNode, NodeState};
 pub use proxy::{Fault, Proxy};
 pub use redis_cluster::RedisCluster;
 pub use sentinel::SentinelGroup;
-pub use server::{ServerKind, TEST_SERVER_VARIABLE, free_port, free_ports};
+pub use server::{DEV_SERVER_VARIABLE, ServerKind, TEST_SERVER_VARIABLE, free_port, free_ports};
 pub use wait::eventually;

