@@ -8,6 +8,7 @@ use redquorum_testkit::{DevCluster, ServerKind};
 
 use crate::args::DevAction;
 use crate::exit::{self, CliError};
+use crate::out::say;
 
 /// The dev cluster in its state directory ([`DevCluster::default_dir`]), if there is one.
 pub(crate) fn open_dev_cluster() -> Result<Option<DevCluster>, CliError> {
@@ -75,7 +76,7 @@ fn print_status(cluster: &DevCluster, as_json: bool) {
                 })
             })
             .collect();
-        println!("{}", json!({ "nodes": nodes }));
+        say!("{}", json!({ "nodes": nodes }));
         return;
     }
     for n in &cluster.nodes {
@@ -83,7 +84,7 @@ fn print_status(cluster: &DevCluster, as_json: bool) {
             Ok(d) => format!("PONG in {:.2} ms", d.as_secs_f64() * 1e3),
             Err(e) => e,
         };
-        println!(
+        say!(
             "node {}  {:<24} {:<13} pid {:<8} {:<7} {ping}",
             n.index,
             n.url(),
@@ -92,5 +93,5 @@ fn print_status(cluster: &DevCluster, as_json: bool) {
             n.state().label(),
         );
     }
-    println!("REDQUORUM_NODES={}", cluster.urls().join(","));
+    say!("REDQUORUM_NODES={}", cluster.urls().join(","));
 }

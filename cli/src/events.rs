@@ -320,7 +320,7 @@ pub(crate) fn print(event: Event<'_>) {
 /// Writes `line` and its newline with one write, so that the command, which shares stderr,
 /// cannot split a JSON line; a closed pipe (`observe | head -1`, a dead log collector) is no
 /// reason to panic and leave a lock behind, so write errors are ignored.
-fn write_line(out: &mut impl std::io::Write, mut line: String) {
+pub(crate) fn write_line(out: &mut impl std::io::Write, mut line: String) {
     line.push('\n');
     let _ = out.write_all(line.as_bytes());
     let _ = out.flush();

@@ -7,6 +7,7 @@ use serde_json::json;
 use crate::args::Tuning;
 use crate::client;
 use crate::exit::{self, CliError};
+use crate::out::say;
 
 pub(crate) async fn fence(
     nodes: Vec<String>,
@@ -21,7 +22,7 @@ pub(crate) async fn fence(
         rl.seed_fencing().await?
     };
     if as_json {
-        println!("{}", to_json(&seeding));
+        say!("{}", to_json(&seeding));
     } else {
         print_table(&seeding);
     }
@@ -62,9 +63,9 @@ pub(crate) fn summary(seeding: &FenceSeeding) -> String {
 }
 
 fn print_table(seeding: &FenceSeeding) {
-    println!("{:<4} {:<24} fencing", "node", "address");
+    say!("{:<4} {:<24} fencing", "node", "address");
     for (node, state) in seeding.masters() {
-        println!(
+        say!(
             "{:<4} {:<24} {}",
             node.index(),
             node.address(),
@@ -72,9 +73,9 @@ fn print_table(seeding: &FenceSeeding) {
         );
     }
     if let Some(left) = seeding.slots_left().filter(|left| *left > 0) {
-        println!("\n{left} slots could not be seeded on every master that answered");
+        say!("\n{left} slots could not be seeded on every master that answered");
     }
-    println!("\n{}", summary(seeding));
+    say!("\n{}", summary(seeding));
 }
 
 fn to_json(seeding: &FenceSeeding) -> serde_json::Value {

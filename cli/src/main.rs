@@ -14,6 +14,7 @@ mod guard;
 mod logging;
 mod nodes;
 mod observe;
+mod out;
 mod run;
 mod status;
 mod xdg;

@@ -7,6 +7,7 @@ use serde_json::json;
 use crate::args::Tuning;
 use crate::client;
 use crate::exit::{self, CliError};
+use crate::out::say;
 
 pub(crate) async fn status(
     nodes: Vec<String>,
@@ -33,20 +34,20 @@ pub(crate) async fn status(
         json["semaphore"] = permits
             .as_ref()
             .map_or(serde_json::Value::Null, semaphore_json);
-        println!("{json}");
+        say!("{json}");
     } else {
         match &permits {
             // The lock of that name is free: the semaphore is all there is to show.
             Some(permits) if seen.free_on_majority() => print_permits(resource, permits),
             Some(permits) => {
                 print_table(resource, &seen);
-                println!();
+                say!();
                 print_permits(resource, permits);
             }
             None => print_table(resource, &seen),
         }
         if let Some(seeding) = &seeding {
-            println!("{}", crate::fence::summary(seeding));
+            say!("{}", crate::fence::summary(seeding));
         }
     }
     Ok(if seen.reachable() >= seen.quorum() {
@@ -57,18 +58,25 @@ pub(crate) async fn status(
 }
 
 fn print_table(resource: &str, seen: &Inspection) {
-    println!(
-        "{:<4} {:<24} {:<11} {:<10} {:>9} {:>7}  leader",
-        "node", "address", "reachable", "holder", "ttl", "fence"
+    say!(
+        "{:<4} {:<24} {:<11} {:<14} {:<10} {:>9} {:>7}  leader",
+        "node",
+        "address",
+        "reachable",
+        "server",
+        "holder",
+        "ttl",
+        "fence"
     );
     for n in seen.nodes() {
         let address = n.node().address();
         match n.state() {
-            Ok(h) => println!(
-                "{:<4} {:<24} {:<11} {:<10} {:>9} {:>7}  {}",
+            Ok(h) => say!(
+                "{:<4} {:<24} {:<11} {:<14} {:<10} {:>9} {:>7}  {}",
                 n.node().index(),
                 address,
                 "yes",
+                n.server().unwrap_or("-"),
                 h.holder().unwrap_or_else(|| "-".into()),
                 h.ttl()
                     .map_or("-".into(), |t| format!("{:.1}s", t.as_secs_f64())),
@@ -79,7 +87,7 @@ fn print_table(resource: &str, seen: &Inspection) {
                     l.term()
                 )),
             ),
-            Err(e) => println!("{:<4} {:<24} no: {e}", n.node().index(), address),
+            Err(e) => say!("{:<4} {:<24} no: {e}", n.node().index(), address),
         }
     }
     let view = if seen.reachable() < seen.quorum() {
@@ -107,7 +115,7 @@ fn print_table(resource: &str, seen: &Inspection) {
     } else {
         "no majority agrees (changing hands, or a split after failures)".to_owned()
     };
-    println!(
+    say!(
         "\n{resource}: {view} (quorum {} of {})",
         seen.quorum(),
         seen.nodes().len()
@@ -117,9 +125,11 @@ fn print_table(resource: &str, seen: &Inspection) {
 /// Each master's permits ("0:1a2b3c4d 29.1s" for a held one, "1:-" for a free one), then the
 /// majority's view: which permits one holder holds on a majority.
 fn print_permits(resource: &str, seen: &SemaphoreInspection) {
-    println!(
+    say!(
         "{:<4} {:<24} {:<11} permits",
-        "node", "address", "reachable"
+        "node",
+        "address",
+        "reachable"
     );
     for n in seen.nodes() {
         let address = n.node().address();
@@ -134,7 +144,7 @@ fn print_permits(resource: &str, seen: &SemaphoreInspection) {
                         (None, _) => format!("{i}:-"),
                     })
                     .collect();
-                println!(
+                say!(
                     "{:<4} {:<24} {:<11} {}",
                     n.node().index(),
                     address,
@@ -142,7 +152,7 @@ fn print_permits(resource: &str, seen: &SemaphoreInspection) {
                     shown.join("  ")
                 );
             }
-            Err(e) => println!("{:<4} {:<24} no: {e}", n.node().index(), address),
+            Err(e) => say!("{:<4} {:<24} no: {e}", n.node().index(), address),
         }
     }
     let held = seen.held_on_majority();
@@ -157,7 +167,7 @@ fn print_permits(resource: &str, seen: &SemaphoreInspection) {
             .collect();
         format!("{} held: {}", held.len(), each.join(", "))
     };
-    println!(
+    say!(
         "\n{resource}: semaphore of {} permits, {view} (quorum {} of {})",
         seen.permits(),
         seen.quorum(),
@@ -201,6 +211,7 @@ fn to_json(resource: &str, seen: &Inspection, seeding: Option<&FenceSeeding>) ->
                 "node": n.node().index(),
                 "address": n.node().address(),
                 "reachable": true,
+                "server": n.server(),
                 "holder": h.holder(),
                 "ttl_ms": h.ttl().map(|t| t.as_millis() as u64),
                 "fence": h.fence(),

@@ -35,6 +35,7 @@ fn bare(scratch: &Path) -> Command {
         .env_remove("REDQUORUM_DRIFT_FACTOR")
         .env_remove("REDQUORUM_KEY_LAYOUT")
         .env_remove("REDQUORUM_KILL_SIGNAL")
+        .env_remove("REDQUORUM_DEV_SERVER")
         .env_remove("RUST_LOG")
         .env("XDG_CONFIG_HOME", scratch.join("config"))
         .env("REDQUORUM_DEV_DIR", scratch.join("dev"))
@@ -273,6 +274,30 @@ async fn run_waits_for_the_holder_to_release() {
     assert!(waiting.try_wait().expect("try_wait").is_none(), "it waits");
     lock.release().await.expect("release");
     assert_eq!(wait_exit(&mut waiting, Duration::from_secs(15)), 0);
+}
+
+/// A closed pipe (`redquorum status R | head -1`) ends the output quietly: no panic, the
+/// usual exit code. The reader is gone before anything is written.
+///
+/// Mutation: `status` printing with `println!` (as before this test) panics, exit 101,
+/// "failed printing to stdout: Broken pipe" (run, caught).
+#[test]
+fn a_closed_stdout_is_no_panic() {
+    let cluster = Cluster::start(3);
+    let dir = tempfile::tempdir().expect("tempdir");
+    for args in [&["status", "nightly"][..], &["fence"][..]] {
+        let mut child = redquorum(&cluster, dir.path())
+            .args(args)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("spawn");
+        drop(child.stdout.take());
+        let out = child.wait_with_output().expect("wait");
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(!stderr.contains("panicked"), "{args:?}: {stderr}");
+        assert_eq!(out.status.code(), Some(0), "{args:?}: {stderr}");
+    }
 }
 
 #[test]
@@ -981,6 +1006,11 @@ fn two_concurrent_runs_never_overlap() {
     assert_eq!(overlaps(&log), 0, "{log}");
 }
 
+/// `status` of a held lock: the holder on every master, in the table and as JSON, with what
+/// each master runs (`redis 7.0.15`, `valkey 9.1.2`).
+///
+/// Mutation: `ServerAge::parse` reading no `software`: every master's `server` is null (run,
+/// caught).
 #[tokio::test]
 async fn status_shows_the_holder_on_every_node_and_as_json() {
     let cluster = Cluster::start(5);
@@ -1012,9 +1042,18 @@ async fn status_shows_the_holder_on_every_node_and_as_json() {
     assert_eq!(json["majority_holder"], holder, "{json}");
     assert_eq!(json["reachable"], 5);
     assert_eq!(json["highest_fence"], lock.fencing_token().expect("fenced"));
-    for node in json["nodes"].as_array().expect("nodes") {
+    for (i, node) in json["nodes"].as_array().expect("nodes").iter().enumerate() {
         let ttl = node["ttl_ms"].as_u64().expect("a ttl");
         assert!(ttl > 20_000 && ttl <= 30_000, "{node}");
+        // Which server each master runs, as it said at the connection (Redis or Valkey, as
+        // the test kit started it).
+        let server = node["server"].as_str().expect("the server");
+        let kind = cluster.server(i).kind();
+        let name = match kind {
+            redquorum_testkit::ServerKind::Redis => "redis ",
+            redquorum_testkit::ServerKind::Valkey => "valkey ",
+        };
+        assert!(server.starts_with(name), "{kind:?}: {node}");
     }
     lock.release().await.expect("release");
     let (_, out, _) = output(redquorum(&cluster, dir.path()).args(["--json", "status", "seen"]));

@@ -110,6 +110,7 @@ pub struct NodeInspection {
     node: NodeId,
     state: Result<Holding, NodeError>,
     latency: Duration,
+    server: Option<std::sync::Arc<str>>,
 }
 
 impl NodeInspection {
@@ -126,6 +127,13 @@ impl NodeInspection {
     /// How long the node took to answer (or to fail).
     pub fn latency(&self) -> Duration {
         self.latency
+    }
+
+    /// What the server that holds the resource's keys said it runs when this client
+    /// connected to it: `valkey 9.1.2`, `redis 7.0.15`. `None` while not connected, or when
+    /// the server would not say (an ACL without `+info`).
+    pub fn server(&self) -> Option<&str> {
+        self.server.as_deref()
     }
 }
 
@@ -289,7 +297,8 @@ impl RedLock {
         };
         let nodes = answers
             .into_iter()
-            .map(|(node, answer, latency)| NodeInspection {
+            .zip(nodes.iter())
+            .map(|((node, answer, latency), voter)| NodeInspection {
                 node,
                 state: answer.map(|((token, fence, info, permits), pttl)| {
                     let mut held = holding(token, fence, info, pttl);
@@ -297,6 +306,7 @@ impl RedLock {
                     held
                 }),
                 latency,
+                server: voter.software(lock_key),
             })
             .collect();
         Ok(Inspection {

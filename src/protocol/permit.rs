@@ -219,7 +219,40 @@ async fn permit_round(
         .await;
     cleanup.after(round.stragglers.clone());
     let chosen = most_granted(&round, count);
-    round.report = for_permit(&round, chosen);
+    let (verdict, count_differs) = judge_for_permit(&mut round, chosen, timing);
+    match (verdict, chosen) {
+        (Ok(()), Some(index)) => {
+            cleanup.disarm();
+            let index = usize::try_from(index).unwrap_or(usize::MAX);
+            give_back_other_grants(shared, &round, ordered(Some(index)), &token, timing);
+            Ok((round, token, u32::try_from(index).unwrap_or(u32::MAX)))
+        }
+        (verdict, _) => {
+            let rejection = verdict.err().unwrap_or(Rejection::Busy);
+            let _undone = cleanup.run().await;
+            let split = round
+                .report
+                .iter()
+                .any(|line| matches!(line.outcome(), NodeOutcome::OtherPermit(_)));
+            Err(LostPermitRound {
+                rejection,
+                report: round.report,
+                split,
+                count_differs,
+            })
+        }
+    }
+}
+
+/// Makes `round` the round of the permit `chosen` (its report, its tally, no fence) and judges
+/// it: won, or why not; and the largest number of permits a master's record named, when it
+/// differs from ours (then the round is lost as busy).
+fn judge_for_permit(
+    round: &mut Round,
+    chosen: Option<u32>,
+    timing: &Timing,
+) -> (Result<(), Rejection>, Option<u32>) {
+    round.report = for_permit(round, chosen);
     let votes = round.report.votes();
     let mut tally = Tally::new(votes.len());
     for vote in &votes {
@@ -239,57 +272,44 @@ async fn permit_round(
         .max();
     let verdict = match count_differs {
         Some(_) => Err(Rejection::Busy),
-        None => round.won(timing),
+        None => round.won(timing).map(drop),
     };
-    match (verdict, chosen) {
-        (Ok(_), Some(index)) => {
-            cleanup.disarm();
-            let index = usize::try_from(index).unwrap_or(usize::MAX);
-            // Grants of other permits go back in the background: those made now, and those a
-            // request that timed out or is still running may make yet (a paused master runs
-            // it when it wakes), behind that request on its connection. Only where every
-            // master answered with our permit or a full semaphore is there nothing to undo.
-            let unsure = round.report.iter().any(|line| {
-                !matches!(
-                    line.outcome(),
-                    NodeOutcome::Granted | NodeOutcome::HeldByOther { .. }
-                )
-            });
-            if unsure || round.stragglers.is_some() {
-                let mut others = ordered(Some(index));
-                if !others.is_empty() {
-                    let head = others.remove(0);
-                    let mut give_back = Cleanup::arm(
-                        shared.clone(),
-                        head,
-                        token.clone(),
-                        timing.per_node_timeout,
-                        Delete::GiveBack {
-                            others,
-                            record: None,
-                        },
-                    );
-                    give_back.after(round.stragglers.clone());
-                    drop(give_back);
-                }
-            }
-            Ok((round, token, u32::try_from(index).unwrap_or(u32::MAX)))
-        }
-        (verdict, _) => {
-            let rejection = verdict.err().unwrap_or(Rejection::Busy);
-            let _undone = cleanup.run().await;
-            let split = round
-                .report
-                .iter()
-                .any(|line| matches!(line.outcome(), NodeOutcome::OtherPermit(_)));
-            Err(LostPermitRound {
-                rejection,
-                report: round.report,
-                split,
-                count_differs,
-            })
-        }
+    (verdict, count_differs)
+}
+
+/// Gives back, in the background, the grants of the permits `others` (the won permit left
+/// out) that `round` made or may make yet: a request that timed out or is still running may
+/// grant when its paused master wakes, so the give-back goes behind it on its connection.
+/// Only where every master answered with our permit or a full semaphore is there nothing to
+/// undo.
+fn give_back_other_grants(
+    shared: &Arc<Shared>,
+    round: &Round,
+    mut others: Vec<Vec<u8>>,
+    token: &Token,
+    timing: &Timing,
+) {
+    let unsure = round.report.iter().any(|line| {
+        !matches!(
+            line.outcome(),
+            NodeOutcome::Granted | NodeOutcome::HeldByOther { .. }
+        )
+    });
+    if !(unsure || round.stragglers.is_some()) || others.is_empty() {
+        return;
     }
+    let head = others.remove(0);
+    let mut give_back = Cleanup::arm(
+        shared.clone(),
+        head,
+        token.clone(),
+        timing.per_node_timeout,
+        Delete::GiveBack {
+            others,
+            record: None,
+        },
+    );
+    give_back.after(round.stragglers.clone());
 }
 
 /// The permit most masters granted in `round` among the `permits` there are (the lowest

@@ -279,6 +279,16 @@ impl Node {
             Route::Cluster(shards) => shards.owner(slot_of(key)),
         }
     }
+
+    /// What the server that serves `key` said it runs (`valkey 9.1.2`, `redis 7.0.15`) on the
+    /// connection this node has now; `None` while not connected, or when it would not say.
+    pub(crate) fn software(&self, key: &[u8]) -> Option<Arc<str>> {
+        let ready = match &self.route {
+            Route::One(link) => link.ready_now(),
+            Route::Cluster(shards) => shards.link_of(slot_of(key))?.ready_now(),
+        };
+        ready.and_then(|ready| ready.software)
+    }
 }
 
 /// A redirection's `host:port`, with the host of the server that answered when the cluster

@@ -20,6 +20,10 @@ pub(super) struct ServerAge {
     /// `master_replid`: changes when the server is promoted or resyncs as a replica, so the
     /// same `run_id` with another replication id is another term as this voter's master.
     pub(super) replid: Option<String>,
+    /// What the server runs: `valkey 9.1.2`, `redis 7.0.15`. Valkey says `server_name:valkey`
+    /// and its `valkey_version` (its `redis_version` is a compatibility figure); Redis says
+    /// only `redis_version`.
+    pub(super) software: Option<String>,
 }
 
 /// The grace start a supervisor keeps for the server it last connected to.
@@ -67,6 +71,10 @@ impl ServerAge {
                     .and_then(|v| v.parse::<i64>().ok())
                     .is_some_and(|offset| offset >= 0),
             replid: field("master_replid:").filter(|id| !id.is_empty()),
+            software: match (field("server_name:").as_deref(), field("valkey_version:")) {
+                (Some("valkey"), Some(version)) => Some(format!("valkey {version}")),
+                _ => field("redis_version:").map(|version| format!("redis {version}")),
+            },
         }
     }
 }
@@ -122,6 +130,7 @@ mod tests {
             promoted: false,
             replica: false,
             replid: None,
+            software: None,
         }
     }
 
@@ -140,8 +149,26 @@ mod tests {
                 promoted: false,
                 replica: false,
                 replid: None,
+                software: None,
             }
         );
+    }
+
+    /// Valkey names itself and its version; its `redis_version` is a compatibility figure.
+    /// Redis gives only `redis_version`.
+    #[test]
+    fn info_says_which_server_runs() {
+        let valkey = "redis_version:7.2.4\r\nserver_name:valkey\r\nvalkey_version:9.1.2\r\n";
+        assert_eq!(
+            ServerAge::parse(valkey).software.as_deref(),
+            Some("valkey 9.1.2")
+        );
+        let redis = "redis_version:7.0.15\r\nredis_mode:standalone\r\n";
+        assert_eq!(
+            ServerAge::parse(redis).software.as_deref(),
+            Some("redis 7.0.15")
+        );
+        assert_eq!(ServerAge::parse("run_id:x\r\n").software, None);
     }
 
     /// Mutation: `promoted` ignored in `grace_starts`: a promoted master first seen votes at

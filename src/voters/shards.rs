@@ -210,6 +210,11 @@ impl Shards {
             .cloned()
     }
 
+    /// The link to the master the map names for `slot`, if one was made.
+    pub(crate) fn link_of(&self, slot: u16) -> Option<Arc<ServerLink>> {
+        self.existing_link(&self.owner(slot)?)
+    }
+
     /// The master the map names for `slot`, for reports.
     pub(crate) fn owner(&self, slot: u16) -> Option<ShardAddress> {
         self.map

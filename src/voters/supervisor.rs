@@ -63,6 +63,10 @@ pub(crate) struct Connected {
     pub(super) replica: bool,
     /// The server's `master_replid` when this connection was made.
     pub(super) replid: Option<Arc<str>>,
+    /// What the server said it runs when this connection was made (`valkey 9.1.2`, `redis
+    /// 7.0.15`), read again at every connection: a failover or a restart can put another
+    /// server behind the same address.
+    pub(crate) software: Option<Arc<str>>,
 }
 
 /// How callers talk to the supervisor: a connection broke, or a down node is wanted now.
@@ -277,6 +281,9 @@ impl Supervisor {
             .as_ref()
             .and_then(|age| age.run_id.as_deref().map(Arc::from));
         let replica = age.as_ref().is_some_and(|age| age.replica);
+        let software = age
+            .as_ref()
+            .and_then(|age| age.software.as_deref().map(Arc::from));
         let replid = age
             .as_ref()
             .and_then(|age| age.replid.as_deref().map(Arc::from));
@@ -307,6 +314,7 @@ impl Supervisor {
             signal: self.broken.clone(),
             replica: serves == ServerRole::Shard && replica,
             replid,
+            software,
         }
     }
 
