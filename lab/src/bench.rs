@@ -90,9 +90,10 @@ async fn measure(cluster: &DevCluster, sizes: Sizes, as_json: bool) -> Result<Va
     let baseline = Baseline::connect(&urls).await.map_err(failed)?;
     let rl = client(&urls, |b| b)?;
     say(format!(
-        "redquorum-lab bench: {NODES} local redis-server masters (memory only), {} CPUs, per-node \
+        "redquorum-lab bench: {NODES} local {} masters (memory only), {} CPUs, per-node \
          timeout {} ms.\nEvery ratio is redquorum / the raw baseline of this same run (the raw \
          baseline: SET NX PX to all, wait for a majority, compare-and-delete on all).\n",
+        cluster.kind().program(),
         std::thread::available_parallelism().map_or(0, usize::from),
         NODE_TIMEOUT.as_millis()
     ));
