@@ -389,9 +389,9 @@ pub(crate) enum DevAction {
         #[arg(long, default_value_t = 5, value_parser = clap::value_parser!(u16).range(1..=15))]
         count: u16,
         /// Which server the masters run: redis (redis-server) or valkey (valkey-server), on
-        /// PATH.
-        #[arg(long, env = "REDQUORUM_DEV_SERVER", default_value = "redis", value_parser = ["redis", "valkey"])]
-        server: String,
+        /// PATH. Default: the running cluster's, else redis.
+        #[arg(long, env = "REDQUORUM_DEV_SERVER", value_parser = ["redis", "valkey"])]
+        server: Option<String>,
     },
     /// Stop every node and delete the cluster's state.
     Down,

@@ -1272,6 +1272,33 @@ fn states(status: &serde_json::Value) -> Vec<String> {
         .collect()
 }
 
+/// `dev up --server valkey`: the dev cluster runs `valkey-server`, `dev status` says so, the
+/// recorded pid is checked against that program (a kill reaches it), a later `dev up` without
+/// `--server` keeps the running kind, one with another kind is refused, and `dev down` stops it.
+///
+/// Mutation: the pid check looking for `redis-server`: the node reads as down (run, caught).
+#[test]
+fn the_dev_cluster_runs_valkey_on_request() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let _guard = DevGuard(dir.path());
+    let up = ["dev", "up", "--count", "1"];
+    let (code, _, err) = output(bare(dir.path()).args(up).args(["--server", "valkey"]));
+    assert_eq!(code, 0, "{err}");
+    let status = dev_status(dir.path());
+    assert_eq!(states(&status), ["up"]);
+    assert_eq!(status["nodes"][0]["server"], "valkey-server", "{status}");
+    let (code, _, err) = output(bare(dir.path()).args(up));
+    assert_eq!(code, 0, "the running kind kept: {err}");
+    let (code, _, err) = output(bare(dir.path()).args(up).args(["--server", "redis"]));
+    assert_eq!(code, 64, "{err}");
+    assert!(err.contains("valkey-server exists already"), "{err}");
+    let (code, _, err) = output(bare(dir.path()).args(["dev", "kill", "0"]));
+    assert_eq!(code, 0, "{err}");
+    assert_eq!(states(&dev_status(dir.path())), ["down"]);
+    let (code, _, err) = output(bare(dir.path()).args(["dev", "down"]));
+    assert_eq!(code, 0, "{err}");
+}
+
 #[test]
 fn the_dev_cluster_starts_breaks_heals_serves_locks_and_stops() {
     let dir = tempfile::tempdir().expect("tempdir");

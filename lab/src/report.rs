@@ -46,13 +46,18 @@ impl Spread {
 }
 
 /// Where the running text goes: stdout, or stderr when stdout carries the JSON figures.
+///
+/// Write errors are ignored: a closed pipe (`redquorum-lab bench | head -2`) must not panic
+/// the run before it stops the masters it started (`println!` did, and left them running).
 pub(crate) fn sayer(as_json: bool) -> impl Fn(String) {
-    move |line: String| {
-        if as_json {
-            eprintln!("{line}");
+    use std::io::Write;
+    move |mut line: String| {
+        line.push('\n');
+        let _ = if as_json {
+            std::io::stderr().lock().write_all(line.as_bytes())
         } else {
-            println!("{line}");
-        }
+            std::io::stdout().lock().write_all(line.as_bytes())
+        };
     }
 }
 

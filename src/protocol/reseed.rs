@@ -344,23 +344,7 @@ async fn read_slots_round(
     timeout: Duration,
     asked: &[bool],
 ) -> Vec<Option<SlotsRead>> {
-    join_all(nodes.iter().zip(asked).map(|(node, asked)| async move {
-        if !asked {
-            return None;
-        }
-        match tokio::time::timeout(timeout, read_slots(node, slots)).await {
-            Ok(Ok(read)) => Some(read),
-            Ok(Err(err)) => {
-                tracing::debug!(node = %node.id(), error = %err, "re-seed: no reading");
-                None
-            }
-            Err(_) => {
-                tracing::debug!(node = %node.id(), "re-seed: no reading in time");
-                None
-            }
-        }
-    }))
-    .await
+    each_asked(nodes, timeout, asked, |node| read_slots(node, slots)).await
 }
 
 async fn read_slots(node: &Node, slots: &[&FenceKeys]) -> Result<SlotsRead, ReadError> {
@@ -424,11 +408,27 @@ async fn read_round(
     timeout: Duration,
     asked: &[bool],
 ) -> Vec<Option<Read>> {
+    each_asked(nodes, timeout, asked, |node| read(node, keys)).await
+}
+
+/// `reading` of each master `asked` names, all at once, each bounded by `timeout`; `None`
+/// for the others and for those that failed (logged) or did not answer in time.
+async fn each_asked<'a, T, F, Fut>(
+    nodes: &'a [Node],
+    timeout: Duration,
+    asked: &[bool],
+    reading: F,
+) -> Vec<Option<T>>
+where
+    F: Fn(&'a Node) -> Fut,
+    Fut: std::future::Future<Output = Result<T, ReadError>>,
+{
+    let reading = &reading;
     join_all(nodes.iter().zip(asked).map(|(node, asked)| async move {
         if !asked {
             return None;
         }
-        match tokio::time::timeout(timeout, read(node, keys)).await {
+        match tokio::time::timeout(timeout, reading(node)).await {
             Ok(Ok(read)) => Some(read),
             Ok(Err(err)) => {
                 tracing::debug!(node = %node.id(), error = %err, "re-seed: no reading");

@@ -71,8 +71,11 @@ impl ServerAge {
                     .and_then(|v| v.parse::<i64>().ok())
                     .is_some_and(|offset| offset >= 0),
             replid: field("master_replid:").filter(|id| !id.is_empty()),
-            software: match (field("server_name:").as_deref(), field("valkey_version:")) {
-                (Some("valkey"), Some(version)) => Some(format!("valkey {version}")),
+            // Valkey before 8 says its name but no `valkey_version`: its `redis_version` then.
+            software: match field("server_name:").as_deref() {
+                Some("valkey") => field("valkey_version:")
+                    .or_else(|| field("redis_version:"))
+                    .map(|version| format!("valkey {version}")),
                 _ => field("redis_version:").map(|version| format!("redis {version}")),
             },
         }
@@ -167,6 +170,11 @@ mod tests {
         assert_eq!(
             ServerAge::parse(redis).software.as_deref(),
             Some("redis 7.0.15")
+        );
+        let early_valkey = "redis_version:7.2.4\r\nserver_name:valkey\r\n";
+        assert_eq!(
+            ServerAge::parse(early_valkey).software.as_deref(),
+            Some("valkey 7.2.4")
         );
         assert_eq!(ServerAge::parse("run_id:x\r\n").software, None);
     }

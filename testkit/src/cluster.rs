@@ -355,21 +355,18 @@ impl Cluster {
     /// replica of it can replicate), or of [`ServerKind::of_group`]'s in an empty cluster;
     /// returns its index.
     pub fn add(&mut self, extra_args: &[&str]) -> usize {
-        let kind = self.added_kind();
-        self.servers.push(Server::start(
-            kind,
-            Persistence::None,
-            extra_args,
-            None,
-            None,
-        ));
-        self.servers.len() - 1
+        self.push(extra_args, None)
     }
 
-    fn added_kind(&self) -> ServerKind {
-        self.servers
+    /// Starts one more server (see [`add`](Self::add)), from `config` if given.
+    fn push(&mut self, extra_args: &[&str], config: Option<&std::path::Path>) -> usize {
+        let kind = self
+            .servers
             .first()
-            .map_or_else(ServerKind::of_group, Server::kind)
+            .map_or_else(ServerKind::of_group, Server::kind);
+        let server = Server::start(kind, Persistence::None, extra_args, None, config);
+        self.servers.push(server);
+        self.servers.len() - 1
     }
 
     /// Starts `n` masters from the config file at `path` (port, data directory and log set on
@@ -388,15 +385,7 @@ impl Cluster {
     /// Adds one server started from the config file at `path` with `extra_args` after it
     /// (`--sentinel` for a sentinel), of the kind [`add`](Self::add) gives; returns its index.
     pub fn add_from_config(&mut self, path: &std::path::Path, extra_args: &[&str]) -> usize {
-        let kind = self.added_kind();
-        self.servers.push(Server::start(
-            kind,
-            Persistence::None,
-            extra_args,
-            None,
-            Some(path),
-        ));
-        self.servers.len() - 1
+        self.push(extra_args, Some(path))
     }
 
     /// Starts `n` Redis servers whose clients speak TLS, with the given certificate files

@@ -271,8 +271,10 @@ impl DevCluster {
             let running = cluster.kind();
             if running != kind {
                 return Err(DevError::Usage(format!(
-                    "a dev cluster of {} exists already (`redquorum dev down` first)",
-                    running.program()
+                    "a dev cluster of {} exists already (`--server {}` for it, or `redquorum \
+                     dev down` first)",
+                    running.program(),
+                    running.name()
                 )));
             }
             for node in &cluster.nodes {
