@@ -179,3 +179,59 @@ async fn fenced_locks_survive_an_empty_restart_within_the_grace_and_a_master_dow
     crate::settled(&rl).await;
     crate::assert_no_lock_keys(&cluster);
 }
+
+/// The sweep seeds each slot from that slot's own readings, many slots per request: with
+/// distinct counters on the slots of 200 resources on masters 0 and 1 (the higher one on
+/// master 1 for half of them, on master 0 for the others) and master 2 restarted empty, once
+/// `seed_fencing` completes every one of those slots on master 2 holds the higher of the two.
+///
+/// Mutation: `reseed_slots` taking every slot's value from the first slot's readings
+/// (`readings.get(0)` for `readings.get(at)`) fails it (run, caught).
+#[tokio::test]
+async fn a_sweep_seeds_each_slot_from_its_own_readings() {
+    let mut cluster = Cluster::start(3);
+    let rl = fenced(cluster.urls());
+    for n in 0..200 {
+        take(&rl, &format!("slot-{n}")).await.expect("lock");
+    }
+    crate::settled(&rl).await;
+    assert!(rl.seed_fencing().await.expect("seed").is_complete());
+    let counters: Vec<Vec<u8>> = cluster
+        .keys()
+        .into_iter()
+        .filter(|(node, key)| *node == 0 && key.ends_with(b"}:slot:fence"))
+        .map(|(_, key)| key)
+        .collect();
+    assert!(counters.len() > 150, "{} slots", counters.len());
+    let mut expected = Vec::new();
+    for (i, key) in counters.iter().enumerate() {
+        let (on_0, on_1) = if i % 2 == 0 {
+            (1_000 + i, 5_000 + i)
+        } else {
+            (9_000 + i, 10 + i)
+        };
+        for (node, value) in [(0, on_0), (1, on_1)] {
+            let _: () = cluster.run(node, redis::cmd("SET").arg(key).arg(value));
+        }
+        expected.push(on_0.max(on_1).to_string().into_bytes());
+    }
+    cluster.restart(2);
+    let mut complete = false;
+    for _ in 0..50 {
+        if rl.seed_fencing().await.expect("seed").is_complete() {
+            complete = true;
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert!(complete, "master 2 seeded again");
+    for (key, expected) in counters.iter().zip(&expected) {
+        assert_eq!(
+            cluster.get(2, key).as_deref(),
+            Some(expected.as_slice()),
+            "{}",
+            key.escape_ascii()
+        );
+    }
+    crate::assert_no_lock_keys(&cluster);
+}
