@@ -41,6 +41,12 @@ pub struct Holding {
 }
 
 impl Holding {
+    /// Whether both name one holder (the same whole token); their ttls may differ, as each
+    /// node's expiry does by the time it is read.
+    pub(crate) fn same_holder(&self, other: &Holding) -> bool {
+        self.token.is_some() && self.token == other.token
+    }
+
     /// The first 8 hex digits of the holder's token (enough to tell holders apart in a
     /// listing, not enough to release someone else's lock), or `None` when the key is absent.
     /// For a few milliseconds after a release that handed the lock to a queued waiter,
@@ -216,12 +222,7 @@ impl Inspection {
 
     fn majority_holding(&self) -> Option<&Holding> {
         self.holdings().find(|candidate| {
-            candidate.token.is_some()
-                && self
-                    .holdings()
-                    .filter(|h| h.token == candidate.token)
-                    .count()
-                    >= self.quorum
+            self.holdings().filter(|h| h.same_holder(candidate)).count() >= self.quorum
         })
     }
 }
