@@ -20,10 +20,10 @@ pub(crate) fn dev(action: DevAction, as_json: bool) -> Result<u8, CliError> {
         DevAction::Up { count, server } => {
             let dir = DevCluster::default_dir()?;
             let kind = match server {
-                Some(server) => ServerKind::from_name(&server).ok_or_else(|| {
+                Some(server) => Some(ServerKind::from_name(&server).ok_or_else(|| {
                     CliError::usage(format!("--server {server}: redis or valkey"))
-                })?,
-                None => DevCluster::open(&dir)?.map_or(ServerKind::Redis, |c| c.kind()),
+                })?),
+                None => None,
             };
             let (cluster, created) = DevCluster::up(&dir, usize::from(count), kind)?;
             eprintln!(

@@ -61,7 +61,9 @@ impl Sizes {
 pub async fn bench(quick: bool, as_json: bool) -> Result<u8, LabError> {
     let mut signals = StopSignals::listen()?;
     let dir = std::env::temp_dir().join(format!("redquorum-bench-{}", std::process::id()));
-    let kind = redquorum_testkit::ServerKind::for_dev().map_err(LabError::new)?;
+    let kind = redquorum_testkit::ServerKind::for_dev()
+        .map_err(LabError::new)?
+        .unwrap_or(redquorum_testkit::ServerKind::Redis);
     let cluster =
         tokio::task::spawn_blocking(move || DevCluster::start_memory_only(dir, NODES, kind))
             .await

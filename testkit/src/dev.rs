@@ -254,13 +254,18 @@ impl DevCluster {
     }
 
     /// Starts a cluster of `count` nodes of `kind` with its state in `dir`, or the nodes of the
-    /// one already there that are down. Returns the cluster and whether it was created now.
+    /// one already there that are down. Without a `kind`, the one already there keeps its
+    /// own, and a new one is Redis. Returns the cluster and whether it was created now.
     ///
     /// # Errors
     /// [`DevError::Usage`] when the cluster in `dir` has another size or server;
     /// [`DevError::Failure`] when a server does not start (the ones this call started are
     /// stopped again).
-    pub fn up(dir: &Path, count: usize, kind: ServerKind) -> Result<(Self, bool), DevError> {
+    pub fn up(
+        dir: &Path,
+        count: usize,
+        kind: Option<ServerKind>,
+    ) -> Result<(Self, bool), DevError> {
         if let Some(cluster) = Self::open(dir)? {
             if cluster.nodes.len() != count {
                 return Err(DevError::Usage(format!(
@@ -269,7 +274,7 @@ impl DevCluster {
                 )));
             }
             let running = cluster.kind();
-            if running != kind {
+            if kind.is_some_and(|kind| kind != running) {
                 return Err(DevError::Usage(format!(
                     "a dev cluster of {} exists already (`--server {}` for it, or `redquorum \
                      dev down` first)",
@@ -284,6 +289,7 @@ impl DevCluster {
             }
             return Ok((cluster, false));
         }
+        let kind = kind.unwrap_or(ServerKind::Redis);
         let cluster = Self::create(dir.to_path_buf(), preferred_ports(count)?, REDIS_CONF, kind)?;
         Ok((cluster, true))
     }

@@ -69,17 +69,18 @@ impl ServerKind {
         }
     }
 
-    /// The kind of the dev cluster and of the lab's clusters: `REDQUORUM_DEV_SERVER`
-    /// (`redis`, the default, or `valkey`).
+    /// The kind `REDQUORUM_DEV_SERVER` asks of the dev cluster and the lab's clusters (`redis`
+    /// or `valkey`), if it is set; unset, the dev cluster keeps the kind it runs and a new
+    /// cluster is Redis.
     ///
     /// # Errors
     /// The variable's value when it names no kind.
-    pub fn for_dev() -> Result<Self, String> {
+    pub fn for_dev() -> Result<Option<Self>, String> {
         match std::env::var(DEV_SERVER_VARIABLE) {
-            Ok(name) => Self::from_name(&name).ok_or(format!(
+            Ok(name) => Self::from_name(&name).map(Some).ok_or(format!(
                 "{DEV_SERVER_VARIABLE}={name}: give redis or valkey"
             )),
-            Err(_) => Ok(Self::Redis),
+            Err(_) => Ok(None),
         }
     }
 
@@ -111,10 +112,10 @@ impl ServerKind {
     /// When the variable names no kind.
     pub fn of_group() -> Self {
         match test_servers().as_str() {
-            "redis" => Self::Redis,
-            "valkey" => Self::Valkey,
             "mixed" => Self::drawn_from_the_test_name(),
-            other => panic!("{TEST_SERVER_VARIABLE}={other}: give redis, valkey or mixed"),
+            name => Self::from_name(name).unwrap_or_else(|| {
+                panic!("{TEST_SERVER_VARIABLE}={name}: give redis, valkey or mixed")
+            }),
         }
     }
 
