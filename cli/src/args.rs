@@ -22,7 +22,7 @@ pub(crate) struct Cli {
 /// The subcommands that never talk to the masters, and the global options they ignore: hidden
 /// from their help, completions and manual pages (still accepted, as global options are).
 const OFFLINE: [&str; 3] = ["completions", "man", "dev"];
-const CONNECTION: [&str; 9] = [
+const CONNECTION: [&str; 10] = [
     "nodes",
     "config",
     "dev",
@@ -32,6 +32,7 @@ const CONNECTION: [&str; 9] = [
     "key_prefix",
     "drift_factor",
     "key_layout",
+    "native_commands",
 ];
 
 /// The command line as parsed and documented: [`Cli`]'s, with the connection options hidden
@@ -155,6 +156,18 @@ pub(crate) struct Tuning {
         value_enum
     )]
     pub(crate) key_layout: Option<Layout>,
+    /// `false`: release and renew with the Lua scripts only, never with a server's own
+    /// compare commands (`DELIFEQ`, `SET … IFEQ`, where a server has them) [default: true].
+    #[arg(
+        long,
+        global = true,
+        hide_env_values = true,
+        env = "REDQUORUM_NATIVE_COMMANDS",
+        value_name = "BOOL",
+        action = clap::ArgAction::Set,
+        value_parser = clap::builder::BoolishValueParser::new()
+    )]
+    pub(crate) native_commands: Option<bool>,
     /// The config file's `kill-signal` (`run` and `elect` take `--kill-signal` first).
     #[arg(skip)]
     pub(crate) kill_signal: Option<nix::sys::signal::Signal>,

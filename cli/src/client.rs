@@ -58,6 +58,9 @@ pub(crate) fn redlock(
     if let Some(factor) = tuning.drift_factor {
         builder = builder.drift_factor(factor);
     }
+    if let Some(native) = tuning.native_commands {
+        builder = builder.native_commands(native);
+    }
     if let Some(about) = holder {
         builder = builder.holder_info(about);
     }

@@ -49,6 +49,9 @@ pub(crate) struct ConfigFile {
     /// `--key-layout` (`tagged` or `shared`).
     #[serde(default)]
     pub(crate) key_layout: Option<crate::args::Layout>,
+    /// `--native-commands`.
+    #[serde(default)]
+    pub(crate) native_commands: Option<bool>,
     /// `--kill-signal` of `run` and `elect`.
     #[serde(default, deserialize_with = "signal")]
     pub(crate) kill_signal: Option<nix::sys::signal::Signal>,

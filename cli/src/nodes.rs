@@ -27,6 +27,7 @@ pub(crate) fn resolve(global: &Global) -> Result<(Vec<String>, Tuning), CliError
         tuning.key_prefix = tuning.key_prefix.or(file.key_prefix);
         tuning.drift_factor = tuning.drift_factor.or(file.drift_factor);
         tuning.key_layout = tuning.key_layout.or(file.key_layout);
+        tuning.native_commands = tuning.native_commands.or(file.native_commands);
         tuning.kill_signal = file.kill_signal;
         from_file = file.nodes;
         tracing::debug!(path = %loaded.path.display(), "read the config file");

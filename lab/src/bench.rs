@@ -91,6 +91,8 @@ async fn measure(cluster: &DevCluster, sizes: Sizes, as_json: bool) -> Result<Va
     let pids: Vec<u32> = cluster.nodes.iter().filter_map(|n| n.pid()).collect();
     let baseline = Baseline::connect(&urls).await.map_err(failed)?;
     let rl = client(&urls, |b| b)?;
+    // The same, told to use scripts only: what the servers' own commands gain, in this run.
+    let scripts = client(&urls, |b| b.native_commands(false))?;
     say(format!(
         "redquorum-lab bench: {NODES} local {} masters (memory only), {} CPUs, per-node \
          timeout {} ms.\nEvery ratio is redquorum / the raw baseline of this same run (the raw \
@@ -99,9 +101,9 @@ async fn measure(cluster: &DevCluster, sizes: Sizes, as_json: bool) -> Result<Va
         std::thread::available_parallelism().map_or(0, usize::from),
         NODE_TIMEOUT.as_millis()
     ));
-    let sequential = sequential(&baseline, &rl, sizes.sequential).await?;
+    let sequential = sequential(&baseline, (&rl, &scripts), sizes.sequential).await?;
     sequential.print(&say);
-    let throughput = throughput(&baseline, &rl, &pids, sizes.throughput_for).await?;
+    let throughput = throughput(&baseline, (&rl, &scripts), &pids, sizes.throughput_for).await?;
     print_throughput(&throughput, sizes.throughput_for, &say);
     let round_trip = sequential.baseline_acquire.p50;
     let mut handoffs = Vec::new();
@@ -143,21 +145,24 @@ fn ratio(a: Duration, b: Duration) -> f64 {
     a.as_secs_f64() / b.as_secs_f64().max(f64::MIN_POSITIVE)
 }
 
-/// Uncontended acquire+release, one after the other, the two clients interleaved.
+/// Uncontended acquire+release, one after the other, the three clients interleaved.
 struct Sequential {
     pairs: usize,
     baseline: Spread,
     baseline_acquire: Spread,
     ours: Spread,
+    /// Redquorum told to use scripts only (`Builder::native_commands(false)`).
+    scripts: Spread,
 }
 
 async fn sequential(
     baseline: &Baseline,
-    rl: &RedLock,
+    (rl, scripts_only): (&RedLock, &RedLock),
     pairs: usize,
 ) -> Result<Sequential, LabError> {
     let warm_up = pairs / 10;
     let (mut base, mut base_acquire, mut ours) = (Vec::new(), Vec::new(), Vec::new());
+    let mut scripts = Vec::new();
     for i in 0..pairs + warm_up {
         let t = Instant::now();
         let acquired = baseline
@@ -173,10 +178,20 @@ async fn sequential(
             .await
             .map_err(failed)?;
         let o = t.elapsed();
+        let t = Instant::now();
+        scripts_only
+            .try_acquire("bench:seq:scripts", TTL)
+            .await
+            .map_err(failed)?
+            .release()
+            .await
+            .map_err(failed)?;
+        let s = t.elapsed();
         if i >= warm_up {
             base.push(b);
             base_acquire.push(acquired);
             ours.push(o);
+            scripts.push(s);
         }
     }
     Ok(Sequential {
@@ -184,6 +199,7 @@ async fn sequential(
         baseline: Spread::of(base),
         baseline_acquire: Spread::of(base_acquire),
         ours: Spread::of(ours),
+        scripts: Spread::of(scripts),
     })
 }
 
@@ -200,6 +216,13 @@ impl Sequential {
         say(self.baseline.row("raw baseline"));
         say(self.ours.row("redquorum"));
         say(format!("  {:<38} {p50:>10.2} {p99:>10.2}", "ratio"));
+        say(self.scripts.row("redquorum, scripts only"));
+        say(format!(
+            "  {:<38} {:>10.2} {:>10.2}",
+            "ratio",
+            ratio(self.scripts.p50, self.baseline.p50),
+            ratio(self.scripts.p99, self.baseline.p99)
+        ));
         say(format!(
             "  targets: p50 ≤ 1.05 × baseline: {}; p99 ≤ 1.25 ×: {}\n",
             verdict(p50 <= 1.05),
@@ -214,6 +237,8 @@ impl Sequential {
             "redquorum": self.ours.to_json(),
             "p50_ratio": ratio(self.ours.p50, self.baseline.p50),
             "p99_ratio": ratio(self.ours.p99, self.baseline.p99),
+            "scripts_only": self.scripts.to_json(),
+            "scripts_only_p50_ratio": ratio(self.scripts.p50, self.baseline.p50),
         })
     }
 }
@@ -223,6 +248,8 @@ struct Throughput {
     tasks: usize,
     baseline: Rate,
     ours: Rate,
+    /// Redquorum told to use scripts only.
+    scripts: Rate,
 }
 
 struct Rate {
@@ -246,19 +273,25 @@ impl Throughput {
         self.ours.pairs_per_s / self.baseline.pairs_per_s.max(f64::MIN_POSITIVE)
     }
 
+    fn scripts_ratio(&self) -> f64 {
+        self.scripts.pairs_per_s / self.baseline.pairs_per_s.max(f64::MIN_POSITIVE)
+    }
+
     fn to_json(&self) -> Value {
         json!({
             "tasks": self.tasks,
             "baseline": self.baseline.to_json(),
             "redquorum": self.ours.to_json(),
             "ratio": self.ratio(),
+            "scripts_only": self.scripts.to_json(),
+            "scripts_only_ratio": self.scripts_ratio(),
         })
     }
 }
 
 async fn throughput(
     baseline: &Baseline,
-    rl: &RedLock,
+    (rl, scripts_only): (&RedLock, &RedLock),
     pids: &[u32],
     duration: Duration,
 ) -> Result<Vec<Throughput>, LabError> {
@@ -277,7 +310,7 @@ async fn throughput(
             })
             .await
         };
-        let ours = {
+        let ours_with = |rl: &RedLock| {
             let rl = rl.clone();
             rate(tasks, duration, pids, move |task| {
                 let rl = rl.clone();
@@ -288,12 +321,14 @@ async fn throughput(
                     }
                 }
             })
-            .await
         };
+        let ours = ours_with(rl).await;
+        let scripts = ours_with(scripts_only).await;
         rows.push(Throughput {
             tasks,
             baseline: base,
             ours,
+            scripts,
         });
     }
     Ok(rows)
@@ -349,21 +384,25 @@ where
 
 fn print_throughput(rows: &[Throughput], each: Duration, say: &impl Fn(String)) {
     say(format!(
-        "throughput, distinct resources, {:.1} s each        pairs/s: raw  redquorum  ratio    CPU µs/pair (client + servers): raw  redquorum",
+        "throughput, distinct resources, {:.1} s each   pairs/s: raw  redquorum  ratio  scripts only  ratio    CPU µs/pair (client + servers): raw  redquorum  scripts only",
         each.as_secs_f64()
     ));
     for row in rows {
         say(format!(
-            "  {:>2} task{}                                    {:>9.0} {:>10.0} {:>6.2}        {:>6.1} + {:<6.1}  {:>6.1} + {:<6.1}",
+            "  {:>2} task{}                               {:>9.0} {:>10.0} {:>6.2} {:>13.0} {:>6.2}        {:>6.1} + {:<6.1}  {:>6.1} + {:<6.1}  {:>6.1} + {:<6.1}",
             row.tasks,
             if row.tasks == 1 { " " } else { "s" },
             row.baseline.pairs_per_s,
             row.ours.pairs_per_s,
             row.ratio(),
+            row.scripts.pairs_per_s,
+            row.scripts_ratio(),
             row.baseline.client_us_per_pair,
             row.baseline.servers_us_per_pair,
             row.ours.client_us_per_pair,
             row.ours.servers_us_per_pair,
+            row.scripts.client_us_per_pair,
+            row.scripts.servers_us_per_pair,
         ));
     }
     if let Some(last) = rows.last() {

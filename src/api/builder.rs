@@ -27,6 +27,7 @@ use crate::voters::source::{IntoNode, NodeSource};
 /// | [`restart_grace`](Self::restart_grace) | none: a restarted master votes at once |
 /// | [`fencing`](Self::fencing) | off |
 /// | [`wait_for_release`](Self::wait_for_release) | on: waiters wake on release (pub/sub) |
+/// | [`native_commands`](Self::native_commands) | on: a server's own compare commands where it has them |
 ///
 /// ```
 /// # fn main() -> Result<(), redquorum::Error> {
@@ -188,6 +189,27 @@ impl Builder {
     /// Off: timed retries only.
     pub fn wait_for_release(mut self, enabled: bool) -> Self {
         self.config.wait_for_release = enabled;
+        self
+    }
+
+    /// Whether a lock's release and extend use the server's own compare commands where the
+    /// server has them (`DELIFEQ` on Valkey 9.0 and later, `DELEX … IFEQ` on Redis 8.4, `SET
+    /// … IFEQ … PX` on Valkey 8.1 and Redis 8.4), instead of a Lua script: one plain command
+    /// does the job for a fifth of a script's server CPU. Read from each server's `INFO` at
+    /// every connection, so a failover to an older server uses scripts again; a server that
+    /// refuses one (an ACL without `+delifeq`, a renamed command) uses scripts on that
+    /// connection from then on, and the round goes on.
+    ///
+    /// A release goes native only while nobody waits for it: a waiter the holder refuses marks
+    /// the lock's value (`n-` becomes `w-`), so the server's compare-and-delete no longer
+    /// matches and the release script hands the lock over and publishes (`DESIGN.md` §3).
+    /// Lock values written with this on begin with `n-`, a form that earlier redquorum
+    /// releases do not accept as their own: clients of one lock must all run a release with
+    /// this setting (on or off), not an earlier one. Off: scripts for every job, and lock
+    /// values as before (no waiter marks them). Semaphores, multi-resource locks, fencing and the
+    /// queue always use scripts.
+    pub fn native_commands(mut self, enabled: bool) -> Self {
+        self.config.native_commands = enabled;
         self
     }
 

@@ -7,7 +7,7 @@ use std::time::{Duration, SystemTime};
 use crate::api::redlock::RedLock;
 use crate::core::node_id::NodeId;
 use crate::core::resource::KeyLayout;
-use crate::core::token::holder_about;
+use crate::core::token::{holder_about, shown_digits, unmarked};
 use crate::engine::query::query_everywhere;
 use crate::errors::error::Error;
 use crate::errors::node_error::NodeError;
@@ -57,7 +57,7 @@ impl Holding {
             let shown = if t.starts_with(b"handoff:") {
                 t
             } else {
-                t.get(..8).unwrap_or(t)
+                shown_digits(t)
             };
             String::from_utf8_lossy(shown).into_owned()
         })
@@ -332,7 +332,11 @@ pub(crate) fn settles<T>(
 ) -> bool {
     let answered = || answers.iter().flatten().map(|(answer, _)| answer);
     let failed = answered().filter(|answer| answer.is_err()).count();
-    let tokens: Vec<Option<&[u8]>> = answered().flatten().map(&token).collect();
+    // Holders as they wrote their values: one holder is one holder, marked or not.
+    let tokens: Vec<Option<std::borrow::Cow<'_, [u8]>>> = answered()
+        .flatten()
+        .map(|answer| token(answer).map(unmarked))
+        .collect();
     let most_alike = tokens
         .iter()
         .map(|t| tokens.iter().filter(|other| *other == t).count())
@@ -341,12 +345,15 @@ pub(crate) fn settles<T>(
     most_alike >= quorum || failed > answers.len().saturating_sub(quorum)
 }
 
+/// What a node holds: `token` is the lock's value as read, which names its holder whether or
+/// not a waiter marked it (`token::unmarked`).
 pub(crate) fn holding(
     token: Option<Vec<u8>>,
     fence: Option<u64>,
     info: Option<Vec<u8>>,
     pttl: i64,
 ) -> Holding {
+    let token = token.map(|value| unmarked(&value).into_owned());
     let leader = match (&token, &info) {
         (Some(token), Some(info)) => decode(info)
             .filter(|(owner, _)| *owner == token.as_slice())

@@ -66,6 +66,11 @@ pub struct Lock {
     /// A multi-resource lock's other resources and keys, renewed and released with the first
     /// (see [`Lock::set_others`]); empty for a lock on one resource.
     others: Vec<(Vec<u8>, Vec<u8>)>,
+    /// Someone waits (or waited) for this lock: it came through the queue, or a server's own
+    /// compare command missed it. Its renewals and release then go to the scripts directly,
+    /// which accept a marked value and hand the lock over, without first trying a command
+    /// that would miss (`DESIGN.md` §3).
+    waited_for: bool,
 }
 
 impl Lock {
@@ -87,6 +92,7 @@ impl Lock {
             companion: None,
             permit_of: None,
             others: Vec::new(),
+            waited_for: acquired.through_queue,
         }
     }
 
@@ -199,7 +205,9 @@ impl Lock {
         if let Some(permits) = &self.permit_of {
             Delete::ReleasePermit(permits.clone())
         } else if self.others.is_empty() {
-            Delete::Release
+            Delete::Release {
+                natively: !self.waited_for,
+            }
         } else {
             Delete::ReleaseMany {
                 others: self.others.iter().map(|(_, key)| key.clone()).collect(),
@@ -278,6 +286,7 @@ impl Lock {
                     .collect(),
                 set: !self.others.is_empty(),
                 permits: self.permit_of.as_ref().map(|keys| keys.permits()),
+                natively: self.shared.config.native_commands && !self.waited_for,
             },
             &self.report,
             &timing,
@@ -293,6 +302,7 @@ impl Lock {
         // out, as they are behind the earlier rounds' (`extend` waited for those): with none
         // left, every earlier one is ordered too.
         self.stragglers = round.stragglers.take();
+        self.waited_for |= round.native_missed;
         match verdict {
             Ok(()) => {
                 self.deadline = round.valid_until(&timing);

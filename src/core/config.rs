@@ -46,6 +46,9 @@ pub(crate) struct Config {
     pub(crate) restart_grace: Option<Duration>,
     pub(crate) fencing: bool,
     pub(crate) wait_for_release: bool,
+    /// Releases and extends with the servers' own compare commands where they have them
+    /// (`Builder::native_commands`); a single lock's token is then markable.
+    pub(crate) native_commands: bool,
     /// Who holds this client's locks, in every lock's value (`Builder::holder_info`).
     pub(crate) holder_info: Option<String>,
     /// How long dropping the client's last handle waits for its clean-ups (`Builder::settle_on_drop`).
@@ -136,6 +139,7 @@ impl Default for Config {
             restart_grace: None,
             fencing: false,
             wait_for_release: true,
+            native_commands: true,
             holder_info: None,
             settle_on_drop: Duration::from_secs(1),
         }

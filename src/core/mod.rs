@@ -7,6 +7,7 @@
 pub(crate) mod clock;
 pub(crate) mod config;
 pub(crate) mod held_locks;
+pub(crate) mod native;
 pub(crate) mod node_id;
 pub(crate) mod permit_keys;
 pub(crate) mod quorum;

@@ -14,6 +14,15 @@ const RELEASE_ID_DIGITS: usize = 16;
 /// How many hex digits of a token `Display` and `Debug` show.
 const SHOWN_DIGITS: usize = 8;
 
+/// How a token that lets waiters mark it begins, as its holder writes it: nobody waits for
+/// its release (yet). See [`Token::generate_markable`].
+pub(crate) const NOBODY_WAITS: &str = "n-";
+
+/// What a waiter puts in place of [`NOBODY_WAITS`] when a lock's holder refuses it: someone
+/// waits for this release, so it must hand the lock over or say it was released (the
+/// release script does, a server's `DELIFEQ` would not, and it no longer matches).
+pub(crate) const WAITED_ON: &str = "w-";
+
 /// The random value stored in a lock's keys, unique to one acquisition.
 ///
 /// A token is a capability: whoever knows it can extend or release the lock. It carries 160 bits
@@ -63,17 +72,42 @@ impl Token {
         token
     }
 
+    /// [`generate_about`](Self::generate_about), written as [`NOBODY_WAITS`] and then the
+    /// token: a waiter the holder refuses turns the prefix into [`WAITED_ON`], so a server's
+    /// own compare-and-delete (which compares the whole value) no longer matches and the
+    /// release script, which accepts both, hands the lock over. Only the lock's own scripts
+    /// and the server's conditional commands read it: a value another library (or an
+    /// earlier redquorum) wrote never has the prefix, so no waiter ever changes it.
+    pub(crate) fn generate_markable(about: Option<&str>) -> Self {
+        let mut token = Self::generate_about(about);
+        token.0.insert_str(0, NOBODY_WAITS);
+        token
+    }
+
+    /// Whether waiters may mark it (see [`generate_markable`](Self::generate_markable)): only
+    /// then may its release be the server's own compare-and-delete.
+    pub(crate) fn is_markable(&self) -> bool {
+        self.0.starts_with(NOBODY_WAITS)
+    }
+
+    /// The token without the [`NOBODY_WAITS`] prefix: its random hex digits first.
+    fn random_first(&self) -> &str {
+        self.0.strip_prefix(NOBODY_WAITS).unwrap_or(&self.0)
+    }
+
     /// What a release publishes to wake waiters: the token's first 16 hex digits, enough to
     /// tell one release from the next, never enough to act on the lock.
     pub(crate) fn release_id(&self) -> String {
-        self.0
+        self.random_first()
             .get(..RELEASE_ID_DIGITS)
             .unwrap_or_default()
             .to_owned()
     }
 
     /// The full token, as stored in Redis: 40 hex digits, followed by the time and the
-    /// description of a client built with `Builder::holder_info`. Treat it as a secret.
+    /// description of a client built with `Builder::holder_info`; a single lock's token (a
+    /// client using the servers' own commands, the default) begins with `n-`, which a
+    /// waiter turns into `w-`. Treat it as a secret.
     ///
     /// ```
     /// # async fn demo(lock: redquorum::Lock) {
@@ -88,15 +122,46 @@ impl Token {
 /// Who holds a lock whose value carries a description (see [`Token::generate_about`]): when
 /// the value was drawn and the description, or `None` for a plain token.
 pub(crate) fn holder_about(value: &[u8]) -> Option<(SystemTime, String)> {
+    let value = unmarked(value);
+    let value = value
+        .strip_prefix(NOBODY_WAITS.as_bytes())
+        .unwrap_or(&value);
     let text = std::str::from_utf8(value.get(TOKEN_BYTES * 2..)?).ok()?;
     let (ms, about) = text.strip_prefix(' ')?.split_once(' ')?;
     let since = UNIX_EPOCH.checked_add(Duration::from_millis(ms.parse().ok()?))?;
     Some((since, about.to_owned()))
 }
 
+/// A lock's value as its holder wrote it: [`WAITED_ON`] read back as [`NOBODY_WAITS`], so a
+/// holder is the same holder whether or not someone waits for it.
+pub(crate) fn unmarked(value: &[u8]) -> std::borrow::Cow<'_, [u8]> {
+    match value.strip_prefix(WAITED_ON.as_bytes()) {
+        Some(rest) => {
+            let mut holder = NOBODY_WAITS.as_bytes().to_vec();
+            holder.extend_from_slice(rest);
+            std::borrow::Cow::Owned(holder)
+        }
+        None => std::borrow::Cow::Borrowed(value),
+    }
+}
+
+/// The first hex digits of a lock's value, enough to tell holders apart in a listing (the
+/// [`NOBODY_WAITS`] or [`WAITED_ON`] prefix left out).
+pub(crate) fn shown_digits(value: &[u8]) -> &[u8] {
+    let value = [NOBODY_WAITS, WAITED_ON]
+        .iter()
+        .find_map(|prefix| value.strip_prefix(prefix.as_bytes()))
+        .unwrap_or(value);
+    value.get(..SHOWN_DIGITS).unwrap_or(value)
+}
+
 impl fmt::Display for Token {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{}…", self.0.get(..SHOWN_DIGITS).unwrap_or_default())
+        write!(
+            f,
+            "{}…",
+            self.random_first().get(..SHOWN_DIGITS).unwrap_or_default()
+        )
     }
 }
 
@@ -152,5 +217,29 @@ mod tests {
             assert_eq!(holder_about(plain), None);
         }
         assert_eq!(Token::generate_about(None).expose().len(), 40);
+    }
+
+    /// Mutation: `unmarked` returning the value as read: a holder someone waits for reads as
+    /// another holder (`Holding::same_holder`); `random_first` not stripping the prefix: the
+    /// release id and `Display` show `n-`.
+    #[test]
+    fn a_markable_token_reads_the_same_marked_or_not() {
+        let t = Token::generate_markable(Some("web1 pid 42"));
+        assert!(t.expose().starts_with(NOBODY_WAITS));
+        assert_eq!(t.release_id().len(), RELEASE_ID_DIGITS);
+        assert!(t.expose()[2..].starts_with(&t.release_id()));
+        assert!(!format!("{t}").contains(':'));
+        let marked = format!("{WAITED_ON}{}", &t.expose()[2..]);
+        assert_eq!(&*unmarked(marked.as_bytes()), t.expose().as_bytes());
+        assert_eq!(&*unmarked(t.expose().as_bytes()), t.expose().as_bytes());
+        assert_eq!(
+            shown_digits(marked.as_bytes()),
+            &t.expose().as_bytes()[2..10]
+        );
+        assert_eq!(shown_digits(b"abc"), b"abc");
+        for value in [t.expose().as_bytes(), marked.as_bytes()] {
+            assert_eq!(holder_about(value).expect("described").1, "web1 pid 42");
+        }
+        assert_eq!(Token::generate_markable(None).expose().len(), 42);
     }
 }

@@ -5,11 +5,15 @@
 use redis::aio::MultiplexedConnection;
 use redis::{Script, ServerErrorKind, Value};
 
+use std::sync::OnceLock;
+
+use crate::core::native::{DeleteIfEqual, NativeCommands};
 use crate::core::report::NodeOutcome;
 use crate::engine::classify::{Grant, classify, classify_set_if_absent};
-use crate::engine::request::{Command, InParts, Request};
+use crate::engine::request::{Command, InParts, Native, Request};
 use crate::errors::error::Operation;
 use crate::scripts::LuaScript;
+use crate::voters::supervisor::NativeLink;
 
 /// `cmd` on `conn`, after `ASKING` in one pipeline when `asking`.
 async fn query(
@@ -151,6 +155,12 @@ pub(crate) struct EncodedRequest {
     key: Vec<u8>,
     done: NodeOutcome,
     pub(crate) settled_nodes_only: bool,
+    /// The server's own command that does the request's whole job, tried first where a
+    /// node's server has it (see [`NativeForm`]).
+    native: Option<NativeForm>,
+    /// A native command answered "not done" on some node (a waiter marked the lock there, or
+    /// the key was not ours): the lock's later requests go to the scripts directly.
+    native_missed: std::sync::atomic::AtomicBool,
     /// Keep a request we stopped waiting for running until its connection has taken it.
     ///
     /// The redis crate's multiplexed connection skips a queued request whose caller went away
@@ -188,6 +198,81 @@ impl Part {
     ) -> redis::RedisResult<Value> {
         query_loading(&self.cmd, self.script, conn, asking).await
     }
+}
+
+/// A request's native form: the server's own command, built on first use for each server kind
+/// that has it. It answers only "done" or "not done"; where it was not done (another owner, no
+/// key, a key a waiter marked) or the server refused it, the script runs next on the same
+/// connection and answers as always, so every reply the round sees is the script's, and a
+/// "not done" costs one round trip more, never a wrong answer.
+struct NativeForm {
+    kind: Native,
+    token: String,
+    ttl_ms: u64,
+    del_if_eq: OnceLock<redis::Cmd>,
+    del_ex: OnceLock<redis::Cmd>,
+    renew: OnceLock<redis::Cmd>,
+}
+
+impl NativeForm {
+    fn new(kind: Native, request: &Request) -> Self {
+        Self {
+            kind,
+            token: request.token.clone(),
+            ttl_ms: request.number.unwrap_or(0),
+            del_if_eq: OnceLock::new(),
+            del_ex: OnceLock::new(),
+            renew: OnceLock::new(),
+        }
+    }
+
+    /// The command for a server that offers `offered`, if it has one for this request.
+    fn command(&self, key: &[u8], offered: NativeCommands) -> Option<&redis::Cmd> {
+        match self.kind {
+            Native::Release => match offered.delete? {
+                DeleteIfEqual::DelIfEq => Some(self.del_if_eq.get_or_init(|| {
+                    let mut cmd = redis::cmd("DELIFEQ");
+                    cmd.arg(key).arg(self.token.as_str());
+                    cmd
+                })),
+                DeleteIfEqual::DelEx => Some(self.del_ex.get_or_init(|| {
+                    let mut cmd = redis::cmd("DELEX");
+                    cmd.arg(key).arg("IFEQ").arg(self.token.as_str());
+                    cmd
+                })),
+            },
+            Native::Renew => offered.renew.then(|| {
+                self.renew.get_or_init(|| {
+                    let mut cmd = redis::cmd("SET");
+                    cmd.arg(key)
+                        .arg(self.token.as_str())
+                        .arg("IFEQ")
+                        .arg(self.token.as_str())
+                        .arg("PX")
+                        .arg(self.ttl_ms);
+                    cmd
+                })
+            }),
+        }
+    }
+
+    /// Whether `reply` says the command did the job: `1` (deleted) or `OK` (renewed).
+    fn did(&self, reply: &Value) -> bool {
+        match self.kind {
+            Native::Release => *reply == Value::Int(1),
+            Native::Renew => *reply == Value::Okay,
+        }
+    }
+}
+
+/// Whether the server refused a native command itself (it does not have it, or an ACL
+/// forbids it: `ERR unknown command`, `ERR syntax error`, `NOPERM`), rather than the key,
+/// the connection or a cluster's routing: then the connection uses scripts only.
+fn refuses_native(err: &redis::RedisError) -> bool {
+    matches!(
+        err.kind(),
+        redis::ErrorKind::Server(ServerErrorKind::ResponseError | ServerErrorKind::NoPerm)
+    )
 }
 
 enum Encoding {
@@ -248,8 +333,16 @@ impl EncodedRequest {
             key: request.key.clone(),
             done: request.done.clone(),
             settled_nodes_only: request.settled_nodes_only,
+            native: request.native.map(|kind| NativeForm::new(kind, request)),
+            native_missed: std::sync::atomic::AtomicBool::new(false),
             deliver_anyway: request.operation == Operation::Release,
         }
+    }
+
+    /// Whether a native command answered "not done" on some node so far.
+    pub(crate) fn native_missed(&self) -> bool {
+        self.native_missed
+            .load(std::sync::atomic::Ordering::Relaxed)
     }
 
     /// The key the request is about, which decides a Cluster voter's shard.
@@ -261,13 +354,34 @@ impl EncodedRequest {
     /// `SCRIPT FLUSH`) is loaded and sent once more. With `asking` (a cluster master answered
     /// `ASK`), the request follows `ASKING` in the same write, so nothing else sent on the
     /// connection can come between them.
+    ///
+    /// Where the request has a native form and the server offers it (`native`), the native
+    /// command goes first: done, the answer is the script's "done" (`-1`); not done, or
+    /// refused by the server (which then marks the connection scripts-only), the script
+    /// follows on the same connection and its answer is the request's.
     pub(crate) async fn send(
         &self,
         conn: &mut MultiplexedConnection,
-        node: usize,
-        server_run: Option<&str>,
+        (node, server_run): (usize, Option<&str>),
         asking: bool,
+        native: &NativeLink,
     ) -> redis::RedisResult<Value> {
+        if let Some(form) = &self.native
+            && let Some(cmd) = form.command(&self.key, native.offered())
+        {
+            match query(cmd, conn, asking).await {
+                Ok(reply) if form.did(&reply) => return Ok(Value::Int(-1)),
+                Ok(_) => {
+                    self.native_missed
+                        .store(true, std::sync::atomic::Ordering::Relaxed);
+                }
+                Err(err) if refuses_native(&err) => {
+                    tracing::info!(error = %err, "the server refused its own compare command: scripts only on this connection");
+                    native.refuse();
+                }
+                Err(err) => return Err(err),
+            }
+        }
         match &self.wire {
             Encoding::Script {
                 script,
@@ -326,10 +440,10 @@ impl EncodedRequest {
         Ok(combined)
     }
 
-    /// Whether the request may be sent a second time (a script after `NOSCRIPT`): then it is
-    /// ordered on its connection only once answered, not once queued.
+    /// Whether the request may be sent a second time (a script after `NOSCRIPT`, or after its
+    /// native form): then it is ordered on its connection only once answered, not once queued.
     pub(crate) fn resendable(&self) -> bool {
-        matches!(self.wire, Encoding::Script { whole: false, .. })
+        matches!(self.wire, Encoding::Script { whole: false, .. }) || self.native.is_some()
     }
 
     /// Whether the request carries the server's `run_id`, so cannot go to a server that

@@ -26,6 +26,17 @@ impl Command {
     }
 }
 
+/// A server's own command that can do a request's whole job where the server has it
+/// (`crate::core::native`); the script does it elsewhere, and wherever the command did not.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Native {
+    /// `DELIFEQ key token` or `DELEX key IFEQ token`: a release nobody waits for (the token
+    /// is markable and unmarked, `DESIGN.md` §3).
+    Release,
+    /// `SET key token IFEQ token PX ttl`: an extend of the lock key alone.
+    Renew,
+}
+
 /// What to send to every node.
 #[derive(Debug)]
 pub(crate) struct Request {
@@ -57,6 +68,8 @@ pub(crate) struct Request {
     /// How a Cluster voter sends the script when the cluster refuses its keys with `TRYAGAIN`
     /// (see [`InParts`]).
     pub(crate) in_parts: InParts,
+    /// The server's own command to try first, where the server has it.
+    pub(crate) native: Option<Native>,
     /// For metrics.
     pub(crate) operation: Operation,
 }
@@ -122,6 +135,7 @@ impl Request {
             readd_on: None,
             epochs: None,
             in_parts: InParts::Never,
+            native: None,
             operation,
         }
     }
@@ -183,6 +197,12 @@ impl Request {
     /// Sets the `readd_on` field (see there).
     pub(crate) fn readding_on(mut self, nodes: Vec<bool>) -> Self {
         self.readd_on = Some(nodes);
+        self
+    }
+
+    /// Sets the `native` field (see there).
+    pub(crate) fn natively(mut self, native: Native) -> Self {
+        self.native = Some(native);
         self
     }
 

@@ -44,6 +44,9 @@ pub(crate) struct Round {
     /// What each master's grant said, for the grants before the decision: a fenced
     /// acquire's counter and re-seed epoch, a permit acquire's permit number.
     pub(crate) grants: Vec<Option<Grant>>,
+    /// A native command of the round answered "not done" on a node before the decision
+    /// (`EncodedRequest::native_missed`): someone waits for the lock there, most likely.
+    pub(crate) native_missed: bool,
 }
 
 impl Round {
@@ -222,6 +225,7 @@ impl<V: Voter> Fanout<'_, V> {
             stragglers,
             fence: heard.fence,
             grants: heard.grants,
+            native_missed: prepared.native_missed(),
         }
     }
 

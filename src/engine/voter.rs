@@ -148,9 +148,9 @@ async fn exchange(
                         request
                             .send(
                                 &mut conn,
-                                node.id().index(),
-                                ready.run_id.as_deref(),
+                                (node.id().index(), ready.run_id.as_deref()),
                                 asking,
+                                &ready.native,
                             )
                             .await
                     }

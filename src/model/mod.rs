@@ -1,4 +1,5 @@
-//! A model of the fenced Redlock protocol, checked exhaustively with `stateright`.
+//! A model of the fenced Redlock protocol, checked exhaustively with `stateright` (and, in
+//! `wakeups`, a model of one master's waiters and the servers' own compare-and-delete).
 //!
 //! Compiled only into the crate's unit tests, so it uses the production decision code rather
 //! than a copy: the fenced acquire's and the confirm's replies are decoded by
@@ -151,3 +152,4 @@ pub(crate) enum TermRule {
 mod checks;
 mod state;
 mod steps;
+mod wakeups;

@@ -19,7 +19,7 @@ use std::time::Instant;
 use crate::core::clock::Deadline;
 use crate::core::config::Timing;
 use crate::core::report::{NodeOutcome, Report};
-use crate::core::resource;
+use crate::core::resource::{self, KeyLayout};
 use crate::core::retry::RetryPolicy;
 use crate::core::token::Token;
 use crate::core::verdict::Rejection;
@@ -49,6 +49,9 @@ pub(crate) struct Acquired {
     pub(crate) attempts: u32,
     /// With fencing: the confirmed token.
     pub(crate) fencing_token: Option<u64>,
+    /// The winning round was a queued acquire: the lock was contended, its value is marked
+    /// as waited for, and the servers' own compare commands would only miss.
+    pub(crate) through_queue: bool,
 }
 
 /// How many times in one call a round that failed only for want of re-seeded fence counters
@@ -104,6 +107,7 @@ pub(crate) async fn acquire(
                     round: won.round,
                     attempts,
                     fencing_token: won.fencing_token,
+                    through_queue: won.through_queue,
                 });
             }
             Err(failed) => failed,
@@ -164,7 +168,15 @@ async fn round(
     mut queue: Option<(&mut Option<Queue>, &RetryPolicy)>,
     will_retry: bool,
 ) -> Result<Won, LostRound> {
-    let token = Token::generate_about(shared.config.holder_info.as_deref());
+    // A single lock's token lets waiters mark it, so its release can be the server's own
+    // compare-and-delete while nobody waits (`DESIGN.md` §3). Not with the shared layout:
+    // other libraries' values and scripts share those keys.
+    let about = shared.config.holder_info.as_deref();
+    let token = if shared.config.native_commands && shared.config.key_layout == KeyLayout::Tagged {
+        Token::generate_markable(about)
+    } else {
+        Token::generate_about(about)
+    };
     let mut cleanup = Cleanup::arm(
         shared.clone(),
         key.to_vec(),
@@ -177,8 +189,15 @@ async fn round(
         .as_ref()
         .and_then(|(slot, _)| slot.as_ref())
         .filter(|q| q.is_joined());
+    let through_queue = joined.is_some();
     let request = match (&fence_keys, joined) {
-        (Some(keys), _) => fencing::acquire_request(key, &token, keys),
+        // A refused fenced acquire that will wait for the release marks the holder's value.
+        (Some(keys), _) => fencing::acquire_request(
+            key,
+            &token,
+            keys,
+            will_retry && shared.config.wait_for_release,
+        ),
         (None, Some(queue)) => queued_request(key, &token, queue),
         (None, None) => Request::new(
             Operation::Acquire,
@@ -217,6 +236,7 @@ async fn round(
                         token,
                         deadline,
                         fencing_token,
+                        through_queue,
                     });
                 }
                 Err(lost) => lost,
@@ -256,6 +276,7 @@ struct Won {
     token: Token,
     deadline: Deadline,
     fencing_token: Option<u64>,
+    through_queue: bool,
 }
 
 /// The acquire of a waiter that joined the lock's queue (`scripts::QUEUED_ACQUIRE`).

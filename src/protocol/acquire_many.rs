@@ -67,6 +67,7 @@ pub(crate) async fn acquire_many(
                     round,
                     attempts,
                     fencing_token: None,
+                    through_queue: false,
                 });
             }
             Err(failed) => failed,

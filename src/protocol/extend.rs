@@ -4,7 +4,7 @@ use crate::core::config::Timing;
 use crate::core::report::{NodeOutcome, Report};
 use crate::core::token::Token;
 use crate::core::verdict::Rejection;
-use crate::engine::request::{Command, Request};
+use crate::engine::request::{Command, Native, Request};
 use crate::engine::round::{Round, Stragglers, Wait};
 use crate::errors::error::Operation;
 use crate::errors::node_error::NodeError;
@@ -41,6 +41,7 @@ pub(crate) async fn extend(
         companions,
         set,
         permits,
+        natively,
     } = keys;
     let readd_on: Vec<bool> = granted
         .iter()
@@ -59,22 +60,31 @@ pub(crate) async fn extend(
         (false, Some(_)) => &scripts::EXTEND_PERMIT,
         (false, None) => &scripts::EXTEND,
     };
+    // The lock key alone: the server's own compare-and-renew does the whole job where it has
+    // one (a missing key, another owner's or a marked one fails it, and the script follows).
+    let native = natively && companions.is_empty() && !set && permits.is_none();
     let request = Request::new(
         Operation::Extend,
         Command::Script(script),
         key,
         token,
         NodeOutcome::Extended,
-    )
-    .with_extra_keys(companions)
-    .with_number(timing.ttl_ms)
-    .with_payload(
-        permits
-            .map(|p| p.to_string().into_bytes())
-            .into_iter()
-            .collect(),
-    )
-    .readding_on(readd_on);
+    );
+    let request = if native {
+        request.natively(Native::Renew)
+    } else {
+        request
+    };
+    let request = request
+        .with_extra_keys(companions)
+        .with_number(timing.ttl_ms)
+        .with_payload(
+            permits
+                .map(|p| p.to_string().into_bytes())
+                .into_iter()
+                .collect(),
+        )
+        .readding_on(readd_on);
     let round = shared
         .fanout()
         .run_behind(request, timing.per_node_timeout, wait, after, || {})
@@ -96,6 +106,9 @@ pub(crate) struct Renewal<'a> {
     /// A semaphore's permit, of this many permits: the one companion is the semaphore's
     /// record of that number, kept beside the key (`scripts::EXTEND_PERMIT`).
     pub(crate) permits: Option<u32>,
+    /// The server's own compare-and-renew may be tried first (the client uses native
+    /// commands, and nobody is known to wait for the lock: a marked value would miss it).
+    pub(crate) natively: bool,
 }
 
 /// Whether a node's last answer says for certain that our key never got there: another

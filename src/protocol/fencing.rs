@@ -27,8 +27,9 @@ use crate::protocol::shared::Shared;
 use crate::scripts;
 
 /// The fenced acquire of `key` under `token`: the lock key, then the slot's counter and
-/// marker (and the per-resource counter).
-pub(crate) fn acquire_request(key: &[u8], token: &Token, keys: &FenceKeys) -> Request {
+/// marker (and the per-resource counter). With `waits` (the acquire will wait for the lock's
+/// release if refused), a refusal marks the holder's value, so its release publishes.
+pub(crate) fn acquire_request(key: &[u8], token: &Token, keys: &FenceKeys, waits: bool) -> Request {
     let mut extra = vec![keys.counter.clone(), keys.marker.clone()];
     extra.extend(keys.legacy.clone());
     Request::new(
@@ -39,6 +40,7 @@ pub(crate) fn acquire_request(key: &[u8], token: &Token, keys: &FenceKeys) -> Re
         NodeOutcome::Granted,
     )
     .with_extra_keys(extra)
+    .with_payload(vec![if waits { b"1".to_vec() } else { b"0".to_vec() }])
 }
 
 /// Whether a master answered that its counter was not seeded since it started. Then the

@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use crate::core::quorum;
 use crate::core::report::{NodeOutcome, NodeReport, Report};
-use crate::core::token::Token;
+use crate::core::token::{Token, unmarked};
 use crate::core::verdict::{Rejection, RoundKind};
 use crate::engine::query::query_everywhere;
 use crate::engine::request::{Command, Request};
@@ -126,7 +126,8 @@ pub(crate) async fn read(
                 let Some((token, leader)) = decode(&info) else {
                     continue;
                 };
-                if token != lock.as_slice() {
+                // The lock's value as its holder wrote it: a waiter may have marked it.
+                if token != &*unmarked(&lock) {
                     continue;
                 }
                 match votes.iter_mut().find(|(_, t, _)| t.as_slice() == token) {

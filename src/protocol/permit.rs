@@ -92,6 +92,7 @@ pub(crate) async fn acquire_permit(
                     round,
                     attempts,
                     fencing_token: None,
+                    through_queue: false,
                 };
                 return Ok(TakenPermit { acquired, index });
             }

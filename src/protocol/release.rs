@@ -8,7 +8,7 @@ use crate::core::report::{NodeOutcome, Report};
 use crate::core::resource::{self, KeyLayout};
 use crate::core::token::Token;
 use crate::core::verdict::{Rejection, RoundKind};
-use crate::engine::request::{Command, InParts, Request};
+use crate::engine::request::{Command, InParts, Native, Request};
 use crate::engine::round::{Round, Stragglers, Wait};
 use crate::errors::error::Operation;
 use crate::protocol::shared::Shared;
@@ -67,8 +67,10 @@ pub(crate) async fn release(
 #[derive(Debug, Clone)]
 pub(crate) enum Delete {
     /// A release: hands the lock to the first live waiter queued on the node (else deletes
-    /// it) and publishes on the release channel (`scripts::RELEASE`).
-    Release,
+    /// it) and publishes on the release channel (`scripts::RELEASE`). With `natively`, the
+    /// server's own compare-and-delete first where it has one, for a markable token that
+    /// nobody is known to wait for (`DESIGN.md` §3).
+    Release { natively: bool },
     /// The cleanup of a failed round: deletes silently.
     Silent,
     /// The cleanup of a failed round whose acquire waits on: deletes silently and joins the
@@ -151,21 +153,42 @@ async fn delete_everywhere(
         // way publish.
         // With the shared layout nobody queues, and the keys beside the lock's are not ours
         // to touch (they could be another client's): no queue keys, so nothing is handed over.
-        Delete::Release => compare_and_delete(&scripts::RELEASE)
-            .with_extra_keys(match shared.config.key_layout {
-                KeyLayout::Tagged => resource::queue_keys(key).into(),
-                KeyLayout::Shared => Vec::new(),
-            })
-            .in_parts(InParts::LockKeyAlone)
-            .with_payload(hand_over_arguments(key, &release_id, per_node_timeout)),
+        // A markable token nobody marked: nobody waits for this release on the node, so the
+        // server's own compare-and-delete does the whole job where it has one (`DESIGN.md`
+        // §3); a marked one fails it and the script follows.
+        Delete::Release { natively } => {
+            let request = compare_and_delete(&scripts::RELEASE)
+                .with_extra_keys(match shared.config.key_layout {
+                    KeyLayout::Tagged => resource::queue_keys(key).into(),
+                    KeyLayout::Shared => Vec::new(),
+                })
+                .in_parts(InParts::LockKeyAlone)
+                .with_payload(hand_over_arguments(key, &release_id, per_node_timeout));
+            // A waiter of this client marked the lock: the script, at once, so the waiter's
+            // round, sent when this release is queued, finds it handed over on each node.
+            let waited_on_here = shared.releases.has_waiters(&resource::release_channel(key));
+            if *natively && token.is_markable() && !waited_on_here {
+                request.natively(Native::Release)
+            } else {
+                request
+            }
+        }
         // Two empty arguments and no queue: publish nothing, hand nothing over.
         Delete::Silent => {
             compare_and_delete(&scripts::RELEASE).with_payload(vec![Vec::new(), Vec::new()])
         }
+        // The waiter's id, liveness and place, then what a hand-over needs where the key is
+        // already gone.
         Delete::SilentAndQueue { keys, arguments } => compare_and_delete(&scripts::UNDO_AND_QUEUE)
             .with_extra_keys(keys.clone())
             .in_parts(InParts::LockKeyAlone)
-            .with_payload(arguments.clone()),
+            .with_payload(
+                arguments
+                    .iter()
+                    .cloned()
+                    .chain(hand_over_arguments(key, &release_id, per_node_timeout))
+                    .collect(),
+            ),
         // The release id, then one channel per key.
         Delete::ReleaseMany { others } => compare_and_delete(&scripts::RELEASE_MANY)
             .with_extra_keys(others.clone())
@@ -213,7 +236,9 @@ async fn delete_everywhere(
     // our release first. If a node handed the lock to a waiter of another process instead,
     // ours loses one round there and waits on; the nodes' messages wake the waiter each named.
     let channels: Vec<Vec<u8>> = match delete {
-        Delete::Release | Delete::ReleasePermit(_) => vec![resource::release_channel(key)],
+        Delete::Release { .. } | Delete::ReleasePermit(_) => {
+            vec![resource::release_channel(key)]
+        }
         Delete::ReleaseMany { others } => std::iter::once(key)
             .chain(others.iter().map(Vec::as_slice))
             .map(resource::release_channel)

@@ -86,3 +86,151 @@ pub(crate) fn confirm_fence<O: PartialEq>(
     }
     -1
 }
+
+/// What one master's lock key holds, for the wake-up model (`crate::model::wakeups`): every
+/// token there is markable (`n-`), as a single lock's is with native commands on.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub(crate) enum LockValue {
+    Free,
+    /// A holder's token, `marked` once a waiter turned its `n-` into `w-`.
+    Token {
+        owner: u8,
+        marked: bool,
+    },
+    /// `handoff:<waiter>`.
+    Reserved(u8),
+}
+
+/// Whom a script's publish wakes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Wake {
+    /// The message on one waiter's client channel (a hand-over to it).
+    One(u8),
+    /// The message on the common channel: every subscribed waiter.
+    All,
+}
+
+/// One master's lock key and queue (waiters' places are their ids: a lower id queued first).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub(crate) struct QueuedLock {
+    pub(crate) value: LockValue,
+    /// The queue, one bit per waiter id.
+    pub(crate) queue: u8,
+}
+
+/// Which of the fixes that keep a waiter from being stranded the mirrors apply (all, as
+/// shipped; the wake-up model turns each off to show the checker finds what it prevents).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub(crate) struct Marking {
+    /// `join_queue` marks the holder (`mark_waited`).
+    pub(crate) on_join: bool,
+    /// `ACQUIRE_FENCED` marks the holder when the acquire will wait.
+    pub(crate) on_fenced_refusal: bool,
+    /// `QUEUED_ACQUIRE` writes its token marked.
+    pub(crate) on_queue_take: bool,
+    /// `UNDO_AND_QUEUE` hands a lock already gone over.
+    pub(crate) hand_over_on_undo: bool,
+}
+
+impl QueuedLock {
+    /// `lua/ours.lua`: the value is `me`'s token, marked or not.
+    fn ours(&self, me: u8) -> bool {
+        matches!(self.value, LockValue::Token { owner, .. } if owner == me)
+    }
+
+    /// `lua/mark_waited.lua`.
+    fn mark_waited(&mut self) {
+        if let LockValue::Token { owner, .. } = self.value {
+            self.value = LockValue::Token {
+                owner,
+                marked: true,
+            };
+        }
+    }
+
+    /// `lua/join_queue.lua`.
+    fn join_queue(&mut self, me: u8, marking: Marking) {
+        if marking.on_join {
+            self.mark_waited();
+        }
+        self.queue |= 1 << me;
+    }
+
+    /// `lua/hand_over.lua`: to the first queued waiter (all are live here), else deleted.
+    fn hand_over(&mut self) -> Wake {
+        if self.queue == 0 {
+            self.value = LockValue::Free;
+            return Wake::All;
+        }
+        let head = self.queue.trailing_zeros() as u8;
+        self.queue &= !(1 << head);
+        self.value = LockValue::Reserved(head);
+        Wake::One(head)
+    }
+
+    /// `SET NX`: the plain acquire.
+    pub(crate) fn set_if_absent(&mut self, me: u8) -> bool {
+        if self.value != LockValue::Free {
+            return false;
+        }
+        self.value = LockValue::Token {
+            owner: me,
+            marked: false,
+        };
+        true
+    }
+
+    /// `DELIFEQ key token`: deletes only the value exactly as its holder wrote it.
+    pub(crate) fn native_delete(&mut self, me: u8) -> bool {
+        let written = LockValue::Token {
+            owner: me,
+            marked: false,
+        };
+        if self.value != written {
+            return false;
+        }
+        self.value = LockValue::Free;
+        true
+    }
+
+    /// [`RELEASE`](super::RELEASE): hands over (or deletes) and publishes while ours.
+    pub(crate) fn release(&mut self, me: u8) -> Option<Wake> {
+        self.ours(me).then(|| self.hand_over())
+    }
+
+    /// [`UNDO_AND_QUEUE`](super::UNDO_AND_QUEUE).
+    pub(crate) fn undo_and_queue(&mut self, me: u8, marking: Marking) -> Option<Wake> {
+        let was_free = self.value == LockValue::Free;
+        if self.ours(me) {
+            self.value = LockValue::Free;
+        }
+        self.join_queue(me, marking);
+        (was_free && marking.hand_over_on_undo).then(|| self.hand_over())
+    }
+
+    /// [`QUEUED_ACQUIRE`](super::QUEUED_ACQUIRE): whether `me` took the lock.
+    pub(crate) fn queued_acquire(&mut self, me: u8, marking: Marking) -> bool {
+        if self.value == LockValue::Free || self.value == LockValue::Reserved(me) {
+            self.queue &= !(1 << me);
+            self.value = LockValue::Token {
+                owner: me,
+                marked: marking.on_queue_take,
+            };
+            return true;
+        }
+        self.join_queue(me, marking);
+        false
+    }
+
+    /// [`ACQUIRE_FENCED`](super::ACQUIRE_FENCED) on a seeded master, by an acquire that will
+    /// wait: whether `me` took the lock.
+    pub(crate) fn acquire_fenced(&mut self, me: u8, marking: Marking) -> bool {
+        if self.set_if_absent(me) {
+            return true;
+        }
+        if marking.on_fenced_refusal {
+            self.mark_waited();
+        }
+        false
+    }
+}

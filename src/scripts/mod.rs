@@ -157,7 +157,8 @@ macro_rules! lua {
 /// (`resource::QueueKeys`); `ARGV[1]` token, `ARGV[2]` release channel or empty, `ARGV[3]`
 /// release id, `ARGV[4]` (with the queue) how long a hand-off reservation lasts, in ms.
 ///
-/// Only if the key holds our token: with a queue, pops waiters from its head (first queued,
+/// Only if the key holds our token (`lua/ours.lua`: as written, or marked by a waiter): with
+/// a queue, pops waiters from its head (first queued,
 /// first served) until one is still live, and **hands the lock to it**: the key now holds
 /// `handoff:<waiter id>` (never a token: tokens are hex digits) for `ARGV[4]` ms, which only
 /// that waiter's `QUEUED_ACQUIRE` may turn into its lock, and the release message, naming the
@@ -174,7 +175,8 @@ macro_rules! lua {
 /// failed acquire passes no channel and no queue: waking or handing
 /// to waiters there would have them retry, fail and clean up in turn, waking each other for
 /// ever while the holder holds.
-pub(crate) static RELEASE: LuaScript = LuaScript::new(lua!("not_ours", "hand_over", "release"));
+pub(crate) static RELEASE: LuaScript =
+    LuaScript::new(lua!("ours", "not_ours", "hand_over", "release"));
 
 /// `KEYS[1]` lock key, `KEYS[2]` its waiters' queue, `KEYS[3]` their liveness; `ARGV[1]`
 /// token, `ARGV[2]` ttl in ms, `ARGV[3]` the waiter's id, `ARGV[4]` how long this
@@ -182,7 +184,9 @@ pub(crate) static RELEASE: LuaScript = LuaScript::new(lua!("not_ours", "hand_ove
 ///
 /// The acquire of a waiter (an acquire that found the lock taken, or whose client already has
 /// waiters for it): when the key is free or reserved for this waiter (`handoff:<id>`, see
-/// `RELEASE`), sets it to our token for the ttl and leaves the queue (`-1`). Otherwise joins
+/// `RELEASE`), sets it to our token for the ttl, marked as waited for (`lua/mark_waited.lua`:
+/// a lock that came through the queue was contended, so its release runs the script), and
+/// leaves the queue (`-1`). Otherwise joins
 /// the queue or keeps its place in it, renews its liveness, and answers like any refused
 /// acquire: the holder's remaining ttl (`-3` without expiry). The place is the waiter's own
 /// clock when it first queued, in µs: the same on every node, so every node orders the
@@ -195,7 +199,7 @@ pub(crate) static RELEASE: LuaScript = LuaScript::new(lua!("not_ours", "hand_ove
 /// refused by the key the release was about to hand over, that waiter would stay queued on
 /// the node and be handed the lock it already holds elsewhere, reserving the key for nobody.
 pub(crate) static QUEUED_ACQUIRE: LuaScript =
-    LuaScript::sent_whole(lua!("join_queue", "queued_acquire"));
+    LuaScript::sent_whole(lua!("mark_waited", "join_queue", "queued_acquire"));
 
 /// `KEYS[1..]` the lock keys of a multi-resource lock; `ARGV[1]` token, `ARGV[2]` ttl in ms.
 ///
@@ -276,12 +280,27 @@ pub(crate) static RELEASE_PERMIT: LuaScript = LuaScript::new(lua!(
 /// `KEYS[1]` lock key, `KEYS[2]` its waiters' queue, `KEYS[3]` their liveness; `ARGV[1]`
 /// token, `ARGV[2]` the waiter's id, `ARGV[3]` liveness in ms, `ARGV[4]` its place.
 ///
+/// `ARGV[5]` the release channel, `ARGV[6]` a release id, `ARGV[7]` the reservation in ms
+/// (as `RELEASE`'s).
+///
 /// The cleanup of a failed round whose acquire will wait: the silent compare-and-delete of
 /// `RELEASE` (no hand-off, no message), answering as it does, and, in the same round, joins
 /// the queue (or keeps its place), so a waiter is queued from its first refusal on without a
-/// round of its own. With `KEYS[1]` alone (a half-moved cluster slot, see
-/// `request::InParts`), only undoes.
-pub(crate) static UNDO_AND_QUEUE: LuaScript = LuaScript::new(lua!("join_queue", "undo_and_queue"));
+/// round of its own; joining marks the holder's value (`lua/mark_waited.lua`). Where the key
+/// was already gone (its holder released it, perhaps with the server's own compare-and-delete,
+/// which hands nothing over, between this waiter's refused `SET NX` and this cleanup; or it
+/// expired), it is handed over as a release would (`hand_over`): to the first live waiter,
+/// perhaps this one. Never where the key was ours: a cleanup that deleted its own grant and
+/// woke a waiter would have it retry, fail and clean up in turn, waking each other while the
+/// holder holds. With `KEYS[1]` alone (a half-moved cluster slot, see `request::InParts`),
+/// only undoes.
+pub(crate) static UNDO_AND_QUEUE: LuaScript = LuaScript::new(lua!(
+    "ours",
+    "mark_waited",
+    "join_queue",
+    "hand_over",
+    "undo_and_queue"
+));
 
 /// `KEYS[1]` lock key, `KEYS[2]` its waiters' queue, `KEYS[3]` their liveness; `ARGV[1]` the
 /// waiter's id, then as `RELEASE`: `ARGV[2]` release channel, `ARGV[3]` a release id, `ARGV[4]`
@@ -304,7 +323,7 @@ pub(crate) static DEQUEUE: LuaScript = LuaScript::new(lua!("hand_over", "dequeue
 /// spreads to nodes that come back and survives losing one of the first. A granting node that
 /// lost our key is not re-added: that loss is evidence the verdict must see
 /// (`crate::core::verdict`).
-pub(crate) static EXTEND: LuaScript = LuaScript::new(lua!("extend"));
+pub(crate) static EXTEND: LuaScript = LuaScript::new(lua!("ours", "extend"));
 
 /// `KEYS[1]` a permit's key, `KEYS[2]` the semaphore's record of its number of permits;
 /// `ARGV[1]` token, `ARGV[2]` new ttl in ms, `ARGV[3]` the number of permits, `ARGV[4]` `1`
@@ -321,19 +340,22 @@ pub(crate) static EXTEND_PERMIT: LuaScript = LuaScript::new(lua!("extend_permit"
 /// `KEYS[1]` lock key, `KEYS[2]` fence counter (one per hash slot, see
 /// `resource::fence_key`), `KEYS[3]` its re-seed marker (`resource::FenceKeys::marker`),
 /// optional `KEYS[4]` the per-resource counter; `ARGV[1]` token, `ARGV[2]`
-/// ttl in ms, `ARGV[3]` the `run_id` of the server as the client's connection learned it.
+/// ttl in ms, `ARGV[3]` `1` when this acquire waits for the lock's release if refused,
+/// `ARGV[4]` the `run_id` of the server as the client's connection learned it.
 ///
 /// First, a master whose marker does not name its current term (the fence term) answers `-6`
 /// and sets nothing: it started, or its dataset was replaced, since its counter was last
 /// re-seeded, so the counter may have gone back (no `appendfsync always`, an old snapshot, a
 /// failback) and must not enter a token (`crate::protocol::reseed`).
 /// Then `SET NX PX`, and when the key is set, also `INCR`s the fence counter and answers
-/// `{-1, counter}`; when it is taken, the holder's remaining ttl. A per-resource counter
+/// `{-1, counter}`; when it is taken, the holder's remaining ttl, and an acquire that will
+/// wait marks the holder's value (`lua/mark_waited.lua`, `DESIGN.md` §3) so its release
+/// publishes. A per-resource counter
 /// (`legacy`) is folded into the slot's counter first (the larger wins) and deleted, so
 /// tokens never go back. (The plain acquire is no script: one native `SET NX PX`, see
 /// `request::Command`.)
 pub(crate) static ACQUIRE_FENCED: LuaScript =
-    LuaScript::with_run_id(lua!("fence_term", "acquire_fenced"));
+    LuaScript::with_run_id(lua!("fence_term", "mark_waited", "acquire_fenced"));
 
 /// `KEYS[1]` fence counter, `KEYS[2]` its re-seed marker, optional `KEYS[3]` the
 /// per-resource counter; `ARGV[1]` the server's `run_id`. Answers
@@ -413,7 +435,7 @@ pub(crate) static MARK_SEEDED: LuaScript = LuaScript::new(lua!("fence_term", "ma
 /// counting it would let two holders share a token, or a later one get a lower token (`DESIGN.md`
 /// §5; `crate::model` finds it with the old rule).
 pub(crate) static CONFIRM_FENCE: LuaScript =
-    LuaScript::with_run_id(lua!("not_ours", "fence_term", "confirm_fence"));
+    LuaScript::with_run_id(lua!("ours", "not_ours", "fence_term", "confirm_fence"));
 
 /// `KEYS[1]` lock key, `KEYS[2]` leader-info key, `ARGV[1]` token, `ARGV[2]` info.
 /// Only while the lock key holds our token: stores the leader's info, expiring with the lock
@@ -427,7 +449,7 @@ pub(crate) static CONFIRM_FENCE: LuaScript =
 /// any expiry). Only a lock key without an expiry, which we never make, gives an info
 /// without one.
 pub(crate) static WRITE_LEADER_INFO: LuaScript =
-    LuaScript::new(lua!("not_ours", "write_leader_info"));
+    LuaScript::new(lua!("ours", "not_ours", "write_leader_info"));
 
 #[cfg(test)]
 pub(crate) mod effects;
@@ -450,9 +472,9 @@ mod tests {
     /// The queue scripts on a real server (`redis-server`, one master), with the queue written
     /// by hand: what each leaves in the key and the queue.
     mod on_a_server {
-        use redquorum_testkit::Cluster;
+        use redquorum_testkit::{Cluster, Persistence, ServerKind};
 
-        use super::super::{DEQUEUE, QUEUED_ACQUIRE, RELEASE, UNDO_AND_QUEUE};
+        use super::super::{DEQUEUE, EXTEND, QUEUED_ACQUIRE, RELEASE, UNDO_AND_QUEUE};
 
         const KEY: &str = "q:{r}";
         const QUEUE: &str = "q:{r}:queue";
@@ -651,6 +673,140 @@ mod tests {
             assert_eq!(get(&cluster).as_deref(), Some("tv"));
             let pttl: i64 = cluster.run(0, redis::cmd("PTTL").arg(KEY));
             assert!(pttl > 9_000, "the full ttl, not the reservation's: {pttl}");
+        }
+
+        /// A waiter marks the holder's markable value (`n-` becomes `w-`, the ttl kept): a
+        /// server's own compare-and-delete with the holder's token then deletes nothing, and
+        /// the release script, which accepts both forms, hands the lock to the waiter. A value
+        /// that is not markable (an older client's, a reservation) is never changed.
+        ///
+        /// Mutation: `join_queue` without `mark_waited`: `DELIFEQ` deletes the lock with a
+        /// waiter queued (the first assert on its answer); `ours` comparing the value as
+        /// written only: the release answers "not ours".
+        #[test]
+        fn a_waiter_marks_the_holder_so_only_the_script_releases_it() {
+            let cluster = Cluster::start_kinds(&[ServerKind::Valkey], Persistence::None, &[]);
+            let _: () = cluster.run(
+                0,
+                redis::cmd("SET")
+                    .arg(KEY)
+                    .arg("n-tok")
+                    .arg("PX")
+                    .arg(60_000),
+            );
+            // c.w's round was refused; its cleanup joins the queue and marks the holder.
+            let answer = eval(
+                &cluster,
+                UNDO_AND_QUEUE.code(),
+                &["n-tw", "c.w", "60000", "1", "ch", "r0", "500"],
+            );
+            assert!(answer > 59_000, "the holder's ttl: {answer}");
+            assert_eq!(get(&cluster).as_deref(), Some("w-tok"));
+            let pttl: i64 = cluster.run(0, redis::cmd("PTTL").arg(KEY));
+            assert!(pttl > 59_000, "the ttl kept: {pttl}");
+            let deleted: i64 = cluster.run(0, redis::cmd("DELIFEQ").arg(KEY).arg("n-tok"));
+            assert_eq!(deleted, 0, "the native delete no longer matches");
+            assert_eq!(
+                eval(&cluster, EXTEND.code(), &["n-tok", "60000", "0"]),
+                -1,
+                "the holder still renews"
+            );
+            assert_eq!(get(&cluster).as_deref(), Some("w-tok"), "still marked");
+            assert_eq!(
+                eval(&cluster, RELEASE.code(), &["n-tok", "ch", "r1", "500"]),
+                -1
+            );
+            assert_eq!(get(&cluster).as_deref(), Some("handoff:c.w"));
+            // Another token never matches the marked form.
+            let _: () = cluster.run(
+                0,
+                redis::cmd("SET")
+                    .arg(KEY)
+                    .arg("w-tok")
+                    .arg("PX")
+                    .arg(60_000),
+            );
+            assert!(eval(&cluster, RELEASE.code(), &["n-other", "ch", "r2", "500"]) > 0);
+            assert!(eval(&cluster, RELEASE.code(), &["tok", "ch", "r2", "500"]) > 0);
+            // Values that are not markable stay as they are.
+            for value in ["tok", "handoff:c.v"] {
+                let _: () = cluster.run(
+                    0,
+                    redis::cmd("SET").arg(KEY).arg(value).arg("PX").arg(60_000),
+                );
+                eval(
+                    &cluster,
+                    UNDO_AND_QUEUE.code(),
+                    &["n-tw", "c.w", "60000", "1", "ch", "r3", "500"],
+                );
+                assert_eq!(get(&cluster).as_deref(), Some(value));
+            }
+        }
+
+        /// A waiter that takes the lock through the queue writes its token marked: the lock
+        /// was contended, so its release runs the script.
+        ///
+        /// Mutation: `QUEUED_ACQUIRE` writing the token as given: the value is `n-tv`.
+        #[test]
+        fn a_lock_taken_through_the_queue_is_marked() {
+            let cluster = Cluster::start(1);
+            assert_eq!(
+                eval(
+                    &cluster,
+                    QUEUED_ACQUIRE.code(),
+                    &["n-tv", "10000", "c.v", "60000", "1"]
+                ),
+                -1
+            );
+            assert_eq!(get(&cluster).as_deref(), Some("w-tv"));
+            // A token that is not markable is written as it is.
+            let _: i64 = cluster.run(0, redis::cmd("DEL").arg(KEY));
+            eval(
+                &cluster,
+                QUEUED_ACQUIRE.code(),
+                &["tv", "10000", "c.v", "60000", "1"],
+            );
+            assert_eq!(get(&cluster).as_deref(), Some("tv"));
+        }
+
+        /// A waiter's cleanup that finds the lock already gone (its holder released it with
+        /// the server's own delete between the waiter's refused `SET NX` and the cleanup)
+        /// hands it to the first live waiter and publishes, as the release would have; one
+        /// that deletes its own grant hands nothing over (else waiters would wake each other
+        /// while the holder holds elsewhere).
+        ///
+        /// Mutation: no hand-over in `UNDO_AND_QUEUE`: the key stays free (the first assert);
+        /// the hand-over also after deleting our own grant: the key is reserved (the last).
+        #[test]
+        fn a_cleanup_hands_over_a_lock_released_before_it_but_never_its_own() {
+            let cluster = Cluster::start(1);
+            queue(&cluster, "c.v", 1, FOREVER);
+            assert_eq!(
+                eval(
+                    &cluster,
+                    UNDO_AND_QUEUE.code(),
+                    &["n-tw", "c.w", "60000", "2", "ch", "r1", "500"],
+                ),
+                -2
+            );
+            assert_eq!(get(&cluster).as_deref(), Some("handoff:c.v"));
+            assert_eq!(queued(&cluster), ["c.w"]);
+            // c.v takes it; c.w's own grant elsewhere, undone, wakes nobody.
+            let _: i64 = cluster.run(0, redis::cmd("DEL").arg(KEY));
+            let _: () = cluster.run(
+                0,
+                redis::cmd("SET").arg(KEY).arg("n-tw").arg("PX").arg(60_000),
+            );
+            assert_eq!(
+                eval(
+                    &cluster,
+                    UNDO_AND_QUEUE.code(),
+                    &["n-tw", "c.w", "60000", "2", "ch", "r2", "500"],
+                ),
+                -1
+            );
+            assert_eq!(get(&cluster), None);
+            assert_eq!(queued(&cluster), ["c.w"]);
         }
 
         /// The leader info is never left without an expiry: written in the lock key's last

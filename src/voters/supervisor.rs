@@ -3,13 +3,14 @@
 //! connection ([`Connected`]) for callers.
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use redis::aio::MultiplexedConnection;
 use redis::{AsyncConnectionConfig, RedisError};
 use tokio::sync::{Notify, watch};
 
+use crate::core::native::NativeCommands;
 use crate::core::node_id::NodeId;
 use crate::errors::node_error::NodeError;
 use crate::voters::restart_grace::{KeptStart, ServerAge, grace_start, server_age};
@@ -67,6 +68,43 @@ pub(crate) struct Connected {
     /// 7.0.15`), read again at every connection: a failover or a restart can put another
     /// server behind the same address.
     pub(crate) software: Option<Arc<str>>,
+    /// What the server does natively (read from `software`, so again at every connection), and
+    /// whether it refused one of those commands on this connection (an ACL without it, a
+    /// command renamed away): then scripts do every job until the next connection.
+    pub(crate) native: NativeLink,
+}
+
+/// What a connection's server does natively (see [`Connected::native`]).
+#[derive(Clone)]
+pub(crate) struct NativeLink {
+    offered: NativeCommands,
+    refused: Arc<AtomicBool>,
+}
+
+impl NativeLink {
+    /// A connection's, for a server that says it runs `software` (a client told to use
+    /// scripts only never asks for a native command: `Builder::native_commands`).
+    pub(crate) fn new(software: Option<&str>) -> Self {
+        let offered = software.map_or(NativeCommands::NONE, NativeCommands::of);
+        Self {
+            offered,
+            refused: Arc::new(AtomicBool::new(false)),
+        }
+    }
+
+    /// What may be sent natively on this connection now.
+    pub(crate) fn offered(&self) -> NativeCommands {
+        if self.refused.load(Ordering::Relaxed) {
+            NativeCommands::NONE
+        } else {
+            self.offered
+        }
+    }
+
+    /// The server refused one of its own commands on this connection: scripts from now on.
+    pub(crate) fn refuse(&self) {
+        self.refused.store(true, Ordering::Relaxed);
+    }
 }
 
 /// How callers talk to the supervisor: a connection broke, or a down node is wanted now.
@@ -314,6 +352,7 @@ impl Supervisor {
             signal: self.broken.clone(),
             replica: serves == ServerRole::Shard && replica,
             replid,
+            native: NativeLink::new(software.as_deref()),
             software,
         }
     }

@@ -284,8 +284,13 @@ impl Server {
         }
     }
 
+    /// The harness's own client: it skips the redis crate's `CLIENT SETINFO`, which Redis
+    /// 7.0 answers with `ERR`, so a test can count the errors the code under test caused.
     fn admin_client(&self) -> redis::Client {
-        redis::Client::open(self.admin_url()).expect("url")
+        use redis::IntoConnectionInfo;
+        let info = self.admin_url().into_connection_info().expect("url");
+        let settings = info.redis_settings().clone().set_skip_set_lib_name();
+        redis::Client::open(info.set_redis_settings(settings)).expect("url")
     }
 
     /// A synchronous connection for inspecting the server from a test.
@@ -446,8 +451,16 @@ impl Cluster {
     /// Kills (if running) and starts the server again on the same port; with
     /// [`Persistence::None`] it comes back empty.
     pub fn restart(&mut self, i: usize) {
+        let kind = self.servers[i].kind;
+        self.restart_as(i, kind);
+    }
+
+    /// [`restart`](Self::restart), as a server of `kind` (an upgrade from Redis to Valkey at
+    /// one address, or a failover to an older server there).
+    pub fn restart_as(&mut self, i: usize, kind: ServerKind) {
         let server = &mut self.servers[i];
         server.kill();
+        server.kind = kind;
         let deadline = Instant::now() + READY_TIMEOUT;
         loop {
             match server.spawn() {

@@ -23,9 +23,21 @@ fn key(resource: &str) -> String {
     format!("redquorum:{{{resource}}}")
 }
 
-/// Queues `waiter` on every node by hand, live until `live_until_ms` (server time).
+/// Queues `waiter` on every node by hand, live until `live_until_ms` (server time), and marks
+/// the holder's value as a joining waiter does (`n-` becomes `w-`, `scripts/lua/mark_waited.lua`).
 fn queue_by_hand(cluster: &Cluster, resource: &str, waiter: &str, score: u64, live_until_ms: u64) {
     for i in 0..cluster.len() {
+        if let Some(holder) = value(cluster, i, &key(resource))
+            && let Some(rest) = holder.strip_prefix("n-")
+        {
+            let _: () = cluster.run(
+                i,
+                redis::cmd("SET")
+                    .arg(key(resource))
+                    .arg(format!("w-{rest}"))
+                    .arg("KEEPTTL"),
+            );
+        }
         let _: i64 = cluster.run(
             i,
             redis::cmd("ZADD")
@@ -89,6 +101,8 @@ async fn a_release_hands_the_lock_to_the_queued_waiter_and_reserves_it() {
         .await
         .expect("subscribe");
     lock.release().await.expect("release");
+    // Returned at the majority: the other masters' releases finish in the background.
+    crate::settled(&rl).await;
     for i in 0..cluster.len() {
         assert_eq!(
             value(&cluster, i, &key("baton")).as_deref(),
@@ -141,6 +155,7 @@ async fn a_release_skips_waiters_that_are_no_longer_live() {
     queue_by_hand(&cluster, "relay", "c1.dead", 1, 1);
     queue_by_hand(&cluster, "relay", "c2.alive", 2, u64::MAX / 2);
     lock.release().await.expect("release");
+    crate::settled(&rl).await;
     for i in 0..cluster.len() {
         assert_eq!(
             value(&cluster, i, &key("relay")).as_deref(),
@@ -170,7 +185,7 @@ async fn a_release_skips_waiters_that_are_no_longer_live() {
 /// Two clients (as two processes would be) wait in turn: the one that queued first gets the
 /// lock first, the other next, and the releaser cannot take it back in between, though it
 /// asks at once. Each waiter needs two rounds: the refused one that queued it, and the one
-/// that took the lock handed to it.
+/// that took the lock handed to it (the second, sometimes one more: below).
 ///
 /// Mutation: without the hand-off (the release deletes), the releaser's immediate
 /// `try_acquire` wins the free lock, failing the first assertion.
@@ -224,7 +239,18 @@ async fn waiters_of_separate_clients_are_served_in_the_order_they_queued() {
         w.await.expect("waiter");
     }
     let order = order.lock().expect("lock").clone();
-    assert_eq!(order, [("first", 2), ("second", 2)]);
+    let names: Vec<&str> = order.iter().map(|(name, _)| *name).collect();
+    assert_eq!(names, ["first", "second"]);
+    assert_eq!(order[0].1, 2, "first: refused once, then handed the lock");
+    // The holder did not know a waiter had marked its lock: on a Valkey master its release
+    // tried the server's own delete first, and the first waiter, woken by another master's
+    // hand-over, can reach this one before the release script: it wins elsewhere, and its
+    // leaving passes this master's reservation to the second waiter, whose round is then
+    // one too early (`DESIGN.md` §3). Never more than that one.
+    assert!(
+        (2..=3).contains(&order[1].1),
+        "second: refused once, then handed the lock (one early wake at most): {order:?}"
+    );
     crate::settled(&holder).await;
     cluster.assert_no_keys_under(PREFIX);
 }

@@ -19,6 +19,7 @@ mod lifecycle;
 mod many;
 mod metric_recording;
 mod misbehaving;
+mod native;
 mod network;
 mod readme;
 mod redis_cluster;

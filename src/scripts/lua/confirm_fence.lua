@@ -1,5 +1,5 @@
 local value = redis.call('GET', KEYS[1])
-if value ~= ARGV[1] then return not_ours(value) end
+if not ours(value) then return not_ours(value) end
 local term = fence_term(ARGV[4])
 if not term then return -6 end
 if redis.call('HGET', KEYS[3], 'run') ~= term then return -7 end

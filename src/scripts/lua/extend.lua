@@ -1,5 +1,5 @@
 local value = redis.call('GET', KEYS[1])
-if value == ARGV[1] then
+if ours(value) then
   for i = 1, #KEYS do redis.call('PEXPIRE', KEYS[i], ARGV[2]) end
   return -1
 end

@@ -1,7 +1,7 @@
 -- Hands the lock key (KEYS[1]) to the first live waiter of its queue (KEYS[2], liveness in
--- KEYS[3]), or deletes it when there is none, and publishes the release (ARGV[2] channel or
--- empty, ARGV[3] release id, ARGV[4] the reservation in ms).
-local function hand_over()
+-- KEYS[3]), or deletes it when there is none, and publishes the release (on `channel`, or
+-- nowhere when empty, naming `release_id`; the reservation lasts `reservation` ms).
+local function hand_over(channel, release_id, reservation)
   local handed = nil
   if KEYS[2] and redis.pcall('EXISTS', KEYS[2]) == 1 then
     local t = redis.pcall('TIME')
@@ -19,15 +19,15 @@ local function hand_over()
     end
   end
   if handed then
-    redis.call('SET', KEYS[1], 'handoff:' .. handed, 'PX', ARGV[4])
-    if ARGV[2] ~= '' then
+    redis.call('SET', KEYS[1], 'handoff:' .. handed, 'PX', reservation)
+    if channel ~= '' then
       local client = string.match(handed, '^([^.]+)%.')
-      local channel = ARGV[2]
-      if client then channel = channel .. ':' .. client end
-      redis.pcall('PUBLISH', channel, ARGV[3] .. ':' .. handed)
+      local own = channel
+      if client then own = channel .. ':' .. client end
+      redis.pcall('PUBLISH', own, release_id .. ':' .. handed)
     end
   else
     redis.call('DEL', KEYS[1])
-    if ARGV[2] ~= '' then redis.pcall('PUBLISH', ARGV[2], ARGV[3]) end
+    if channel ~= '' then redis.pcall('PUBLISH', channel, release_id) end
   end
 end

@@ -1,4 +1,5 @@
 local function join_queue(id, live, place)
+  mark_waited()
   local t = redis.pcall('TIME')
   if t.err then return end
   local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)

@@ -1,8 +1,10 @@
 local value = redis.call('GET', KEYS[1])
 if not value or value == 'handoff:' .. ARGV[3] then
-  redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
   redis.pcall('ZREM', KEYS[2], ARGV[3])
   redis.pcall('HDEL', KEYS[3], ARGV[3])
+  local token = ARGV[1]
+  if string.sub(token, 1, 2) == 'n-' then token = 'w-' .. string.sub(token, 3) end
+  redis.call('SET', KEYS[1], token, 'PX', ARGV[2])
   return -1
 end
 join_queue(ARGV[3], ARGV[4], ARGV[5])

@@ -1,4 +1,4 @@
 local value = redis.call('GET', KEYS[1])
-if value ~= ARGV[1] then return not_ours(value) end
-hand_over()
+if not ours(value) then return not_ours(value) end
+hand_over(ARGV[2], ARGV[3], ARGV[4])
 return -1

@@ -1,5 +1,5 @@
 local value = redis.call('GET', KEYS[1])
-if value ~= ARGV[1] then return not_ours(value) end
+if not ours(value) then return not_ours(value) end
 local ttl = redis.call('PTTL', KEYS[1])
 if ttl > 0 then
   redis.call('SET', KEYS[2], ARGV[2], 'PX', ttl)

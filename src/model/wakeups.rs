@@ -1,0 +1,295 @@
+//! A model of one master's waiters and the servers' own compare-and-delete, checked
+//! exhaustively with `stateright`: no waiter is left waiting for a release that will wake
+//! nobody (`DESIGN.md` §3).
+//!
+//! A holder's release tries the server's own `DELIFEQ` first and runs the release script
+//! (hand-over and publish) only where it did not delete: the `DELIFEQ` deletes only the value
+//! exactly as its holder wrote it, so a waiter that marked the value gets the script. The
+//! wake-ups are per master, so one master is modelled, with every interleaving of:
+//! - a holder (client 0) that holds the lock at the start;
+//! - a waiter (client 1) that queues (its plain `SET NX` refused, then it subscribes, then its
+//!   cleanup `UNDO_AND_QUEUE` joins the queue), or a fenced waiter (its `ACQUIRE_FENCED`
+//!   refused, subscribed in the same step: a release between a fenced waiter's refusal and its
+//!   subscription is heard by nobody, with or without native commands, and is left to its
+//!   timer, as before them);
+//! - optionally a second queued waiter (client 2), and a passer-by (client 3) that takes the
+//!   lock with one `SET NX` whenever it finds it free;
+//! - a woken waiter's `QUEUED_ACQUIRE`, and every holder's release (native, then the script if
+//!   the native command missed; a holder is assumed never to know it was marked, the worst
+//!   case: a lock that knows goes to the script at once).
+//!
+//! Keys do not expire (a waiter's timer covers an expiry, as before native commands), and all
+//! waiters stay live. The scripts' effects are `scripts::effects::QueuedLock`, mirrored next
+//! to the Lua.
+//!
+//! Property, **no waiter stranded** (always): a waiter that waits (subscribed, its cleanup
+//! done) and has no wake-up pending never faces a key whose release would wake nobody: a free
+//! key, or an unmarked token (its release would be the silent native delete).
+
+use stateright::{Checker, Model, Property};
+
+use crate::scripts::effects::{LockValue, Marking, QueuedLock, Wake};
+
+/// Clients: 0 the holder, 1 the waiter, 2 the second waiter, 3 the passer-by.
+const CLIENTS: usize = 4;
+
+/// The knobs of one check.
+#[derive(Debug, Clone)]
+pub(crate) struct WakeupModel {
+    pub(crate) marking: Marking,
+    /// The waiter is a fenced acquire (it listens, does not queue).
+    pub(crate) fenced_waiter: bool,
+    pub(crate) second_waiter: bool,
+    pub(crate) passer_by: bool,
+}
+
+/// Where one client is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+enum Phase {
+    /// Not started (or not in this check).
+    Idle,
+    /// A queued waiter whose `SET NX` was refused, not yet subscribed.
+    Refused,
+    /// Subscribed, its cleanup (`UNDO_AND_QUEUE`) not yet run; `woken` by a message that came
+    /// meanwhile (kept for the wait after the cleanup, as a `Notify` keeps one).
+    Subscribed {
+        woken: bool,
+    },
+    /// Waiting for a release; `woken` once a message for it arrived.
+    Waiting {
+        woken: bool,
+    },
+    Holding,
+    /// Its `DELIFEQ` missed: the release script comes next.
+    ReleasingByScript,
+    Done,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub(crate) struct WakeupState {
+    master: QueuedLock,
+    phases: [Phase; CLIENTS],
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub(crate) enum Step {
+    /// The client's next request runs on the master.
+    Run(u8),
+}
+
+impl WakeupState {
+    fn deliver(&mut self, wake: Option<Wake>) {
+        let Some(wake) = wake else { return };
+        for (c, phase) in self.phases.iter_mut().enumerate() {
+            let named = match wake {
+                Wake::One(w) => usize::from(w) == c,
+                Wake::All => true,
+            };
+            if !named {
+                continue;
+            }
+            match phase {
+                Phase::Subscribed { woken } | Phase::Waiting { woken } => *woken = true,
+                _ => {}
+            }
+        }
+    }
+}
+
+impl WakeupModel {
+    fn waiters(&self) -> impl Iterator<Item = u8> {
+        std::iter::once(1).chain(self.second_waiter.then_some(2))
+    }
+
+    pub(crate) fn check(self) -> impl Checker<Self> {
+        self.checker().spawn_bfs().join()
+    }
+}
+
+impl Model for WakeupModel {
+    type State = WakeupState;
+    type Action = Step;
+
+    fn init_states(&self) -> Vec<WakeupState> {
+        let mut phases = [Phase::Idle; CLIENTS];
+        phases[0] = Phase::Holding;
+        vec![WakeupState {
+            master: QueuedLock {
+                value: LockValue::Token {
+                    owner: 0,
+                    marked: false,
+                },
+                queue: 0,
+            },
+            phases,
+        }]
+    }
+
+    fn actions(&self, state: &WakeupState, actions: &mut Vec<Step>) {
+        for (c, phase) in state.phases.iter().enumerate() {
+            let c = c as u8;
+            let active = match phase {
+                Phase::Idle => self.waiters().any(|w| w == c) || (c == 3 && self.passer_by),
+                Phase::Waiting { woken } => *woken,
+                Phase::Done => false,
+                _ => true,
+            };
+            if active {
+                actions.push(Step::Run(c));
+            }
+        }
+    }
+
+    fn next_state(&self, last: &WakeupState, step: Step) -> Option<WakeupState> {
+        let Step::Run(c) = step;
+        let mut state = last.clone();
+        let me = usize::from(c);
+        let marking = self.marking;
+        let fenced = c == 1 && self.fenced_waiter;
+        let master = &mut state.master;
+        let (next, wake) = match last.phases[me] {
+            Phase::Idle if c == 3 => {
+                let took = master.set_if_absent(c);
+                (if took { Phase::Holding } else { Phase::Done }, None)
+            }
+            Phase::Idle if fenced => {
+                if master.acquire_fenced(c, marking) {
+                    (Phase::Holding, None)
+                } else {
+                    (Phase::Waiting { woken: false }, None)
+                }
+            }
+            Phase::Idle => {
+                if master.set_if_absent(c) {
+                    (Phase::Holding, None)
+                } else {
+                    (Phase::Refused, None)
+                }
+            }
+            Phase::Refused => (Phase::Subscribed { woken: false }, None),
+            Phase::Subscribed { woken } => {
+                let wake = master.undo_and_queue(c, marking);
+                (Phase::Waiting { woken }, wake)
+            }
+            Phase::Waiting { .. } if fenced => {
+                if master.acquire_fenced(c, marking) {
+                    (Phase::Holding, None)
+                } else {
+                    (Phase::Waiting { woken: false }, None)
+                }
+            }
+            Phase::Waiting { .. } => {
+                if master.queued_acquire(c, marking) {
+                    (Phase::Holding, None)
+                } else {
+                    (Phase::Waiting { woken: false }, None)
+                }
+            }
+            Phase::Holding => {
+                if master.native_delete(c) {
+                    (Phase::Done, None)
+                } else {
+                    (Phase::ReleasingByScript, None)
+                }
+            }
+            Phase::ReleasingByScript => {
+                let wake = master.release(c);
+                (Phase::Done, wake)
+            }
+            Phase::Done => return None,
+        };
+        state.phases[me] = next;
+        state.deliver(wake);
+        Some(state)
+    }
+
+    fn properties(&self) -> Vec<Property<Self>> {
+        vec![
+            Property::always("no waiter stranded", |_, state: &WakeupState| {
+                state.phases.iter().enumerate().all(|(c, phase)| {
+                    *phase != Phase::Waiting { woken: false }
+                        || match state.master.value {
+                            LockValue::Free => false,
+                            LockValue::Token { marked, .. } => marked,
+                            LockValue::Reserved(w) => usize::from(w) != c,
+                        }
+                })
+            }),
+            Property::sometimes("a waiter gets the lock", |_, state: &WakeupState| {
+                state.phases[1] == Phase::Holding
+            }),
+        ]
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const SHIPPED: Marking = Marking {
+        on_join: true,
+        on_fenced_refusal: true,
+        on_queue_take: true,
+        hand_over_on_undo: true,
+    };
+
+    fn model(marking: Marking, fenced_waiter: bool) -> WakeupModel {
+        WakeupModel {
+            marking,
+            fenced_waiter,
+            second_waiter: true,
+            passer_by: true,
+        }
+    }
+
+    /// Runs the check; the names of the properties it found broken.
+    fn broken(model: WakeupModel) -> Vec<&'static str> {
+        let checker = model.check();
+        let mut found: Vec<&'static str> = checker.discoveries().into_keys().collect();
+        found.retain(|name| *name != "a waiter gets the lock");
+        assert!(
+            checker.discovery("a waiter gets the lock").is_some(),
+            "the waiter can get the lock at all"
+        );
+        found
+    }
+
+    #[test]
+    fn as_shipped_no_waiter_is_stranded() {
+        for fenced in [false, true] {
+            assert_eq!(
+                broken(model(SHIPPED, fenced)),
+                Vec::<&str>::new(),
+                "fenced: {fenced}"
+            );
+        }
+    }
+
+    /// Each fix is needed: without it the checker finds a waiter left waiting on a lock whose
+    /// release (the silent native delete) or absence wakes nobody.
+    #[test]
+    fn without_each_mark_a_waiter_is_stranded() {
+        let stranded = vec!["no waiter stranded"];
+        let without = |change: fn(&mut Marking)| {
+            let mut marking = SHIPPED;
+            change(&mut marking);
+            marking
+        };
+        assert_eq!(
+            broken(model(without(|m| m.on_join = false), false)),
+            stranded
+        );
+        assert_eq!(
+            broken(model(without(|m| m.hand_over_on_undo = false), false)),
+            stranded
+        );
+        assert_eq!(
+            broken(model(without(|m| m.on_queue_take = false), false)),
+            stranded
+        );
+        assert_eq!(
+            broken(model(without(|m| m.on_fenced_refusal = false), true)),
+            stranded
+        );
+    }
+}
