@@ -1025,9 +1025,14 @@ async fn status_shows_the_holder_on_every_node_and_as_json() {
     // The acquire was decided at the majority; the slower nodes' SETs land in the background
     // (on a loaded machine, after the status below would read them).
     let key = b"redquorum:{seen}";
-    let token = lock.token().expose().as_bytes();
     // Polled asynchronously: the stragglers run on this test's own (single-threaded) runtime.
-    let everywhere = || (0..5).all(|i| cluster.get(i, key).as_deref() == Some(token));
+    let everywhere = || {
+        (0..5).all(|i| {
+            cluster
+                .get(i, key)
+                .is_some_and(|v| redquorum_testkit::holds_token(&v, lock.token().expose()))
+        })
+    };
     let until = Instant::now() + Duration::from_secs(3);
     while !everywhere() && Instant::now() < until {
         tokio::time::sleep(Duration::from_millis(10)).await;

@@ -275,6 +275,27 @@ fn refuses_native(err: &redis::RedisError) -> bool {
     )
 }
 
+/// Whether a native command's error is the request's, not the command's: the connection
+/// broke, or the voter must act on it (a cluster's redirection or a slot being moved, a
+/// replica's `READONLY` after a failover). Any other (`OOM` under `noeviction`, where the
+/// renewal script's `PEXPIRE` would still run, `BUSY`, `LOADING`) sends the script after it,
+/// which answers for the request.
+fn is_the_requests_error(err: &redis::RedisError) -> bool {
+    crate::voters::server_link::breaks_connection(err)
+        || matches!(
+            err.kind(),
+            redis::ErrorKind::Server(
+                ServerErrorKind::Moved
+                    | ServerErrorKind::Ask
+                    | ServerErrorKind::TryAgain
+                    | ServerErrorKind::ClusterDown
+                    | ServerErrorKind::MasterDown
+                    | ServerErrorKind::CrossSlot
+                    | ServerErrorKind::ReadOnly
+            )
+        )
+}
+
 enum Encoding {
     Script {
         script: &'static Script,
@@ -379,7 +400,10 @@ impl EncodedRequest {
                     tracing::info!(error = %err, "the server refused its own compare command: scripts only on this connection");
                     native.refuse();
                 }
-                Err(err) => return Err(err),
+                Err(err) if is_the_requests_error(&err) => return Err(err),
+                Err(err) => {
+                    tracing::debug!(error = %err, "the server's own compare command failed: the script follows");
+                }
             }
         }
         match &self.wire {

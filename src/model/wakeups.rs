@@ -19,7 +19,11 @@
 //!   case: a lock that knows goes to the script at once).
 //!
 //! Keys do not expire (a waiter's timer covers an expiry, as before native commands), and all
-//! waiters stay live. The scripts' effects are `scripts::effects::QueuedLock`, mirrored next
+//! waiters stay live. Not modelled either: several masters (a waiter needs one wake-up from any
+//! master; a queued waiter whose cleanup deleted its own grant on this master faces a free key
+//! here and is woken by the others), `DEQUEUE`, scripts sent in parts on a half-moved cluster
+//! slot, an extend's re-add (it writes its token unmarked where it never took the key), and
+//! waiters of one client waiting behind each other without a round. The scripts' effects are `scripts::effects::QueuedLock`, mirrored next
 //! to the Lua.
 //!
 //! Property, **no waiter stranded** (always): a waiter that waits (subscribed, its cleanup

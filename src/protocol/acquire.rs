@@ -191,13 +191,11 @@ async fn round(
         .filter(|q| q.is_joined());
     let through_queue = joined.is_some();
     let request = match (&fence_keys, joined) {
-        // A refused fenced acquire that will wait for the release marks the holder's value.
-        (Some(keys), _) => fencing::acquire_request(
-            key,
-            &token,
-            keys,
-            will_retry && shared.config.wait_for_release,
-        ),
+        // A refused fenced acquire marks the holder's value when it (or another waiter of
+        // this client behind it) will wait for the release, even on its last attempt.
+        (Some(keys), _) => {
+            fencing::acquire_request(key, &token, keys, shared.config.wait_for_release)
+        }
         (None, Some(queue)) => queued_request(key, &token, queue),
         (None, None) => Request::new(
             Operation::Acquire,
@@ -243,8 +241,12 @@ async fn round(
             }
         }
     };
+    // A last attempt does not queue, unless other waiters of this client wait behind it: they
+    // never met the holder themselves, and the queue's mark is what makes its release wake
+    // them (`DESIGN.md` §3). The acquire then leaves the queue as it gives up.
+    let others_wait = || shared.releases.has_waiters(&resource::release_channel(key));
     let (undone, still_running) = match queue.as_mut() {
-        Some((slot, policy)) if will_retry => {
+        Some((slot, policy)) if will_retry || others_wait() => {
             let queue = slot.get_or_insert_with(|| Queue::new(shared, key, timing, policy));
             queue.join(shared, &resource::release_channel(key)).await;
             cleanup.queue_as(queue);

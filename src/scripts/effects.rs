@@ -203,6 +203,8 @@ impl QueuedLock {
         let was_free = self.value == LockValue::Free;
         if self.ours(me) {
             self.value = LockValue::Free;
+        } else if marking.on_join {
+            self.mark_waited();
         }
         self.join_queue(me, marking);
         (was_free && marking.hand_over_on_undo).then(|| self.hand_over())

@@ -286,14 +286,15 @@ pub(crate) static RELEASE_PERMIT: LuaScript = LuaScript::new(lua!(
 /// The cleanup of a failed round whose acquire will wait: the silent compare-and-delete of
 /// `RELEASE` (no hand-off, no message), answering as it does, and, in the same round, joins
 /// the queue (or keeps its place), so a waiter is queued from its first refusal on without a
-/// round of its own; joining marks the holder's value (`lua/mark_waited.lua`). Where the key
-/// was already gone (its holder released it, perhaps with the server's own compare-and-delete,
+/// round of its own; it marks the holder's value (`lua/mark_waited.lua`), with the queue's
+/// keys or without them. Where the key was already gone (its holder released it, perhaps with the server's own compare-and-delete,
 /// which hands nothing over, between this waiter's refused `SET NX` and this cleanup; or it
 /// expired), it is handed over as a release would (`hand_over`): to the first live waiter,
 /// perhaps this one. Never where the key was ours: a cleanup that deleted its own grant and
 /// woke a waiter would have it retry, fail and clean up in turn, waking each other while the
 /// holder holds. With `KEYS[1]` alone (a half-moved cluster slot, see `request::InParts`),
-/// only undoes.
+/// undoes, marks and, where the key was gone, publishes the release on the common channel
+/// (no queue to hand it to), but does not queue.
 pub(crate) static UNDO_AND_QUEUE: LuaScript = LuaScript::new(lua!(
     "ours",
     "mark_waited",
@@ -601,6 +602,26 @@ mod tests {
                 -1
             );
             assert_eq!(get(&cluster), None, "undone");
+            assert_eq!(queued(&cluster), ["c.v"], "not queued");
+            // Without its queue, the cleanup still marks the holder it met: the holder's
+            // release on this master then runs the script and publishes.
+            //
+            // Mutation: `mark_waited` only in `join_queue` (behind the guard): the value stays
+            // `n-tok` and the holder's `DELIFEQ` would publish nothing (run, caught).
+            let _: () = cluster.run(
+                0,
+                redis::cmd("SET")
+                    .arg(KEY)
+                    .arg("n-tok")
+                    .arg("PX")
+                    .arg(60_000),
+            );
+            eval_alone(
+                &cluster,
+                UNDO_AND_QUEUE.code(),
+                &["n-tw", "c.u", "5000", "3", "ch", "r", "500"],
+            );
+            assert_eq!(get(&cluster).as_deref(), Some("w-tok"));
             assert_eq!(queued(&cluster), ["c.v"], "not queued");
         }
 

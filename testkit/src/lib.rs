@@ -40,3 +40,16 @@ pub use redis_cluster::RedisCluster;
 pub use sentinel::SentinelGroup;
 pub use server::{DEV_SERVER_VARIABLE, ServerKind, TEST_SERVER_VARIABLE, free_port, free_ports};
 pub use wait::eventually;
+
+/// Whether a lock key's `value` is `token`'s: as its holder wrote it, or as a waiter marked it
+/// (a token written `n-…` reads `w-…` once someone waits for its release; redquorum's
+/// `DESIGN.md` §3).
+pub fn holds_token(value: &[u8], token: &str) -> bool {
+    if value == token.as_bytes() {
+        return true;
+    }
+    match (token.strip_prefix("n-"), value.strip_prefix(b"w-")) {
+        (Some(rest), Some(marked)) => marked == rest.as_bytes(),
+        _ => false,
+    }
+}

@@ -76,11 +76,15 @@ pub(crate) fn lock_key(resource: &[u8]) -> Vec<u8> {
 /// node right after an acquire must wait for them.
 pub(crate) async fn held_everywhere(cluster: &Cluster, lock: &redquorum::Lock) -> bool {
     let key = lock_key(lock.resource());
-    let token = lock.token().expose().as_bytes();
+    let token = lock.token().expose();
     eventually(Duration::from_secs(3), || {
         (0..cluster.len())
             .filter(|i| cluster.server(*i).is_running())
-            .all(|i| cluster.get(i, &key).as_deref() == Some(token))
+            .all(|i| {
+                cluster
+                    .get(i, &key)
+                    .is_some_and(|value| redquorum_testkit::holds_token(&value, token))
+            })
     })
     .await
 }

@@ -6,9 +6,8 @@ if ours(value) then
 elseif value then
   answer = redis.call('PTTL', KEYS[1])
   if answer == -1 then answer = -3 end
+  mark_waited()
 end
-if KEYS[2] then
-  join_queue(ARGV[2], ARGV[3], ARGV[4])
-  if not value and ARGV[5] then hand_over(ARGV[5], ARGV[6], ARGV[7]) end
-end
+if KEYS[2] then join_queue(ARGV[2], ARGV[3], ARGV[4]) end
+if not value and ARGV[5] then hand_over(ARGV[5], ARGV[6], ARGV[7]) end
 return answer
