@@ -58,7 +58,7 @@ impl Sizes {
 ///
 /// # Errors
 /// When the masters cannot be started or a measurement fails.
-pub async fn bench(quick: bool, as_json: bool) -> Result<u8, LabError> {
+pub async fn bench(quick: bool, counts: bool, as_json: bool) -> Result<u8, LabError> {
     let mut signals = StopSignals::listen()?;
     let dir = std::env::temp_dir().join(format!("redquorum-bench-{}", std::process::id()));
     let kind = redquorum_testkit::ServerKind::for_dev()
@@ -68,8 +68,15 @@ pub async fn bench(quick: bool, as_json: bool) -> Result<u8, LabError> {
         tokio::task::spawn_blocking(move || DevCluster::start_memory_only(dir, NODES, kind))
             .await
             .map_err(|e| LabError::new(e.to_string()))??;
+    let measured = async {
+        if counts {
+            count_all(&cluster, Sizes::new(quick), as_json).await
+        } else {
+            measure(&cluster, Sizes::new(quick), as_json).await
+        }
+    };
     let result = tokio::select! {
-        result = measure(&cluster, Sizes::new(quick), as_json) => Ok(result),
+        result = measured => Ok(result),
         signal = signals.recv() => Err(signal),
     };
     // Every node runs again before it is stopped: a paused one would not hear SIGTERM.
@@ -125,6 +132,46 @@ async fn measure(cluster: &DevCluster, sizes: Sizes, as_json: bool) -> Result<Va
         "handoff": handoffs.iter().map(Handoff::to_json).collect::<Vec<_>>(),
         "fencing": fencing.to_json(),
         "hung_master": hung.to_json(),
+    }))
+}
+
+/// `--counts`: the work per pair of the baseline, redquorum and redquorum with scripts only,
+/// each counted on its own (`crate::counts`).
+async fn count_all(cluster: &DevCluster, sizes: Sizes, as_json: bool) -> Result<Value, LabError> {
+    use crate::counts::{Side, count, print};
+    let say = sayer(as_json);
+    let urls = cluster.urls();
+    let pairs = sizes.sequential / 2;
+    say(format!(
+        "redquorum-lab bench --counts: {NODES} local {} masters (memory only), per-node timeout \
+         {} ms.\n",
+        cluster.kind().program(),
+        NODE_TIMEOUT.as_millis()
+    ));
+    let baseline = Baseline::connect(&urls).await.map_err(failed)?;
+    let rl = client(&urls, |b| b)?;
+    let scripts = client(&urls, |b| b.native_commands(false))?;
+    let raw = count(&Side::Baseline(&baseline), &urls, pairs).await?;
+    let ours = count(&Side::RedQuorum(&rl, "default"), &urls, pairs).await?;
+    let scripts_only = count(&Side::RedQuorum(&scripts, "scripts"), &urls, pairs).await?;
+    print(
+        &[
+            ("raw baseline", &raw),
+            ("redquorum", &ours),
+            ("scripts only", &scripts_only),
+        ],
+        pairs,
+        &say,
+    );
+    Ok(json!({
+        "nodes": NODES,
+        "server": cluster.kind().program(),
+        "pairs": pairs,
+        "counts": {
+            "baseline": raw.to_json(),
+            "redquorum": ours.to_json(),
+            "scripts_only": scripts_only.to_json(),
+        },
     }))
 }
 

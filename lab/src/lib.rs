@@ -12,6 +12,7 @@
 
 mod bench;
 mod contend;
+mod counts;
 mod cpu;
 mod demo;
 mod error;

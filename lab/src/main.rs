@@ -4,6 +4,10 @@ use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
 
+/// Counts every allocation, for `bench --counts`.
+#[global_allocator]
+static ALLOCATOR: &stats_alloc::StatsAlloc<std::alloc::System> = &stats_alloc::INSTRUMENTED_SYSTEM;
+
 /// redquorum's lab: the live demo and the performance table, each on local masters it starts
 /// and stops itself.
 #[derive(Debug, Parser)]
@@ -36,6 +40,12 @@ enum Experiment {
         /// Smaller samples (about 10 s): for a smoke test, not for figures.
         #[arg(long)]
         quick: bool,
+        /// Only the work per acquire+release pair, counted (allocations, system calls with
+        /// `perf`, tasks spawned, bytes to and from the servers, the servers' commands and
+        /// their µs per call), for the raw baseline, redquorum and redquorum with scripts
+        /// only. About 10 s (3 s with --quick).
+        #[arg(long)]
+        counts: bool,
     },
     /// What Redis Cluster voters buy: distinct-resource throughput (64 tasks) and the CPU per
     /// acquire+release pair of the client, the servers and the busiest server, with three
@@ -94,7 +104,9 @@ fn main() -> ExitCode {
     let result = runtime.block_on(async {
         match lab.experiment {
             Experiment::Demo { quick } => redquorum_lab::demo(quick, lab.json).await,
-            Experiment::Bench { quick } => redquorum_lab::bench(quick, lab.json).await,
+            Experiment::Bench { quick, counts } => {
+                redquorum_lab::bench(quick, counts, lab.json).await
+            }
             Experiment::Scale { quick } => redquorum_lab::scale(quick, lab.json).await,
             Experiment::Contend {
                 processes,

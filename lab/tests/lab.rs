@@ -84,6 +84,52 @@ fn bench_state(tmp: &Path) -> Option<PathBuf> {
         .map(|e| e.path())
 }
 
+/// `bench --counts --quick --json` counts the work per pair of each side: the counting
+/// allocator is the binary's, the tasks are the library's own count, the servers' commands
+/// are what each side sends (the baseline's `SET` and script, never a task), and nothing
+/// counted is negative or missing. System calls need `perf`, which may be absent: `null`
+/// then, and a number when it ran.
+///
+/// Mutation: the binary without its `#[global_allocator]`: allocations are `null` (run,
+/// caught); the counts' reading of the servers before the pairs left out: every command's
+/// calls per pair include the warm-up's (run, caught by the `SET` count).
+#[test]
+fn the_bench_counts_the_work_per_pair_of_each_side() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let (code, out, err) = output(
+        lab(dir.path())
+            .env("TMPDIR", dir.path())
+            .args(["--json", "bench", "--quick", "--counts"]),
+    );
+    assert_eq!(code, 0, "{err}");
+    let figures: serde_json::Value = serde_json::from_str(&out).expect("JSON figures");
+    assert_eq!(figures["pairs"], 150, "{figures}");
+    for side in ["baseline", "redquorum", "scripts_only"] {
+        let counts = &figures["counts"][side];
+        assert!(
+            counts["allocations"].as_f64() > Some(10.0),
+            "{side}: {counts}"
+        );
+        assert!(
+            counts["bytes_to_servers"].as_f64() > Some(100.0),
+            "{side}: {counts}"
+        );
+        assert!(counts["syscalls"].is_null() || counts["syscalls"].as_f64() > Some(0.0));
+        // One SET NX PX per master and pair, whatever else each side sends.
+        let set = counts["commands"]["set"]["calls_per_pair"].as_f64();
+        assert!(
+            set.is_some_and(|n| (n - 5.0).abs() < 0.5),
+            "{side}: {counts}"
+        );
+    }
+    assert_eq!(figures["counts"]["baseline"]["tasks_spawned"], 0.0);
+    assert!(figures["counts"]["redquorum"]["tasks_spawned"].as_f64() > Some(0.0));
+    assert!(
+        bench_state(dir.path()).is_none(),
+        "the bench left its masters' state behind"
+    );
+}
+
 /// `bench --quick --json` measures every section on its own memory-only masters and stops them.
 /// No figure is checked against a speed: only that each was measured and is consistent.
 #[test]

@@ -295,6 +295,7 @@ impl Election {
         let (tx, rx) = watch::channel(None);
         let election = self.clone();
         let interval = (self.ttl / 4).max(Duration::from_millis(10));
+        crate::core::telemetry::task_spawned();
         tokio::spawn(async move {
             loop {
                 let current = election.leader().await.ok();

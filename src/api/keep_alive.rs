@@ -360,6 +360,7 @@ mod tests {
         let renewals = Arc::new(Mutex::new(Vec::new()));
         let lost = Arc::new(Mutex::new(None));
         let (stop, stop_rx) = oneshot::channel();
+        crate::core::telemetry::task_spawned();
         let task = tokio::spawn(keep_alive(
             lock,
             options,

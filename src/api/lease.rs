@@ -229,6 +229,7 @@ pub(crate) fn lease<L: Renewable + Leased>(
             shared.lost.send_replace(Some(reason));
         }
     };
+    crate::core::telemetry::task_spawned();
     let task = tokio::spawn(async move {
         let lock: Box<dyn Leased> =
             Box::new(keep_alive(lock, options, renewed, lose, stop_rx).await);
@@ -367,6 +368,7 @@ impl Drop for Lease {
         if let Some(clean_ups) = &self.clean_ups
             && tokio::runtime::Handle::try_current().is_ok()
         {
+            crate::core::telemetry::task_spawned();
             clean_ups.spawn(async move {
                 let _ = task.await;
             });

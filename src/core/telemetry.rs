@@ -33,6 +33,7 @@
 //! lock or an error prints a password. `tests/observability.rs` captures every span and event
 //! at TRACE and checks it.
 
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use crate::core::quorum::Decision;
@@ -142,3 +143,22 @@ pub(crate) fn node_answered(_: &str, _: &NodeOutcome, _: Duration) {}
 
 #[cfg(not(feature = "metrics"))]
 pub(crate) fn locks_held(_: f64) {}
+
+/// Tasks spawned so far by this process's redquorum clients.
+static TASKS_SPAWNED: AtomicU64 = AtomicU64::new(0);
+
+/// Counts a task a client spawns (every `spawn` in the crate calls it).
+pub(crate) fn task_spawned() {
+    TASKS_SPAWNED.fetch_add(1, Ordering::Relaxed);
+}
+
+/// How many tasks this process's redquorum clients have spawned so far: a count for profiling
+/// (`redquorum-lab bench --counts` prints it per acquire+release pair), not a metric.
+///
+/// ```
+/// let before = redquorum::telemetry::tasks_spawned();
+/// assert!(redquorum::telemetry::tasks_spawned() >= before);
+/// ```
+pub fn tasks_spawned() -> u64 {
+    TASKS_SPAWNED.load(Ordering::Relaxed)
+}

@@ -307,6 +307,7 @@ impl<V: Voter> Fanout<'_, V> {
         let voters = self.voters.clone();
         let tracker = self.background.clone();
         let mut unanswered = pending_nodes.to_vec();
+        crate::core::telemetry::task_spawned();
         self.background.spawn(async move {
             let expiry = tokio::time::sleep_until(deadline);
             tokio::pin!(expiry);
@@ -398,6 +399,7 @@ fn ask_one<V: Voter>(
                 let answer = if prepared.deliver_anyway {
                     // Its own task, so the timeout only stops the waiting.
                     let (voters, prepared) = (voters.clone(), prepared.clone());
+                    crate::core::telemetry::task_spawned();
                     let delivery = background.spawn(async move {
                         match voters.get(index) {
                             Some(voter) => voter.ask(&prepared, || {}).await,
@@ -436,6 +438,7 @@ where
     F: std::future::Future + Send + 'static,
     F::Output: Send,
 {
+    crate::core::telemetry::task_spawned();
     background.spawn(async move { while requests.next().await.is_some() {} });
 }
 

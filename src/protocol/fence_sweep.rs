@@ -93,6 +93,7 @@ impl FenceSweep {
         }
         let client = Arc::downgrade(nodes);
         let wake = self.wake.clone();
+        crate::core::telemetry::task_spawned();
         *task = Some(tokio::spawn(sweep_while_alive(
             client,
             prefix.to_vec(),

@@ -94,6 +94,7 @@ pub(crate) fn reseed_after_win(
         return;
     }
     let shared = shared.clone();
+    crate::core::telemetry::task_spawned();
     tokio::spawn(async move {
         let late_unseeded = match late {
             Some(stragglers) => stragglers.unseeded().await,

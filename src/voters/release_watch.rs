@@ -253,6 +253,7 @@ impl ReleaseWatch {
     fn start(&self) {
         self.started.call_once(|| {
             for (index, source) in self.clients.iter().enumerate() {
+                crate::core::telemetry::task_spawned();
                 tokio::spawn(listen(
                     index,
                     source.clone(),
@@ -313,6 +314,7 @@ impl Drop for Subscription {
         };
         let weak = self.shared.clone();
         drop(shared);
+        crate::core::telemetry::task_spawned();
         runtime.spawn(async move {
             tokio::time::sleep(LINGER).await;
             let Some(shared) = weak.upgrade() else { return };

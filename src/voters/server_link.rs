@@ -197,6 +197,7 @@ impl ServerLink {
             .set_connection_timeout(Some(self.connect_timeout))
             // Every request carries our own, much shorter, per-node timeout.
             .set_response_timeout(None);
+        crate::core::telemetry::task_spawned();
         tokio::spawn(supervise(
             Supervised {
                 source: self.source.clone(),

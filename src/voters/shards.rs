@@ -147,6 +147,7 @@ impl Shards {
         let link = from.and_then(|ready| Some((self.existing_link(&ready.server()?)?, ready)));
         if let (Some((link, ready)), Ok(runtime)) = (link, tokio::runtime::Handle::try_current()) {
             let ready = ready.clone();
+            crate::core::telemetry::task_spawned();
             runtime.spawn(async move {
                 // Bounded: a master that does not answer is soon reported broken anyway.
                 let check = tokio::time::timeout(ROLE_CHECK_TIMEOUT, link.verify_role(&ready));
@@ -356,6 +357,7 @@ impl Shards {
             return;
         };
         let guard = ReadingGuard(Arc::downgrade(self));
+        crate::core::telemetry::task_spawned();
         runtime.spawn(async move {
             loop {
                 tokio::time::sleep(REFRESH_EVERY).await;
@@ -385,6 +387,7 @@ impl Shards {
         };
         // Clears the flag however the task ends: run, or dropped unrun with its runtime.
         let scheduled = Scheduled(self.clone());
+        crate::core::telemetry::task_spawned();
         runtime.spawn(async move {
             tokio::time::sleep(REFRESH_MIN_INTERVAL).await;
             let shards = scheduled.0.clone();
