@@ -148,30 +148,37 @@ async fn count_all(cluster: &DevCluster, sizes: Sizes, as_json: bool) -> Result<
         cluster.kind().program(),
         NODE_TIMEOUT.as_millis()
     ));
-    let baseline = Baseline::connect(&urls).await.map_err(failed)?;
-    let rl = client(&urls, |b| b)?;
-    let scripts = client(&urls, |b| b.native_commands(false))?;
-    let raw = count(&Side::Baseline(&baseline), &urls, pairs).await?;
-    let ours = count(&Side::RedQuorum(&rl, "default"), &urls, pairs).await?;
-    let scripts_only = count(&Side::RedQuorum(&scripts, "scripts"), &urls, pairs).await?;
-    print(
-        &[
-            ("raw baseline", &raw),
-            ("redquorum", &ours),
-            ("scripts only", &scripts_only),
-        ],
-        pairs,
-        &say,
-    );
-    Ok(json!({
-        "nodes": NODES,
-        "server": cluster.kind().program(),
-        "pairs": pairs,
-        "counts": {
+    let baseline = Side::Baseline(Baseline::connect(&urls).await.map_err(failed)?);
+    let rl = Side::RedQuorum(client(&urls, |b| b)?, "default");
+    let scripts = Side::RedQuorum(client(&urls, |b| b.native_commands(false))?, "scripts");
+    let mut runs = Vec::new();
+    for tasks in [1, 64] {
+        let pairs = if tasks == 1 { pairs } else { pairs * 4 };
+        let raw = count(&baseline, &urls, pairs, tasks).await?;
+        let ours = count(&rl, &urls, pairs, tasks).await?;
+        let scripts_only = count(&scripts, &urls, pairs, tasks).await?;
+        let pairs = pairs / tasks * tasks;
+        print(
+            &[
+                ("raw baseline", &raw),
+                ("redquorum", &ours),
+                ("scripts only", &scripts_only),
+            ],
+            (pairs, tasks),
+            &say,
+        );
+        runs.push(json!({
+            "tasks": tasks,
+            "pairs": pairs,
             "baseline": raw.to_json(),
             "redquorum": ours.to_json(),
             "scripts_only": scripts_only.to_json(),
-        },
+        }));
+    }
+    Ok(json!({
+        "nodes": NODES,
+        "server": cluster.kind().program(),
+        "counts": runs,
     }))
 }
 

@@ -5,8 +5,9 @@
 //! bytes to and from the servers and their commands with the µs each took (`INFO stats` and
 //! `INFO commandstats` of every master, before and after).
 //!
-//! One task, pairs one after another, on distinct keys per side: what a pair costs, not what
-//! contention adds.
+//! Distinct keys per side and per pair: what a pair costs, not what contention adds. Counted
+//! twice: one task (pairs one after another), and 64 tasks at once (where a connection's
+//! writes carry several requests each, and the wake-ups differ).
 
 use std::collections::BTreeMap;
 use std::time::Duration;
@@ -33,12 +34,13 @@ pub(crate) struct PairCounts {
 }
 
 /// A side of the comparison: how it runs one pair (given the pair's number).
-pub(crate) enum Side<'a> {
-    Baseline(&'a Baseline),
-    RedQuorum(&'a RedLock, &'static str),
+#[derive(Clone)]
+pub(crate) enum Side {
+    Baseline(Baseline),
+    RedQuorum(RedLock, &'static str),
 }
 
-impl Side<'_> {
+impl Side {
     async fn pair(&self, i: usize) -> Result<(), LabError> {
         match self {
             Side::Baseline(baseline) => baseline
@@ -179,11 +181,13 @@ impl SyscallCounter {
     }
 }
 
-/// Runs `pairs` pairs of `side` (after a warm-up) and counts what they cost.
+/// Runs `pairs` pairs of `side` on `tasks` tasks at once (after a warm-up) and counts what
+/// they cost.
 pub(crate) async fn count(
-    side: &Side<'_>,
+    side: &Side,
     urls: &[String],
     pairs: usize,
+    tasks: usize,
 ) -> Result<PairCounts, LabError> {
     for i in 0..WARM_UP {
         side.pair(i).await?;
@@ -195,11 +199,25 @@ pub(crate) async fn count(
     let syscalls = SyscallCounter::start().await;
     let before = ServerTotals::read(urls).await?;
     let allocated = stats_alloc::INSTRUMENTED_SYSTEM.stats();
-    let tasks = redquorum::telemetry::tasks_spawned();
-    for i in WARM_UP..WARM_UP + pairs {
-        side.pair(i).await?;
+    let spawned = redquorum::telemetry::tasks_spawned();
+    let each = pairs / tasks;
+    let workers: Vec<_> = (0..tasks)
+        .map(|t| {
+            let side = side.clone();
+            tokio::spawn(async move {
+                let first = WARM_UP + t * each;
+                for i in first..first + each {
+                    side.pair(i).await?;
+                }
+                Ok::<(), LabError>(())
+            })
+        })
+        .collect();
+    for worker in workers {
+        worker.await.map_err(failed)??;
     }
-    let tasks = redquorum::telemetry::tasks_spawned() - tasks;
+    let pairs = each * tasks;
+    let spawned = redquorum::telemetry::tasks_spawned() - spawned;
     let allocated_after = stats_alloc::INSTRUMENTED_SYSTEM.stats();
     let after = ServerTotals::read(urls).await?;
     let syscalls = match syscalls {
@@ -220,7 +238,7 @@ pub(crate) async fn count(
             per_pair((allocated_after.bytes_allocated - allocated.bytes_allocated) as u64)
         }),
         syscalls: syscalls.map(per_pair),
-        tasks: per_pair(tasks),
+        tasks: per_pair(spawned),
         bytes_to_servers: per_pair(servers.bytes_in),
         bytes_from_servers: per_pair(servers.bytes_out),
         commands: servers
@@ -254,9 +272,15 @@ impl PairCounts {
 }
 
 /// The counts table: one column per side, named by `names`.
-pub(crate) fn print(sides: &[(&str, &PairCounts)], pairs: usize, say: &impl Fn(String)) {
-    let mut header =
-        format!("work per acquire+release pair, one task, {pairs} pairs each, all five masters");
+pub(crate) fn print(
+    sides: &[(&str, &PairCounts)],
+    (pairs, tasks): (usize, usize),
+    say: &impl Fn(String),
+) {
+    let mut header = format!(
+        "work per acquire+release pair, {tasks} task{}, {pairs} pairs each, five masters",
+        if tasks == 1 { "" } else { "s" }
+    );
     for (name, _) in sides {
         header.push_str(&format!(" {name:>14}"));
     }

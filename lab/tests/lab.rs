@@ -103,9 +103,16 @@ fn the_bench_counts_the_work_per_pair_of_each_side() {
     );
     assert_eq!(code, 0, "{err}");
     let figures: serde_json::Value = serde_json::from_str(&out).expect("JSON figures");
-    assert_eq!(figures["pairs"], 150, "{figures}");
-    for side in ["baseline", "redquorum", "scripts_only"] {
-        let counts = &figures["counts"][side];
+    let runs = figures["counts"].as_array().expect("runs");
+    assert_eq!(runs.len(), 2, "{figures}");
+    assert_eq!(runs[0]["tasks"], 1, "{figures}");
+    assert_eq!(runs[0]["pairs"], 150, "{figures}");
+    assert_eq!(runs[1]["tasks"], 64, "{figures}");
+    for (run, side) in runs
+        .iter()
+        .flat_map(|run| ["baseline", "redquorum", "scripts_only"].map(|side| (run, side)))
+    {
+        let counts = &run[side];
         assert!(
             counts["allocations"].as_f64() > Some(10.0),
             "{side}: {counts}"
@@ -122,8 +129,13 @@ fn the_bench_counts_the_work_per_pair_of_each_side() {
             "{side}: {counts}"
         );
     }
-    assert_eq!(figures["counts"]["baseline"]["tasks_spawned"], 0.0);
-    assert!(figures["counts"]["redquorum"]["tasks_spawned"].as_f64() > Some(0.0));
+    for run in runs {
+        assert_eq!(run["baseline"]["tasks_spawned"], 0.0, "{run}");
+        assert!(
+            run["redquorum"]["tasks_spawned"].as_f64() > Some(0.0),
+            "{run}"
+        );
+    }
     assert!(
         bench_state(dir.path()).is_none(),
         "the bench left its masters' state behind"
