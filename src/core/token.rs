@@ -42,17 +42,22 @@ impl Token {
     /// Draws a new token from the OS CSPRNG (falling back to the thread-local CSPRNG, itself
     /// seeded from the OS, if the OS source reports an error).
     pub(crate) fn generate() -> Self {
+        Self(Self::random_hex(""))
+    }
+
+    /// `prefix`, then 20 random bytes in lower-case hex, in one allocation.
+    fn random_hex(prefix: &str) -> String {
         let mut bytes = [0u8; TOKEN_BYTES];
         if rand::rngs::SysRng.try_fill_bytes(&mut bytes).is_err() {
             rand::rng().fill_bytes(&mut bytes);
         }
-        // Lower-case hex; a nibble is always a digit in base 16.
-        let hex: String = bytes
-            .iter()
-            .flat_map(|byte| [byte >> 4, byte & 0x0f])
-            .map(|nibble| char::from_digit(u32::from(nibble), 16).unwrap_or('0'))
-            .collect();
-        Self(hex)
+        let mut hex = String::with_capacity(prefix.len() + TOKEN_BYTES * 2);
+        hex.push_str(prefix);
+        for nibble in bytes.iter().flat_map(|byte| [byte >> 4, byte & 0x0f]) {
+            // A nibble is always a digit in base 16.
+            hex.push(char::from_digit(u32::from(nibble), 16).unwrap_or('0'));
+        }
+        hex
     }
 
     /// A new token for a client that describes its holders (`Builder::holder_info`): the
@@ -79,9 +84,14 @@ impl Token {
     /// and the server's conditional commands read it: a value another library (or an
     /// earlier redquorum) wrote never has the prefix, so no waiter ever changes it.
     pub(crate) fn generate_markable(about: Option<&str>) -> Self {
-        let mut token = Self::generate_about(about);
-        token.0.insert_str(0, NOBODY_WAITS);
-        token
+        match about {
+            None => Self(Self::random_hex(NOBODY_WAITS)),
+            Some(_) => {
+                let mut token = Self::generate_about(about);
+                token.0.insert_str(0, NOBODY_WAITS);
+                token
+            }
+        }
     }
 
     /// Whether waiters may mark it (see [`generate_markable`](Self::generate_markable)): only

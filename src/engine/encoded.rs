@@ -24,16 +24,20 @@ async fn query(
     if !asking {
         return cmd.query_async(conn).await;
     }
-    let mut pipeline = redis::pipe();
-    // Errors kept as values, so the command's error comes back with its own kind (`NOSCRIPT`,
-    // `TRYAGAIN`…) rather than as the pipeline's.
-    pipeline
-        .ignore_errors()
-        .cmd("ASKING")
-        .ignore()
-        .add_command(cmd.clone());
-    let (reply,): (Value,) = pipeline.query_async(conn).await?;
-    reply.extract_error()
+    // Boxed: asking is a cluster's rare case, and its pipeline would size every request.
+    Box::pin(async move {
+        let mut pipeline = redis::pipe();
+        // Errors kept as values, so the command's error comes back with its own kind
+        // (`NOSCRIPT`, `TRYAGAIN`…) rather than as the pipeline's.
+        pipeline
+            .ignore_errors()
+            .cmd("ASKING")
+            .ignore()
+            .add_command(cmd.clone());
+        let (reply,): (Value,) = pipeline.query_async(conn).await?;
+        reply.extract_error()
+    })
+    .await
 }
 
 /// `cmd` on `conn` as [`query`] sends it; when the server does not know `script` (a restarted
@@ -48,8 +52,13 @@ async fn query_loading(
         (Err(err), Some(script))
             if err.kind() == redis::ErrorKind::Server(ServerErrorKind::NoScript) =>
         {
-            script.load_async(conn).await?;
-            query(cmd, conn, asking).await
+            // Boxed: rare (a restarted server, a `SCRIPT FLUSH`), and it would size every
+            // request's future.
+            Box::pin(async move {
+                script.load_async(conn).await?;
+                query(cmd, conn, asking).await
+            })
+            .await
         }
         (answer, _) => answer,
     }
@@ -147,13 +156,13 @@ fn parts(lua: &'static LuaScript, request: &Request) -> Vec<Part> {
 /// A request built once per round and sent to every node as is: the arguments are encoded
 /// once, not once per node.
 pub(crate) struct EncodedRequest {
+    /// What it encodes (the key a Cluster voter routes by, what "done" is).
+    request: Request,
     wire: Encoding,
     /// The request in parts of one key each, for a cluster that refuses it whole with
-    /// `TRYAGAIN` (see [`InParts`]); empty when it is never sent so.
-    parts: Vec<Part>,
-    /// The key the request is about (`KEYS[1]`): a Cluster voter routes by its slot.
-    key: Vec<u8>,
-    done: NodeOutcome,
+    /// `TRYAGAIN` (see [`InParts`]); empty when it is never sent so. Made on first use: a
+    /// slot half moved is rare, and every release would otherwise encode its parts.
+    parts: OnceLock<Vec<Part>>,
     pub(crate) settled_nodes_only: bool,
     /// The server's own command that does the request's whole job, tried first where a
     /// node's server has it (see [`NativeForm`]).
@@ -207,37 +216,34 @@ impl Part {
 /// "not done" costs one round trip more, never a wrong answer.
 struct NativeForm {
     kind: Native,
-    token: String,
-    ttl_ms: u64,
     del_if_eq: OnceLock<redis::Cmd>,
     del_ex: OnceLock<redis::Cmd>,
     renew: OnceLock<redis::Cmd>,
 }
 
 impl NativeForm {
-    fn new(kind: Native, request: &Request) -> Self {
+    fn new(kind: Native) -> Self {
         Self {
             kind,
-            token: request.token.clone(),
-            ttl_ms: request.number.unwrap_or(0),
             del_if_eq: OnceLock::new(),
             del_ex: OnceLock::new(),
             renew: OnceLock::new(),
         }
     }
 
-    /// The command for a server that offers `offered`, if it has one for this request.
-    fn command(&self, key: &[u8], offered: NativeCommands) -> Option<&redis::Cmd> {
+    /// The command for `request` to a server that offers `offered`, if it has one.
+    fn command(&self, request: &Request, offered: NativeCommands) -> Option<&redis::Cmd> {
+        let (key, token) = (request.key.as_slice(), request.token.as_str());
         match self.kind {
             Native::Release => match offered.delete? {
                 DeleteIfEqual::DelIfEq => Some(self.del_if_eq.get_or_init(|| {
                     let mut cmd = redis::cmd("DELIFEQ");
-                    cmd.arg(key).arg(self.token.as_str());
+                    cmd.arg(key).arg(token);
                     cmd
                 })),
                 DeleteIfEqual::DelEx => Some(self.del_ex.get_or_init(|| {
                     let mut cmd = redis::cmd("DELEX");
-                    cmd.arg(key).arg("IFEQ").arg(self.token.as_str());
+                    cmd.arg(key).arg("IFEQ").arg(token);
                     cmd
                 })),
             },
@@ -245,11 +251,11 @@ impl NativeForm {
                 self.renew.get_or_init(|| {
                     let mut cmd = redis::cmd("SET");
                     cmd.arg(key)
-                        .arg(self.token.as_str())
+                        .arg(token)
                         .arg("IFEQ")
-                        .arg(self.token.as_str())
+                        .arg(token)
                         .arg("PX")
-                        .arg(self.ttl_ms);
+                        .arg(request.number.unwrap_or(0));
                     cmd
                 })
             }),
@@ -313,12 +319,12 @@ enum Encoding {
 }
 
 impl EncodedRequest {
-    pub(crate) fn new(request: &Request) -> Self {
+    pub(crate) fn new(request: Request) -> Self {
         let wire = match request.command {
             Command::Script(lua) => {
                 let script = lua.script();
                 let keys = (request.key.as_slice(), request.extra_keys.as_slice());
-                let mut evalsha = script_command(lua, keys, request, &request.payload);
+                let mut evalsha = script_command(lua, keys, &request, &request.payload);
                 let marked = request.readd_on.as_ref().map(|nodes| {
                     let mut marked = evalsha.clone();
                     marked.arg("1");
@@ -344,20 +350,20 @@ impl EncodedRequest {
                 Encoding::SetIfAbsent(set)
             }
         };
-        let parts = match request.command {
-            Command::Script(lua) if !request.extra_keys.is_empty() => parts(lua, request),
-            _ => Vec::new(),
-        };
         Self {
             wire,
-            parts,
-            key: request.key.clone(),
-            done: request.done.clone(),
+            parts: OnceLock::new(),
             settled_nodes_only: request.settled_nodes_only,
-            native: request.native.map(|kind| NativeForm::new(kind, request)),
+            native: request.native.map(NativeForm::new),
             native_missed: std::sync::atomic::AtomicBool::new(false),
             deliver_anyway: request.operation == Operation::Release,
+            request,
         }
+    }
+
+    /// The request it encodes.
+    pub(crate) fn request(&self) -> &Request {
+        &self.request
     }
 
     /// Whether a native command answered "not done" on some node so far.
@@ -368,7 +374,7 @@ impl EncodedRequest {
 
     /// The key the request is about, which decides a Cluster voter's shard.
     pub(crate) fn key(&self) -> &[u8] {
-        &self.key
+        &self.request.key
     }
 
     /// Sends the request on `conn`; a script the server does not know (a restarted node, a
@@ -388,7 +394,7 @@ impl EncodedRequest {
         native: &NativeLink,
     ) -> redis::RedisResult<Value> {
         if let Some(form) = &self.native
-            && let Some(cmd) = form.command(&self.key, native.offered())
+            && let Some(cmd) = form.command(&self.request, native.offered())
         {
             match query(cmd, conn, asking).await {
                 Ok(reply) if form.did(&reply) => return Ok(Value::Int(-1)),
@@ -445,7 +451,17 @@ impl EncodedRequest {
     /// The parts the request is sent in when a cluster refuses it whole with `TRYAGAIN` (see
     /// [`InParts`]): none when it is never sent so.
     pub(crate) fn parts(&self) -> &[Part] {
-        &self.parts
+        self.parts.get_or_init(|| match self.request.command {
+            Command::Script(lua) if self.has_parts() => parts(lua, &self.request),
+            _ => Vec::new(),
+        })
+    }
+
+    /// Whether the request may be sent in parts (see [`InParts`]), without making them.
+    pub(crate) fn has_parts(&self) -> bool {
+        matches!(self.request.command, Command::Script(_))
+            && !self.request.extra_keys.is_empty()
+            && self.request.in_parts != InParts::Never
     }
 
     /// The request's answer from its parts' answers, in order: the first error if any part
@@ -454,7 +470,7 @@ impl EncodedRequest {
     pub(crate) fn combine<E>(&self, answers: Vec<Result<Value, E>>) -> Result<Value, E> {
         let mut combined = Value::Int(-1);
         let mut decided = false;
-        for (part, answer) in self.parts.iter().zip(answers) {
+        for (part, answer) in self.parts().iter().zip(answers) {
             let answer = answer?;
             if part.answers && !decided && answer != Value::Int(-1) {
                 combined = answer;
@@ -478,13 +494,13 @@ impl EncodedRequest {
 
     /// Whether `outcome` is a node doing what was asked.
     pub(crate) fn is_done(&self, outcome: &NodeOutcome) -> bool {
-        std::mem::discriminant(outcome) == std::mem::discriminant(&self.done)
+        std::mem::discriminant(outcome) == std::mem::discriminant(&self.request.done)
     }
 
     pub(crate) fn classify(&self, reply: Value) -> (NodeOutcome, Option<Grant>) {
         match self.wire {
-            Encoding::Script { .. } => classify(reply, &self.done),
-            Encoding::SetIfAbsent(_) => classify_set_if_absent(reply, &self.done),
+            Encoding::Script { .. } => classify(reply, &self.request.done),
+            Encoding::SetIfAbsent(_) => classify_set_if_absent(reply, &self.request.done),
         }
     }
 }
@@ -529,16 +545,16 @@ mod tests {
                 per_key_payload: Some(1),
             })
             .with_payload(payload(&["id", "c1", "c2"]));
-        let prepared = EncodedRequest::new(&request);
+        let prepared = EncodedRequest::new(request);
         assert_eq!(prepared.parts().len(), 2);
         let hash = crate::scripts::RELEASE_MANY.script().get_hash();
         let t = token.expose();
         assert_eq!(
-            words(&prepared.parts[0].cmd),
+            words(&prepared.parts()[0].cmd),
             ["EVALSHA", hash, "1", "k1", t, "id", "c1"]
         );
         assert_eq!(
-            words(&prepared.parts[1].cmd),
+            words(&prepared.parts()[1].cmd),
             ["EVALSHA", hash, "1", "k2", t, "id", "c2"]
         );
         assert_eq!(prepared.parts()[1].key(), b"k2");
@@ -548,9 +564,9 @@ mod tests {
                 per_key_payload: None,
             })
             .with_payload(payload(&["channel", "id"]));
-        let prepared = EncodedRequest::new(&give_back);
+        let prepared = EncodedRequest::new(give_back);
         assert_eq!(
-            words(&prepared.parts[1].cmd)[3..],
+            words(&prepared.parts()[1].cmd)[3..],
             ["p1", t, "channel", "id"]
         );
     }
@@ -573,9 +589,9 @@ mod tests {
     /// the parts hands the lock to the leaving waiter, still queued.
     fn a_waiter_leaves_the_queue_then_passes_its_reservation_on() {
         let request = leaving_the_queue().with_payload(payload(&["ch", "id", "500"]));
-        let prepared = EncodedRequest::new(&request);
+        let prepared = EncodedRequest::new(request);
         let hash = crate::scripts::DEQUEUE.script().get_hash();
-        let parts: Vec<Vec<String>> = prepared.parts.iter().map(|p| words(&p.cmd)).collect();
+        let parts: Vec<Vec<String>> = prepared.parts().iter().map(|p| words(&p.cmd)).collect();
         assert_eq!(
             parts,
             [
@@ -585,7 +601,11 @@ mod tests {
             ]
         );
         assert_eq!(
-            prepared.parts.iter().map(|p| p.answers).collect::<Vec<_>>(),
+            prepared
+                .parts()
+                .iter()
+                .map(|p| p.answers)
+                .collect::<Vec<_>>(),
             [false, false, true]
         );
     }
@@ -594,20 +614,20 @@ mod tests {
     fn only_requests_with_several_keys_that_may_be_split_have_parts() {
         let token = Token::generate();
         let never = release_of(&crate::scripts::RELEASE, &["k", "q", "w"], &token);
-        assert!(EncodedRequest::new(&never).parts().is_empty());
+        assert!(EncodedRequest::new(never).parts().is_empty());
         let alone =
             release_of(&crate::scripts::RELEASE, &["k"], &token).in_parts(InParts::LockKeyAlone);
         assert!(
-            EncodedRequest::new(&alone).parts().is_empty(),
+            EncodedRequest::new(alone).parts().is_empty(),
             "one key: never refused"
         );
         let split = release_of(&crate::scripts::RELEASE, &["k", "q", "w"], &token)
             .in_parts(InParts::LockKeyAlone)
             .with_payload(payload(&["ch", "id", "500"]));
-        let prepared = EncodedRequest::new(&split);
+        let prepared = EncodedRequest::new(split);
         assert_eq!(prepared.parts().len(), 1);
         assert_eq!(
-            words(&prepared.parts[0].cmd)[2..],
+            words(&prepared.parts()[0].cmd)[2..],
             ["1", "k", token.expose(), "ch", "id", "500"]
         );
     }
@@ -618,7 +638,7 @@ mod tests {
     fn parts_answer_as_the_whole_script_would() {
         let token = Token::generate();
         let set = EncodedRequest::new(
-            &release_of(&crate::scripts::RELEASE_MANY, &["a", "b", "c"], &token).in_parts(
+            release_of(&crate::scripts::RELEASE_MANY, &["a", "b", "c"], &token).in_parts(
                 InParts::EachKey {
                     per_key_payload: Some(1),
                 },
@@ -635,7 +655,7 @@ mod tests {
             Err("down")
         );
         // The queue's commands answer 1 or 0, never the request's answer.
-        let leave = EncodedRequest::new(&leaving_the_queue());
+        let leave = EncodedRequest::new(leaving_the_queue());
         assert_eq!(leave.combine(answers([1, 0, -1])), Ok(Value::Int(-1)));
     }
 }

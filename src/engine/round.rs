@@ -23,7 +23,7 @@ pub(crate) use crate::engine::heard::Wait;
 use crate::engine::heard::{Answer, Heard, timed_out};
 use crate::engine::request::Request;
 pub(crate) use crate::engine::stragglers::Stragglers;
-use crate::engine::stragglers::{MarkOnDrop, Ordered};
+use crate::engine::stragglers::{LateAnswers, MarkOnDrop, Ordered};
 use crate::engine::voter::Voter;
 use crate::errors::node_error::NodeError;
 
@@ -159,7 +159,8 @@ impl<V: Voter> Fanout<'_, V> {
         // On tokio's clock (the same as `start`'s outside tests), so the engine's timing can
         // be tested in virtual time.
         let deadline = tokio::time::Instant::now() + per_node_timeout;
-        let prepared = Arc::new(EncodedRequest::new(&request));
+        let prepared = Arc::new(EncodedRequest::new(request));
+        let request = prepared.request();
         let ordered = Ordered::new(self.voters.len());
         let mut flight = self.send(&prepared, &ordered, per_node_timeout, start, behind);
         let mut heard = Heard::new(self.voters.len());
@@ -298,15 +299,18 @@ impl<V: Voter> Fanout<'_, V> {
     where
         F: Future<Output = Answer> + Send + 'static,
     {
-        let pending_nodes: Arc<[bool]> = answers.iter().map(Option::is_none).collect();
+        let pending_nodes: Box<[bool]> = answers.iter().map(Option::is_none).collect();
         let (finished, done) = watch::channel(false);
-        let unseeded = Arc::new(AtomicBool::new(false));
-        let not_done = Arc::new(AtomicBool::new(false));
-        let (late_unseeded, late_not_done) = (unseeded.clone(), not_done.clone());
+        let mut unanswered = pending_nodes.to_vec();
+        let late = Arc::new(LateAnswers {
+            nodes: pending_nodes,
+            unseeded: AtomicBool::new(false),
+            not_done: AtomicBool::new(false),
+        });
+        let answers_late = late.clone();
         let prepared = prepared.clone();
         let voters = self.voters.clone();
         let tracker = self.background.clone();
-        let mut unanswered = pending_nodes.to_vec();
         crate::core::telemetry::task_spawned();
         self.background.spawn(async move {
             let expiry = tokio::time::sleep_until(deadline);
@@ -323,7 +327,7 @@ impl<V: Voter> Fanout<'_, V> {
                         for (voter, unanswered) in voters.iter().zip(&unanswered) {
                             if *unanswered {
                                 voter.set_suspect(true);
-                                late_not_done.store(true, Ordering::Release);
+                                answers_late.not_done.store(true, Ordering::Release);
                             }
                         }
                         continue;
@@ -335,20 +339,18 @@ impl<V: Voter> Fanout<'_, V> {
                 }
                 tracing::debug!(node = index, %outcome, ?latency, "answer after the round was decided");
                 if matches!(outcome, NodeOutcome::Failed(NodeError::Unseeded)) {
-                    late_unseeded.store(true, Ordering::Release);
+                    answers_late.unseeded.store(true, Ordering::Release);
                 }
                 if !prepared.is_done(&outcome) {
-                    late_not_done.store(true, Ordering::Release);
+                    answers_late.not_done.store(true, Ordering::Release);
                 }
             }
             finished.send_replace(true);
         });
         Stragglers {
-            nodes: pending_nodes,
             ordered: ordered.nodes.subscribe(),
             done,
-            unseeded,
-            not_done,
+            late,
         }
     }
 

@@ -56,21 +56,30 @@ impl Drop for MarkOnDrop {
 /// waits for other nodes' stragglers.
 #[derive(Debug, Clone)]
 pub(crate) struct Stragglers {
-    pub(super) nodes: Arc<[bool]>,
     pub(super) ordered: watch::Receiver<Vec<bool>>,
     pub(super) done: watch::Receiver<bool>,
+    /// Which nodes' requests were still running, and what they answered late: one allocation
+    /// per round that has stragglers, which most rounds decided at the majority have.
+    pub(super) late: Arc<LateAnswers>,
+}
+
+/// What a round's stragglers are, and answered after the decision.
+#[derive(Debug)]
+pub(super) struct LateAnswers {
+    /// Per node, whether its request was still running at the decision.
+    pub(super) nodes: Box<[bool]>,
     /// A straggler answered that its fence counter was not re-seeded (fenced acquire): the
     /// decision came before it, so the round's report does not show it.
-    pub(super) unseeded: Arc<std::sync::atomic::AtomicBool>,
+    pub(super) unseeded: std::sync::atomic::AtomicBool,
     /// A straggler did not do what was asked (refused, failed or timed out).
-    pub(super) not_done: Arc<std::sync::atomic::AtomicBool>,
+    pub(super) not_done: std::sync::atomic::AtomicBool,
 }
 
 impl Stragglers {
     /// Whether the request to `index` was still running at the decision and is not yet
     /// ordered on its connection.
     pub(super) fn unordered(&self, index: usize) -> bool {
-        self.nodes.get(index).copied().unwrap_or(false)
+        self.late.nodes.get(index).copied().unwrap_or(false)
             && !self.ordered.borrow().get(index).copied().unwrap_or(true)
     }
 
@@ -79,14 +88,19 @@ impl Stragglers {
     pub(crate) async fn unseeded(&self) -> bool {
         let mut done = self.done.clone();
         let _ = done.wait_for(|finished| *finished).await;
-        self.unseeded.load(std::sync::atomic::Ordering::Acquire)
+        self.late
+            .unseeded
+            .load(std::sync::atomic::Ordering::Acquire)
     }
 
     /// Waits until every straggler has finished, then says whether each did what was asked.
     pub(crate) async fn all_done(&self) -> bool {
         let mut done = self.done.clone();
         let _ = done.wait_for(|finished| *finished).await;
-        !self.not_done.load(std::sync::atomic::Ordering::Acquire)
+        !self
+            .late
+            .not_done
+            .load(std::sync::atomic::Ordering::Acquire)
     }
 
     /// Waits until the request to `index` is ordered on its connection.

@@ -85,8 +85,7 @@ impl Voter for Node {
         // ordered only once answered (the round marks it then), not once queued.
         let mut queued = (!self.is_cluster()).then_some(queued);
         let mut answer = exchange(self, request, None, &mut queued).await;
-        if !request.parts().is_empty()
-            && matches!(&answer, Err(NodeError::Redis(err)) if is_try_again(err))
+        if request.has_parts() && matches!(&answer, Err(NodeError::Redis(err)) if is_try_again(err))
         {
             // Its keys are half moved, and stay refused until the whole slot has moved: sent
             // in parts of one key each (see `InParts`), every part tried even when one fails,
@@ -176,7 +175,7 @@ async fn exchange(
             Err(err) => err,
         };
         let try_again = is_try_again(&err);
-        if try_again && part.is_none() && !request.parts().is_empty() {
+        if try_again && part.is_none() && request.has_parts() {
             // Sent in parts instead, by the caller.
             return Err(NodeError::Redis(err));
         }
@@ -190,7 +189,9 @@ async fn exchange(
         if redirections_left > 0 {
             redirections_left -= 1;
             // A redirected request was not run: sent again to the master named.
-            if let Some(redirected) = node.redirect(&err, &ready).await {
+            // Boxed: a cluster's redirection is rare, and its future would size every
+            // request's.
+            if let Some(redirected) = Box::pin(node.redirect(&err, &ready)).await {
                 let redirected = redirected?;
                 tracing::debug!(node = %node.id(), error = %err, "following the cluster's redirection");
                 ready = redirected.ready;

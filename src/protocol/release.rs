@@ -139,6 +139,9 @@ async fn delete_everywhere(
     wait: Wait,
 ) -> Round {
     let release_id = token.release_id();
+    // The lock's release channel, made once: the scripts publish on it, and this client's own
+    // waiters are woken on it.
+    let channel = resource::release_channel(key);
     let compare_and_delete = |script: &'static scripts::LuaScript| {
         Request::new(
             Operation::Release,
@@ -163,10 +166,14 @@ async fn delete_everywhere(
                     KeyLayout::Shared => Vec::new(),
                 })
                 .in_parts(InParts::LockKeyAlone)
-                .with_payload(hand_over_arguments(key, &release_id, per_node_timeout));
+                .with_payload(hand_over_arguments_on(
+                    channel.clone(),
+                    &release_id,
+                    per_node_timeout,
+                ));
             // A waiter of this client marked the lock: the script, at once, so the waiter's
             // round, sent when this release is queued, finds it handed over on each node.
-            let waited_on_here = shared.releases.has_waiters(&resource::release_channel(key));
+            let waited_on_here = shared.releases.has_waiters(&channel);
             if *natively && token.is_markable() && !waited_on_here {
                 request.natively(Native::Release)
             } else {
@@ -186,7 +193,11 @@ async fn delete_everywhere(
                 arguments
                     .iter()
                     .cloned()
-                    .chain(hand_over_arguments(key, &release_id, per_node_timeout))
+                    .chain(hand_over_arguments_on(
+                        channel.clone(),
+                        &release_id,
+                        per_node_timeout,
+                    ))
                     .collect(),
             ),
         // The release id, then one channel per key.
@@ -210,13 +221,10 @@ async fn delete_everywhere(
                 per_key_payload: None,
             })
             .with_payload(
-                [
-                    resource::release_channel(key),
-                    release_id.as_bytes().to_vec(),
-                ]
-                .into_iter()
-                .chain(record.as_ref().map(|_| b"1".to_vec()))
-                .collect(),
+                [channel.clone(), release_id.as_bytes().to_vec()]
+                    .into_iter()
+                    .chain(record.as_ref().map(|_| b"1".to_vec()))
+                    .collect(),
             ),
         Delete::ReleasePermit(permits) => compare_and_delete(&scripts::RELEASE_PERMIT)
             .with_extra_keys(
@@ -226,30 +234,29 @@ async fn delete_everywhere(
                     .collect(),
             )
             .in_parts(InParts::LockKeyAlone)
-            .with_payload(vec![
-                resource::release_channel(key),
-                release_id.as_bytes().to_vec(),
-            ]),
+            .with_payload(vec![channel.clone(), release_id.as_bytes().to_vec()]),
     };
     // Our own first queued waiter need not wait for the message to come back from a node, nor
     // even for the deletes to be done: its round shares our connections, so each node runs
     // our release first. If a node handed the lock to a waiter of another process instead,
     // ours loses one round there and waits on; the nodes' messages wake the waiter each named.
-    let channels: Vec<Vec<u8>> = match delete {
-        Delete::Release { .. } | Delete::ReleasePermit(_) => {
-            vec![resource::release_channel(key)]
-        }
-        Delete::ReleaseMany { others } => std::iter::once(key)
-            .chain(others.iter().map(Vec::as_slice))
-            .map(resource::release_channel)
+    let wakes_own_channel = matches!(delete, Delete::Release { .. } | Delete::ReleasePermit(_));
+    let other_channels: Vec<Vec<u8>> = match delete {
+        Delete::ReleaseMany { others } => others
+            .iter()
+            .map(|other| resource::release_channel(other))
             .collect(),
-        Delete::Silent | Delete::SilentAndQueue { .. } | Delete::GiveBack { .. } => Vec::new(),
+        _ => Vec::new(),
     };
+    let wakes_many = matches!(delete, Delete::ReleaseMany { .. });
     shared
         .fanout()
         .run_behind(request, per_node_timeout, wait, after, || {
-            for channel in &channels {
-                shared.releases.released(channel, release_id.as_bytes());
+            if wakes_own_channel || wakes_many {
+                shared.releases.released(&channel, release_id.as_bytes());
+            }
+            for other in &other_channels {
+                shared.releases.released(other, release_id.as_bytes());
             }
         })
         .await
@@ -263,9 +270,18 @@ pub(crate) fn hand_over_arguments(
     release_id: &str,
     per_node_timeout: Duration,
 ) -> Vec<Vec<u8>> {
+    hand_over_arguments_on(resource::release_channel(key), release_id, per_node_timeout)
+}
+
+/// [`hand_over_arguments`] with the lock's release channel already made.
+fn hand_over_arguments_on(
+    channel: Vec<u8>,
+    release_id: &str,
+    per_node_timeout: Duration,
+) -> Vec<Vec<u8>> {
     let reservation = u64::try_from(reservation(per_node_timeout).as_millis()).unwrap_or(u64::MAX);
     vec![
-        resource::release_channel(key),
+        channel,
         release_id.as_bytes().to_vec(),
         reservation.to_string().into_bytes(),
     ]

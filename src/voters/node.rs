@@ -188,7 +188,9 @@ impl Node {
     pub(crate) async fn connection(&self, key: &[u8]) -> Result<Connected, NodeError> {
         match &self.route {
             Route::One(link) => link.connection().await,
-            Route::Cluster(shards) => shards.connection(slot_of(key)).await,
+            // Boxed: the cluster's routing would make every request's future as large as its
+            // own, a standalone voter's too.
+            Route::Cluster(shards) => Box::pin(shards.connection(slot_of(key))).await,
         }
     }
 
