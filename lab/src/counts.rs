@@ -183,6 +183,9 @@ impl SyscallCounter {
 
 /// Runs `pairs` pairs of `side` on `tasks` tasks at once (after a warm-up) and counts what
 /// they cost.
+///
+/// # Panics
+/// When `tasks` is 0 or more than `pairs` (the bench's sizes never are).
 pub(crate) async fn count(
     side: &Side,
     urls: &[String],
@@ -200,21 +203,25 @@ pub(crate) async fn count(
     let before = ServerTotals::read(urls).await?;
     let allocated = stats_alloc::INSTRUMENTED_SYSTEM.stats();
     let spawned = redquorum::telemetry::tasks_spawned();
+    assert!(
+        tasks > 0 && pairs >= tasks,
+        "{pairs} pairs cannot be shared by {tasks} tasks"
+    );
     let each = pairs / tasks;
-    let workers: Vec<_> = (0..tasks)
-        .map(|t| {
-            let side = side.clone();
-            tokio::spawn(async move {
-                let first = WARM_UP + t * each;
-                for i in first..first + each {
-                    side.pair(i).await?;
-                }
-                Ok::<(), LabError>(())
-            })
-        })
-        .collect();
-    for worker in workers {
-        worker.await.map_err(failed)??;
+    // A set, so a failed worker (or a stop) aborts the others rather than leaving them running.
+    let mut workers = tokio::task::JoinSet::new();
+    for t in 0..tasks {
+        let side = side.clone();
+        workers.spawn(async move {
+            let first = WARM_UP + t * each;
+            for i in first..first + each {
+                side.pair(i).await?;
+            }
+            Ok::<(), LabError>(())
+        });
+    }
+    while let Some(worker) = workers.join_next().await {
+        worker.map_err(failed)??;
     }
     let pairs = each * tasks;
     let spawned = redquorum::telemetry::tasks_spawned() - spawned;

@@ -122,19 +122,30 @@ fn the_bench_counts_the_work_per_pair_of_each_side() {
             "{side}: {counts}"
         );
         assert!(counts["syscalls"].is_null() || counts["syscalls"].as_f64() > Some(0.0));
-        // One SET NX PX per master and pair, whatever else each side sends.
+        // One SET NX PX per master and pair, whatever else each side sends; the baseline
+        // drops the requests still queued when it returns, so it runs fewer at 64 tasks.
         let set = counts["commands"]["set"]["calls_per_pair"].as_f64();
+        let expected = if side == "baseline" {
+            3.0..=5.05
+        } else {
+            4.95..=5.05
+        };
         assert!(
-            set.is_some_and(|n| (n - 5.0).abs() < 0.5),
+            set.is_some_and(|n| expected.contains(&n)),
             "{side}: {counts}"
         );
+        // What reading the servers' totals sends is not counted as the pairs' work.
+        for read in ["hello", "client|setinfo", "info"] {
+            assert!(counts["commands"][read].is_null(), "{side}: {counts}");
+        }
+        if side != "baseline" {
+            // An acquire's stragglers and a release's other deletes: about one task a round.
+            let tasks = counts["tasks_spawned"].as_f64().unwrap_or(0.0);
+            assert!((0.5..=3.0).contains(&tasks), "{side}: {counts}");
+        }
     }
     for run in runs {
         assert_eq!(run["baseline"]["tasks_spawned"], 0.0, "{run}");
-        assert!(
-            run["redquorum"]["tasks_spawned"].as_f64() > Some(0.0),
-            "{run}"
-        );
     }
     assert!(
         bench_state(dir.path()).is_none(),

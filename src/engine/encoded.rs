@@ -610,6 +610,34 @@ mod tests {
         );
     }
 
+    /// `has_parts` says what `parts` would give, without making them: a disagreement would
+    /// send no part at all and read the empty answer as "done".
+    ///
+    /// Mutation: `has_parts` without the `InParts::Never` check (not run: the first case).
+    #[test]
+    fn has_parts_agrees_with_the_parts() {
+        let token = Token::generate();
+        for in_parts in [
+            InParts::Never,
+            InParts::LockKeyAlone,
+            InParts::LeaveQueue,
+            InParts::EachKey {
+                per_key_payload: None,
+            },
+        ] {
+            for keys in [&["k"][..], &["k", "q", "w"][..]] {
+                let request = EncodedRequest::new(
+                    release_of(&crate::scripts::RELEASE, keys, &token).in_parts(in_parts),
+                );
+                assert_eq!(
+                    request.has_parts(),
+                    !request.parts().is_empty(),
+                    "{in_parts:?}, {keys:?}"
+                );
+            }
+        }
+    }
+
     #[test]
     fn only_requests_with_several_keys_that_may_be_split_have_parts() {
         let token = Token::generate();

@@ -241,9 +241,11 @@ async fn round(
             }
         }
     };
-    // A last attempt does not queue, unless other waiters of this client wait behind it: they
-    // never met the holder themselves, and the queue's mark is what makes its release wake
-    // them (`DESIGN.md` §3). The acquire then leaves the queue as it gives up.
+    // A last attempt does not queue, unless this client has waiters for the lock: others
+    // behind it never met the holder themselves, and the queue's mark is what makes its
+    // release wake them (`DESIGN.md` §3). (This acquire counts too once it queued: then it
+    // keeps its place and marks again, as its earlier rounds did.) The acquire then leaves
+    // the queue as it gives up.
     let others_wait = || shared.releases.has_waiters(&resource::release_channel(key));
     let (undone, still_running) = match queue.as_mut() {
         Some((slot, policy)) if will_retry || others_wait() => {

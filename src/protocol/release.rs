@@ -140,8 +140,11 @@ async fn delete_everywhere(
 ) -> Round {
     let release_id = token.release_id();
     // The lock's release channel, made once: the scripts publish on it, and this client's own
-    // waiters are woken on it.
-    let channel = resource::release_channel(key);
+    // waiters are woken on it. (A silent delete uses none.)
+    let channel = match delete {
+        Delete::Silent => Vec::new(),
+        _ => resource::release_channel(key),
+    };
     let compare_and_delete = |script: &'static scripts::LuaScript| {
         Request::new(
             Operation::Release,

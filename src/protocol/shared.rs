@@ -98,6 +98,7 @@ impl Shared {
     where
         F: std::future::Future<Output = ()> + Send + 'static,
     {
+        crate::core::telemetry::task_spawned();
         self.background.spawn_on(cleanup, runtime);
     }
 

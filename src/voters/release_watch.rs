@@ -30,9 +30,10 @@ const SUBSCRIBE_TIMEOUT: Duration = Duration::from_millis(200);
 /// the same lock again soon (a worker in a loop) does not subscribe and unsubscribe on every
 /// node each time.
 const LINGER: Duration = Duration::from_secs(2);
-/// How many recent release ids a channel remembers, to drop the other nodes' copies of a
-/// release message even when two releases' messages interleave.
-const RECENT_RELEASES: usize = 4;
+/// How many recent release messages a channel remembers, to drop the other nodes' copies of
+/// a release message even when two releases' messages interleave (a hand-off's are kept per
+/// node: one per node and release).
+const RECENT_RELEASES: usize = 16;
 
 /// How many hex digits name a client in waiter ids and channels (32 random bits: the
 /// clients waiting for one resource at once are few).
@@ -68,16 +69,26 @@ struct Waiters {
 }
 
 impl Waiters {
-    /// A release message: wakes the waiter it names if that waiter is ours, or, when it names
-    /// nobody, the longest-waiting waiter; once per release and waiter.
-    fn released(&mut self, payload: &[u8]) {
-        if self.recent.iter().any(|seen| seen == payload) {
+    /// A release message (from node `from`, or from this client's own release): wakes the
+    /// waiter it names if that waiter is ours, or, when it names nobody, the longest-waiting
+    /// waiter; once per release and waiter, but a hand-off once per node: one node can hand
+    /// the lock over a round trip after another (a release that tried the server's own delete
+    /// first, `DESIGN.md` §3), after the waiter woken by the first lost its round there, and
+    /// only that node's message says the lock now waits for it.
+    fn released(&mut self, payload: &[u8], from: Option<usize>) {
+        let named = payload.contains(&b':');
+        let mut seen_as = payload.to_vec();
+        if let (true, Some(node)) = (named, from) {
+            seen_as.push(b'@');
+            seen_as.extend_from_slice(node.to_string().as_bytes());
+        }
+        if self.recent.iter().any(|seen| *seen == seen_as) {
             return;
         }
         if self.recent.len() == RECENT_RELEASES {
             self.recent.pop_front();
         }
-        self.recent.push_back(payload.to_vec());
+        self.recent.push_back(seen_as);
         if self.count == 0 {
             // Lingering: nobody to wake, and no wake-up to keep for a later waiter.
             return;
@@ -234,7 +245,7 @@ impl ReleaseWatch {
             return;
         }
         if let Some(waiters) = lock(&self.shared.channels).get_mut(channel) {
-            waiters.released(id);
+            waiters.released(id, None);
         }
     }
 
@@ -430,7 +441,7 @@ async fn listen(
                     channel.truncate(channel.len() - s.client.len() - 1);
                 }
                 if let Some(waiters) = lock(&s.channels).get_mut(&channel) {
-                    waiters.released(message.get_payload_bytes());
+                    waiters.released(message.get_payload_bytes(), Some(index));
                 }
             }
             match shared.upgrade() {
@@ -498,17 +509,39 @@ mod tests {
     #[test]
     fn a_message_naming_a_waiter_wakes_only_that_waiter_once() {
         let (mut waiters, named) = waiting(&["c.a", "c.b"]);
-        waiters.released(b"r1:c.b");
-        waiters.released(b"r1:c.b");
+        waiters.released(b"r1:c.b", Some(0));
+        waiters.released(b"r1:c.b", Some(0));
         assert!(!woken(&named[0]));
         assert!(woken(&named[1]));
         assert!(
             !woken(&named[1]),
-            "the same release's other messages are dropped"
+            "the same node's copy of the same release is dropped"
         );
         assert!(!woken(&waiters.notify), "nobody else");
-        waiters.released(b"r2:other.x");
+        waiters.released(b"r2:other.x", Some(0));
         assert!(!named.iter().any(|n| woken(n)) && !woken(&waiters.notify));
+    }
+
+    /// A hand-off from another node of the same release wakes the waiter again: that node
+    /// handed the lock over later (its release tried the server's own delete first), after
+    /// the round the first message started lost there, and without this message the waiter
+    /// would sleep out its retry delay (`integration::waiting::a_waiter_wakes_as_soon_as_the_lock_is_released`
+    /// failed that way under load).
+    ///
+    /// Mutation: the dedup key without the node: the second node's hand-off is dropped (run,
+    /// caught here and by the integration test, 5 s instead of a wake-up).
+    #[test]
+    fn a_hand_off_from_another_node_wakes_the_waiter_again() {
+        let (mut waiters, named) = waiting(&["c.a"]);
+        waiters.released(b"r1:c.a", Some(0));
+        assert!(woken(&named[0]));
+        waiters.released(b"r1:c.a", Some(3));
+        assert!(woken(&named[0]), "node 3 handed it over too");
+        // A message naming nobody is still once per release, whatever the node.
+        waiters.released(b"r2", Some(0));
+        waiters.released(b"r2", Some(1));
+        assert!(woken(&named[0]));
+        assert!(!woken(&named[0]));
     }
 
     /// Mutation: waking the longest waiter of the `Notify` (the order in which waiters last
@@ -516,15 +549,15 @@ mod tests {
     #[test]
     fn a_message_naming_nobody_wakes_the_first_queued_waiter_once() {
         let (mut waiters, named) = waiting(&["c.a", "c.b"]);
-        waiters.released(b"r1");
-        waiters.released(b"r1");
+        waiters.released(b"r1", Some(0));
+        waiters.released(b"r1", Some(1));
         assert!(woken(&named[0]));
         assert!(!woken(&named[0]));
         assert!(!woken(&named[1]) && !woken(&waiters.notify));
         // With nobody queued (fenced waiters), the longest waiting.
         let (mut unqueued, _) = waiting(&[]);
         unqueued.count = 1;
-        unqueued.released(b"r2");
+        unqueued.released(b"r2", None);
         assert!(woken(&unqueued.notify));
     }
 
@@ -533,7 +566,7 @@ mod tests {
     #[test]
     fn a_lingering_channel_keeps_no_wake_up() {
         let (mut waiters, _) = waiting(&[]);
-        waiters.released(b"r1");
+        waiters.released(b"r1", Some(0));
         assert!(!woken(&waiters.notify));
     }
 }

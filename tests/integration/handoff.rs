@@ -242,14 +242,14 @@ async fn waiters_of_separate_clients_are_served_in_the_order_they_queued() {
     let names: Vec<&str> = order.iter().map(|(name, _)| *name).collect();
     assert_eq!(names, ["first", "second"]);
     assert_eq!(order[0].1, 2, "first: refused once, then handed the lock");
-    // The holder did not know a waiter had marked its lock: on a Valkey master its release
-    // tried the server's own delete first, and the first waiter, woken by another master's
-    // hand-over, can reach this one before the release script: it wins elsewhere, and its
-    // leaving passes this master's reservation to the second waiter, whose round is then
-    // one too early (`DESIGN.md` §3). Never more than that one.
+    // The masters hand the lock over at different moments (a release that tried the
+    // server's own delete first runs its script a round trip later; under load they spread
+    // further): a waiter woken by the first master's hand-off can lose its round on masters
+    // not handed over yet, and each of those masters' own hand-off message wakes it again
+    // (`DESIGN.md` §3). So at most one round more per master: never the retry delay.
     assert!(
-        (2..=3).contains(&order[1].1),
-        "second: refused once, then handed the lock (one early wake at most): {order:?}"
+        (2..=1 + cluster.len() as u32).contains(&order[1].1),
+        "second: refused once, then a round per master's hand-off at most: {order:?}"
     );
     crate::settled(&holder).await;
     cluster.assert_no_keys_under(PREFIX);
