@@ -23,6 +23,9 @@ const WARM_UP: usize = 100;
 
 /// What one side's pairs cost, per pair.
 pub(crate) struct PairCounts {
+    /// Pairs that failed (a master slower than the per-node timeout on a loaded machine):
+    /// their work is counted with the others', as a user's would be.
+    failed: usize,
     allocations: Option<f64>,
     allocated_bytes: Option<f64>,
     syscalls: Option<f64>,
@@ -193,7 +196,8 @@ pub(crate) async fn count(
     tasks: usize,
 ) -> Result<PairCounts, LabError> {
     for i in 0..WARM_UP {
-        side.pair(i).await?;
+        // A pair that fails (a timeout under load) is no reason to stop counting.
+        let _ = side.pair(i).await;
     }
     // What reading the servers' totals adds to them, measured by reading twice.
     let first = ServerTotals::read(urls).await?;
@@ -214,14 +218,18 @@ pub(crate) async fn count(
         let side = side.clone();
         workers.spawn(async move {
             let first = WARM_UP + t * each;
+            let mut failures = 0usize;
             for i in first..first + each {
-                side.pair(i).await?;
+                if side.pair(i).await.is_err() {
+                    failures += 1;
+                }
             }
-            Ok::<(), LabError>(())
+            failures
         });
     }
+    let mut failures = 0usize;
     while let Some(worker) = workers.join_next().await {
-        worker.map_err(failed)??;
+        failures += worker.map_err(failed)?;
     }
     let pairs = each * tasks;
     let spawned = redquorum::telemetry::tasks_spawned() - spawned;
@@ -240,6 +248,7 @@ pub(crate) async fn count(
     // library alone), so there is no count.
     let counted = allocations > 0;
     Ok(PairCounts {
+        failed: failures,
         allocations: counted.then(|| per_pair(allocations as u64)),
         allocated_bytes: counted.then(|| {
             per_pair((allocated_after.bytes_allocated - allocated.bytes_allocated) as u64)
@@ -265,6 +274,7 @@ pub(crate) async fn count(
 impl PairCounts {
     pub(crate) fn to_json(&self) -> Value {
         json!({
+            "failed_pairs": self.failed,
             "allocations": self.allocations,
             "allocated_bytes": self.allocated_bytes,
             "syscalls": self.syscalls,
@@ -301,6 +311,12 @@ pub(crate) fn print(
         line
     };
     let number = |n: Option<f64>| n.map_or_else(|| "n/a".to_owned(), |n| format!("{n:.1}"));
+    if sides.iter().any(|(_, c)| c.failed > 0) {
+        say(row(
+            "pairs that failed (counted with the others)",
+            sides.iter().map(|(_, c)| c.failed.to_string()).collect(),
+        ));
+    }
     say(row(
         "allocations",
         sides.iter().map(|(_, c)| number(c.allocations)).collect(),
