@@ -191,6 +191,13 @@ fn client(
         .map_err(|e| LabError::new(e.to_string()))
 }
 
+/// One uncontended acquire+release of `resource` by `rl`: the pair every measurement of
+/// redquorum runs.
+pub(crate) async fn pair(rl: &RedLock, resource: String) -> Result<(), redquorum::Error> {
+    rl.try_acquire(resource, TTL).await?.release().await?;
+    Ok(())
+}
+
 fn failed(e: impl std::fmt::Display) -> LabError {
     LabError::new(format!("bench: {e}"))
 }
@@ -225,19 +232,10 @@ async fn sequential(
             .map_err(failed)?;
         let b = t.elapsed();
         let t = Instant::now();
-        rl.try_acquire("bench:seq", TTL)
-            .await
-            .map_err(failed)?
-            .release()
-            .await
-            .map_err(failed)?;
+        pair(rl, "bench:seq".to_owned()).await.map_err(failed)?;
         let o = t.elapsed();
         let t = Instant::now();
-        scripts_only
-            .try_acquire("bench:seq:scripts", TTL)
-            .await
-            .map_err(failed)?
-            .release()
+        pair(scripts_only, "bench:seq:scripts".to_owned())
             .await
             .map_err(failed)?;
         let s = t.elapsed();
@@ -368,12 +366,7 @@ async fn throughput(
             let rl = rl.clone();
             rate(tasks, duration, pids, move |task| {
                 let rl = rl.clone();
-                async move {
-                    match rl.try_acquire(format!("bench:tp:{task}"), TTL).await {
-                        Ok(lock) => lock.release().await.is_ok(),
-                        Err(_) => false,
-                    }
-                }
+                async move { pair(&rl, format!("bench:tp:{task}")).await.is_ok() }
             })
         };
         let ours = ours_with(rl).await;

@@ -13,7 +13,7 @@ use std::collections::BTreeMap;
 use std::time::Duration;
 
 use redquorum::RedLock;
-use redquorum_testkit::baseline::{Baseline, TTL};
+use redquorum_testkit::baseline::Baseline;
 use serde_json::{Value, json};
 
 use crate::error::LabError;
@@ -51,13 +51,8 @@ impl Side {
                 .await
                 .map(drop)
                 .map_err(failed),
-            Side::RedQuorum(rl, name) => rl
-                .try_acquire(format!("count:{name}:{i}"), TTL)
+            Side::RedQuorum(rl, name) => crate::bench::pair(rl, format!("count:{name}:{i}"))
                 .await
-                .map_err(failed)?
-                .release()
-                .await
-                .map(drop)
                 .map_err(failed),
         }
     }

@@ -156,7 +156,8 @@ impl Model for WakeupModel {
                 let took = master.set_if_absent(c);
                 (if took { Phase::Holding } else { Phase::Done }, None)
             }
-            Phase::Idle if fenced => {
+            // A fenced waiter's first round and every later one are the same script.
+            Phase::Idle | Phase::Waiting { .. } if fenced => {
                 if master.acquire_fenced(c, marking) {
                     (Phase::Holding, None)
                 } else {
@@ -174,13 +175,6 @@ impl Model for WakeupModel {
             Phase::Subscribed { woken } => {
                 let wake = master.undo_and_queue(c, marking);
                 (Phase::Waiting { woken }, wake)
-            }
-            Phase::Waiting { .. } if fenced => {
-                if master.acquire_fenced(c, marking) {
-                    (Phase::Holding, None)
-                } else {
-                    (Phase::Waiting { woken: false }, None)
-                }
             }
             Phase::Waiting { .. } => {
                 if master.queued_acquire(c, marking) {
