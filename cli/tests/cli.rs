@@ -276,6 +276,123 @@ async fn run_waits_for_the_holder_to_release() {
     assert_eq!(wait_exit(&mut waiting, Duration::from_secs(15)), 0);
 }
 
+/// libfaketime's preload library (Debian's `libfaketime`, which `.ci/ensure-tools` installs):
+/// under it a process sees its wall clock moved, its monotonic clock left alone.
+fn libfaketime() -> PathBuf {
+    let found = std::fs::read_dir("/usr/lib")
+        .into_iter()
+        .flatten()
+        .flatten()
+        .map(|dir| dir.path().join("faketime/libfaketime.so.1"))
+        .find(|path| path.exists());
+    found.expect("libfaketime is installed (apt-get install libfaketime; .ci/ensure-tools does)")
+}
+
+/// A waiter's place in a lock's queue comes from the servers' clocks, never its host's
+/// (`DESIGN.md` §7): a `redquorum run --wait` on a host whose wall clock is an hour ahead
+/// (libfaketime, `FAKETIME=+1h`, its monotonic clock real) queues first, a library waiter
+/// with a true clock second, and the released lock goes to the `run` first. Each waiter's
+/// place is within a minute of the servers' `TIME`.
+///
+/// Mutation: `queue::place_now` returning `server_clock::host_now()` (the host's wall clock,
+/// as before) places the `run` an hour late: the library waiter is served first and the
+/// `run`'s place is 3,600 s off the servers' clocks (run, caught).
+// Two worker threads: the library waiter runs while the test waits with `std::thread::sleep`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_host_clock_an_hour_ahead_keeps_its_turn_in_the_queue() {
+    let cluster = Cluster::start(3);
+    let dir = tempfile::tempdir().expect("tempdir");
+    let order = dir.path().join("order");
+    let queued = |n: usize| {
+        (0..cluster.len()).all(|i| {
+            let waiters: usize = cluster.run(i, redis::cmd("ZCARD").arg("redquorum:{turn}:queue"));
+            waiters == n
+        })
+    };
+    let holder = library_client(&cluster).await;
+    let lock = holder
+        .try_acquire("turn", Duration::from_secs(30))
+        .await
+        .expect("hold it");
+    // Killed if the test fails before it exits.
+    let mut ahead = Reaped(
+        redquorum(&cluster, dir.path())
+            .args(["run", "--wait", "30s", "turn", "--", "sh", "-c"])
+            .arg(format!("echo run >> {}", order.display()))
+            .env("LD_PRELOAD", libfaketime())
+            .env("FAKETIME", "+1h")
+            .env("FAKETIME_DONT_FAKE_MONOTONIC", "1")
+            .spawn()
+            .expect("spawn"),
+    );
+    assert!(
+        wait_until(Duration::from_secs(10), || queued(1)),
+        "the run queued on every master"
+    );
+    let waiter = library_client(&cluster).await;
+    let log = order.clone();
+    let behind = tokio::spawn(async move {
+        let lock = waiter
+            .acquire_within("turn", Duration::from_secs(10), Duration::from_secs(30))
+            .await
+            .expect("its turn comes");
+        std::fs::write(
+            &log,
+            std::fs::read_to_string(&log).unwrap_or_default() + "library\n",
+        )
+        .expect("write");
+        lock.release().await.expect("release");
+        waiter.settle(Duration::from_secs(5)).await
+    });
+    assert!(
+        wait_until(Duration::from_secs(10), || queued(2)),
+        "the library waiter queued behind it on every master: {:?}",
+        (0..cluster.len())
+            .map(|i| -> Vec<String> {
+                cluster.run(
+                    i,
+                    redis::cmd("ZRANGE")
+                        .arg("redquorum:{turn}:queue")
+                        .arg(0)
+                        .arg(-1)
+                        .arg("WITHSCORES"),
+                )
+            })
+            .collect::<Vec<_>>()
+    );
+    for i in 0..cluster.len() {
+        let (seconds, micros): (u64, u64) = cluster.run(i, &redis::cmd("TIME"));
+        let server_now = seconds * 1_000_000 + micros;
+        let places: Vec<(String, f64)> = cluster.run(
+            i,
+            redis::cmd("ZRANGE")
+                .arg("redquorum:{turn}:queue")
+                .arg(0)
+                .arg(-1)
+                .arg("WITHSCORES"),
+        );
+        assert_eq!(places.len(), 2);
+        for (waiter, place) in places {
+            // Below 2^53: exact in a double, as the sorted set keeps it.
+            let off = server_now.abs_diff(place as u64) / 1_000_000;
+            assert!(
+                off < 60,
+                "master {i}: waiter {waiter}'s place {place} is {off} s off the server's clock"
+            );
+        }
+    }
+    lock.release().await.expect("release");
+    assert_eq!(wait_exit(&mut ahead, Duration::from_secs(20)), 0);
+    assert!(behind.await.expect("library waiter"), "settled");
+    assert_eq!(
+        std::fs::read_to_string(&order).expect("order"),
+        "run\nlibrary\n",
+        "the run, which queued first, is served first"
+    );
+    assert!(holder.settle(Duration::from_secs(5)).await);
+    assert!(lock_keys(&cluster).is_empty(), "{:?}", lock_keys(&cluster));
+}
+
 /// A closed pipe (`redquorum status R | head -1`) ends the output quietly: no panic, the
 /// usual exit code. The reader is gone before anything is written.
 ///

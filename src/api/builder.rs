@@ -185,8 +185,8 @@ impl Builder {
     /// Waiters also queue on the masters (`prefix{resource}:queue` and `:waiters`), and a
     /// release hands the lock to the first live one, so they take turns in arrival order
     /// (`DESIGN.md` §7); the queue needs `+exists +time +zadd +zrange +zrem +hdel`, without
-    /// which waiters race instead. A fenced acquire waits for the message but does not queue.
-    /// Off: timed retries only.
+    /// which waiters race instead. Fenced acquires queue too. A waiter's turn comes from the
+    /// servers' clocks, never its host's. Off: timed retries only.
     pub fn wait_for_release(mut self, enabled: bool) -> Self {
         self.config.wait_for_release = enabled;
         self

@@ -14,6 +14,7 @@ pub(crate) mod quorum;
 pub(crate) mod report;
 pub(crate) mod resource;
 pub(crate) mod retry;
+pub(crate) mod server_clock;
 pub mod telemetry;
 pub(crate) mod token;
 pub(crate) mod verdict;

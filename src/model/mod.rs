@@ -150,6 +150,7 @@ pub(crate) enum TermRule {
 }
 
 mod checks;
+mod handoff;
 mod state;
 mod steps;
 mod wakeups;

@@ -7,11 +7,10 @@
 //! exactly as its holder wrote it, so a waiter that marked the value gets the script. The
 //! wake-ups are per master, so one master is modelled, with every interleaving of:
 //! - a holder (client 0) that holds the lock at the start;
-//! - a waiter (client 1) that queues (its plain `SET NX` refused, then it subscribes, then its
-//!   cleanup `UNDO_AND_QUEUE` joins the queue), or a fenced waiter (its `ACQUIRE_FENCED`
-//!   refused, subscribed in the same step: a release between a fenced waiter's refusal and its
-//!   subscription is heard by nobody, with or without native commands, and is left to its
-//!   timer, as before them);
+//! - a waiter (client 1) that queues: its first round refused (a plain `SET NX`, or a fenced
+//!   `ACQUIRE_FENCED`, which on the lock key is the same and marks nothing either), then it
+//!   subscribes, then its cleanup `UNDO_AND_QUEUE` joins the queue; its later rounds are
+//!   `QUEUED_ACQUIRE` (or `QUEUED_ACQUIRE_FENCED`, the same on the lock key and the queue);
 //! - optionally a second queued waiter (client 2), and a passer-by (client 3) that takes the
 //!   lock with one `SET NX` whenever it finds it free;
 //! - a woken waiter's `QUEUED_ACQUIRE`, and every holder's release (native, then the script if
@@ -41,8 +40,6 @@ const CLIENTS: usize = 4;
 #[derive(Debug, Clone)]
 pub(crate) struct WakeupModel {
     pub(crate) marking: Marking,
-    /// The waiter is a fenced acquire (it listens, does not queue).
-    pub(crate) fenced_waiter: bool,
     pub(crate) second_waiter: bool,
     pub(crate) passer_by: bool,
 }
@@ -149,20 +146,11 @@ impl Model for WakeupModel {
         let mut state = last.clone();
         let me = usize::from(c);
         let marking = self.marking;
-        let fenced = c == 1 && self.fenced_waiter;
         let master = &mut state.master;
         let (next, wake) = match last.phases[me] {
             Phase::Idle if c == 3 => {
                 let took = master.set_if_absent(c);
                 (if took { Phase::Holding } else { Phase::Done }, None)
-            }
-            // A fenced waiter's first round and every later one are the same script.
-            Phase::Idle | Phase::Waiting { .. } if fenced => {
-                if master.acquire_fenced(c, marking) {
-                    (Phase::Holding, None)
-                } else {
-                    (Phase::Waiting { woken: false }, None)
-                }
             }
             Phase::Idle => {
                 if master.set_if_absent(c) {
@@ -226,15 +214,13 @@ mod tests {
 
     const SHIPPED: Marking = Marking {
         on_join: true,
-        on_fenced_refusal: true,
         on_queue_take: true,
         hand_over_on_undo: true,
     };
 
-    fn model(marking: Marking, fenced_waiter: bool) -> WakeupModel {
+    fn model(marking: Marking) -> WakeupModel {
         WakeupModel {
             marking,
-            fenced_waiter,
             second_waiter: true,
             passer_by: true,
         }
@@ -254,13 +240,7 @@ mod tests {
 
     #[test]
     fn as_shipped_no_waiter_is_stranded() {
-        for fenced in [false, true] {
-            assert_eq!(
-                broken(model(SHIPPED, fenced)),
-                Vec::<&str>::new(),
-                "fenced: {fenced}"
-            );
-        }
+        assert_eq!(broken(model(SHIPPED)), Vec::<&str>::new());
     }
 
     /// Each fix is needed: without it the checker finds a waiter left waiting on a lock whose
@@ -273,20 +253,13 @@ mod tests {
             change(&mut marking);
             marking
         };
+        assert_eq!(broken(model(without(|m| m.on_join = false))), stranded);
         assert_eq!(
-            broken(model(without(|m| m.on_join = false), false)),
+            broken(model(without(|m| m.hand_over_on_undo = false))),
             stranded
         );
         assert_eq!(
-            broken(model(without(|m| m.hand_over_on_undo = false), false)),
-            stranded
-        );
-        assert_eq!(
-            broken(model(without(|m| m.on_queue_take = false), false)),
-            stranded
-        );
-        assert_eq!(
-            broken(model(without(|m| m.on_fenced_refusal = false), true)),
+            broken(model(without(|m| m.on_queue_take = false))),
             stranded
         );
     }

@@ -82,7 +82,7 @@ pub(crate) async fn acquire(
         // Every slot seeded on every master, ahead of need (`crate::protocol::fence_sweep`).
         shared.start_fence_sweep();
     }
-    let mut waiting = Waiting::new(shared, (&key, timing), policy, fencing, started);
+    let mut waiting = Waiting::new(shared, (&key, timing), policy, started);
     waiting.behind_this_clients_waiters().await;
     let mut attempts = 0u32;
     let mut reseed_retries_left = RESEED_RETRIES;
@@ -191,11 +191,8 @@ async fn round(
         .filter(|q| q.is_joined());
     let through_queue = joined.is_some();
     let request = match (&fence_keys, joined) {
-        // A refused fenced acquire marks the holder's value when it (or another waiter of
-        // this client behind it) will wait for the release, even on its last attempt.
-        (Some(keys), _) => {
-            fencing::acquire_request(key, &token, keys, shared.config.wait_for_release)
-        }
+        (Some(keys), Some(queue)) => fencing::queued_acquire_request(key, &token, keys, queue),
+        (Some(keys), None) => fencing::acquire_request(key, &token, keys),
         (None, Some(queue)) => queued_request(key, &token, queue),
         (None, None) => Request::new(
             Operation::Acquire,

@@ -28,8 +28,9 @@ pub(crate) struct Waiting<'a> {
     pub(crate) deadline: Option<Instant>,
     /// Whether a release wakes it at all (a single attempt never waits).
     waits: bool,
-    /// Whether it queues on the nodes for its turn (`Queue`). A fenced acquire does not (its
-    /// round is the fenced script) and races for the lock when it is released.
+    /// Whether it queues on the nodes for its turn (`Queue`): every acquire that waits for
+    /// releases, fenced or not, under the tagged layout (the shared layout's keys are other
+    /// libraries' too: there it races for the lock when it is released).
     pub(crate) queues: bool,
     /// Its place in the lock's queue, made only once needed (by a round, or to wait behind
     /// this client's waiters): an acquire that wins its first round (the common case) never
@@ -44,7 +45,6 @@ impl<'a> Waiting<'a> {
         shared: &'a Arc<Shared>,
         (key, timing): (&'a [u8], &'a Timing),
         policy: &'a RetryPolicy,
-        fencing: bool,
         started: Instant,
     ) -> Self {
         let waits = shared.config.wait_for_release && policy.attempts_limit() != Some(1);
@@ -56,7 +56,7 @@ impl<'a> Waiting<'a> {
             channel: resource::release_channel(key),
             deadline: policy.wait_limit().and_then(|w| started.checked_add(w)),
             waits,
-            queues: waits && !fencing && shared.config.key_layout == KeyLayout::Tagged,
+            queues: waits && shared.config.key_layout == KeyLayout::Tagged,
             queue: None,
             subscription: None,
         }

@@ -22,14 +22,14 @@ use crate::engine::round::Round;
 use crate::errors::error::Operation;
 use crate::errors::node_error::NodeError;
 use crate::protocol::confirm::confirm_fence;
+use crate::protocol::queue::Queue;
 use crate::protocol::reseed::{self, Reseeded};
 use crate::protocol::shared::Shared;
 use crate::scripts;
 
 /// The fenced acquire of `key` under `token`: the lock key, then the slot's counter and
-/// marker (and the per-resource counter). With `waits` (the acquire will wait for the lock's
-/// release if refused), a refusal marks the holder's value, so its release publishes.
-pub(crate) fn acquire_request(key: &[u8], token: &Token, keys: &FenceKeys, waits: bool) -> Request {
+/// marker (and the per-resource counter).
+pub(crate) fn acquire_request(key: &[u8], token: &Token, keys: &FenceKeys) -> Request {
     let mut extra = vec![keys.counter.clone(), keys.marker.clone()];
     extra.extend(keys.legacy.clone());
     Request::new(
@@ -40,7 +40,28 @@ pub(crate) fn acquire_request(key: &[u8], token: &Token, keys: &FenceKeys, waits
         NodeOutcome::Granted,
     )
     .with_extra_keys(extra)
-    .with_payload(vec![if waits { b"1".to_vec() } else { b"0".to_vec() }])
+}
+
+/// The fenced acquire of a waiter that joined the lock's queue
+/// (`scripts::QUEUED_ACQUIRE_FENCED`): the queue's keys, then the fence keys.
+pub(crate) fn queued_acquire_request(
+    key: &[u8],
+    token: &Token,
+    keys: &FenceKeys,
+    queue: &Queue,
+) -> Request {
+    let (mut extra, arguments) = queue.arguments();
+    extra.extend([keys.counter.clone(), keys.marker.clone()]);
+    extra.extend(keys.legacy.clone());
+    Request::new(
+        Operation::Acquire,
+        Command::Script(&scripts::QUEUED_ACQUIRE_FENCED),
+        key,
+        token,
+        NodeOutcome::Granted,
+    )
+    .with_extra_keys(extra)
+    .with_payload(arguments)
 }
 
 /// Whether a master answered that its counter was not seeded since it started. Then the

@@ -7,6 +7,7 @@ use crate::core::config::Timing;
 use crate::core::report::NodeOutcome;
 use crate::core::resource;
 use crate::core::retry::RetryPolicy;
+use crate::core::server_clock;
 use crate::core::token::Token;
 use crate::engine::request::{InParts, Request};
 use crate::engine::round::{Round, Stragglers, Wait};
@@ -31,10 +32,12 @@ pub(crate) struct Queue {
     /// How long a registration stays live without another round.
     live_ms: u64,
     /// Its place in the queue: when it first listened (its first refusal, or its arrival
-    /// behind this client's waiters), in µs of this host's wall clock. Sent to
-    /// every node, so every node orders the waiters alike (the server's clocks would differ
-    /// by a millisecond here and there, splitting the hand-off between two waiters); clocks
-    /// that differ between hosts only shift whose turn comes first, never exclusion.
+    /// behind this client's waiters), in µs of the servers' clocks as the voters agree on
+    /// them (`core::server_clock`: the median of the connected voters' clocks, followed on this
+    /// host's monotonic clock), never this host's wall clock, so a host whose clock is off is
+    /// not served late. One number sent to every node, so every node orders the waiters alike
+    /// (each server reading its own clock would split a hand-off between two waiters that
+    /// queued a millisecond apart). Places only order turns, never exclusion.
     place: u64,
     per_node_timeout: Duration,
     /// Whether any round may have queued it on a node (then dropping it must leave).
@@ -101,9 +104,7 @@ impl Queue {
     pub(crate) async fn listen(&mut self, shared: &Shared, channel: &[u8]) -> &Subscription {
         if self.waiter.is_empty() {
             self.waiter = shared.releases.new_waiter_id();
-            self.place = std::time::SystemTime::now()
-                .duration_since(std::time::UNIX_EPOCH)
-                .map_or(0, |d| u64::try_from(d.as_micros()).unwrap_or(u64::MAX));
+            self.place = place_now(shared, &self.key);
         }
         let watch = match self.subscription.take() {
             Some(watch) => watch,
@@ -138,6 +139,19 @@ impl Queue {
             ],
         )
     }
+}
+
+/// A waiter's place, now: the voters' agreed clock (`server_clock::agreed`), or this host's
+/// wall clock when no voter's is known (none connected yet: its rounds would fail anyway).
+fn place_now(shared: &Shared, key: &[u8]) -> u64 {
+    let now = std::time::Instant::now();
+    let readings = shared
+        .nodes
+        .iter()
+        .filter_map(|node| node.server_clock(key))
+        .map(|clock| clock.at(now))
+        .collect();
+    server_clock::agreed(readings).unwrap_or_else(server_clock::host_now)
 }
 
 impl Queue {

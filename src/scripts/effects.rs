@@ -124,8 +124,6 @@ pub(crate) struct QueuedLock {
 pub(crate) struct Marking {
     /// `join_queue` marks the holder (`mark_waited`).
     pub(crate) on_join: bool,
-    /// `ACQUIRE_FENCED` marks the holder when the acquire will wait.
-    pub(crate) on_fenced_refusal: bool,
     /// `QUEUED_ACQUIRE` writes its token marked.
     pub(crate) on_queue_take: bool,
     /// `UNDO_AND_QUEUE` hands a lock already gone over.
@@ -168,7 +166,8 @@ impl QueuedLock {
         Wake::One(head)
     }
 
-    /// `SET NX`: the plain acquire.
+    /// `SET NX`: the plain acquire, and on the lock key [`ACQUIRE_FENCED`](super::ACQUIRE_FENCED)
+    /// on a seeded master (it marks nothing either).
     pub(crate) fn set_if_absent(&mut self, me: u8) -> bool {
         if self.value != LockValue::Free {
             return false;
@@ -210,7 +209,9 @@ impl QueuedLock {
         (was_free && marking.hand_over_on_undo).then(|| self.hand_over())
     }
 
-    /// [`QUEUED_ACQUIRE`](super::QUEUED_ACQUIRE): whether `me` took the lock.
+    /// [`QUEUED_ACQUIRE`](super::QUEUED_ACQUIRE): whether `me` took the lock. On the lock key
+    /// and the queue, [`QUEUED_ACQUIRE_FENCED`](super::QUEUED_ACQUIRE_FENCED) on a seeded
+    /// master does the same.
     pub(crate) fn queued_acquire(&mut self, me: u8, marking: Marking) -> bool {
         if self.value == LockValue::Free || self.value == LockValue::Reserved(me) {
             self.queue &= !(1 << me);
@@ -221,18 +222,6 @@ impl QueuedLock {
             return true;
         }
         self.join_queue(me, marking);
-        false
-    }
-
-    /// [`ACQUIRE_FENCED`](super::ACQUIRE_FENCED) on a seeded master, by an acquire that will
-    /// wait: whether `me` took the lock.
-    pub(crate) fn acquire_fenced(&mut self, me: u8, marking: Marking) -> bool {
-        if self.set_if_absent(me) {
-            return true;
-        }
-        if marking.on_fenced_refusal {
-            self.mark_waited();
-        }
         false
     }
 }

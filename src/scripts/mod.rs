@@ -90,6 +90,15 @@ impl LuaScript {
         }
     }
 
+    const fn sent_whole_with_run_id(code: &'static str) -> Self {
+        Self {
+            code,
+            script: OnceLock::new(),
+            takes_run_id: true,
+            sent_whole: true,
+        }
+    }
+
     pub(crate) fn is_sent_whole(&self) -> bool {
         self.sent_whole
     }
@@ -188,9 +197,10 @@ pub(crate) static RELEASE: LuaScript =
 /// a lock that came through the queue was contended, so its release runs the script), and
 /// leaves the queue (`-1`). Otherwise joins
 /// the queue or keeps its place in it, renews its liveness, and answers like any refused
-/// acquire: the holder's remaining ttl (`-3` without expiry). The place is the waiter's own
-/// clock when it first queued, in µs: the same on every node, so every node orders the
-/// waiters alike and a release hands the lock to the same waiter everywhere. The queue's keys
+/// acquire: the holder's remaining ttl (`-3` without expiry). The place is when the waiter
+/// first queued, in µs of the servers' clocks as its client follows them
+/// (`core::server_clock`): the same number on every node, so every node orders the waiters
+/// alike and a release hands the lock to the same waiter everywhere. The queue's keys
 /// expire with the longest liveness, so an abandoned queue does not stay.
 ///
 /// Sent whole (`EVAL`): a release behind it on the same node is then sent at once rather than
@@ -341,22 +351,43 @@ pub(crate) static EXTEND_PERMIT: LuaScript = LuaScript::new(lua!("extend_permit"
 /// `KEYS[1]` lock key, `KEYS[2]` fence counter (one per hash slot, see
 /// `resource::fence_key`), `KEYS[3]` its re-seed marker (`resource::FenceKeys::marker`),
 /// optional `KEYS[4]` the per-resource counter; `ARGV[1]` token, `ARGV[2]`
-/// ttl in ms, `ARGV[3]` `1` when this acquire waits for the lock's release if refused,
-/// `ARGV[4]` the `run_id` of the server as the client's connection learned it.
+/// ttl in ms, `ARGV[3]` the `run_id` of the server as the client's connection learned it.
 ///
 /// First, a master whose marker does not name its current term (the fence term) answers `-6`
 /// and sets nothing: it started, or its dataset was replaced, since its counter was last
 /// re-seeded, so the counter may have gone back (no `appendfsync always`, an old snapshot, a
 /// failback) and must not enter a token (`crate::protocol::reseed`).
 /// Then `SET NX PX`, and when the key is set, also `INCR`s the fence counter and answers
-/// `{-1, counter}`; when it is taken, the holder's remaining ttl, and an acquire that will
-/// wait marks the holder's value (`lua/mark_waited.lua`, `DESIGN.md` §3) so its release
-/// publishes. A per-resource counter
+/// `{-1, counter, epoch}`; when it is taken (or reserved for a queued waiter), the holder's
+/// remaining ttl, marking nothing: an acquire that waits on joins the queue in its cleanup,
+/// which marks (`UNDO_AND_QUEUE`, `DESIGN.md` §3). A per-resource counter
 /// (`legacy`) is folded into the slot's counter first (the larger wins) and deleted, so
 /// tokens never go back. (The plain acquire is no script: one native `SET NX PX`, see
 /// `request::Command`.)
 pub(crate) static ACQUIRE_FENCED: LuaScript =
-    LuaScript::with_run_id(lua!("fence_term", "mark_waited", "acquire_fenced"));
+    LuaScript::with_run_id(lua!("fence_term", "fence_take", "acquire_fenced"));
+
+/// `KEYS[1]` lock key, `KEYS[2]` its waiters' queue, `KEYS[3]` their liveness, `KEYS[4]` the
+/// fence counter, `KEYS[5]` its re-seed marker, optional `KEYS[6]` the per-resource counter;
+/// `ARGV[1]` token, `ARGV[2]` ttl in ms, `ARGV[3]` the waiter's id, `ARGV[4]` how long this
+/// registration stays live, in ms, `ARGV[5]` its place, `ARGV[6]` the server's `run_id`.
+///
+/// The fenced acquire of a waiter: [`QUEUED_ACQUIRE`] with the fence of [`ACQUIRE_FENCED`].
+/// On a master not re-seeded in its current term, `-6` and nothing else. Then, when the key
+/// is free or reserved for this waiter, sets it to the token (marked), leaves the queue and
+/// raises the slot's counter as `ACQUIRE_FENCED` does (`{-1, counter, epoch}`); otherwise
+/// joins the queue or keeps its place and answers the holder's remaining ttl. A reservation
+/// never touches a counter: the counter rises only where a token is set, as for every fenced
+/// grant (`DESIGN.md` §7).
+///
+/// Sent whole, for the reason [`QUEUED_ACQUIRE`] is.
+pub(crate) static QUEUED_ACQUIRE_FENCED: LuaScript = LuaScript::sent_whole_with_run_id(lua!(
+    "fence_term",
+    "mark_waited",
+    "join_queue",
+    "fence_take",
+    "queued_acquire_fenced"
+));
 
 /// `KEYS[1]` fence counter, `KEYS[2]` its re-seed marker, optional `KEYS[3]` the
 /// per-resource counter; `ARGV[1]` the server's `run_id`. Answers
@@ -960,6 +991,86 @@ mod tests {
             let run = field("run_id:");
             let term = format!("{run}/{}", field("master_replid:"));
             (run, term)
+        }
+
+        /// `QUEUED_ACQUIRE_FENCED` on one master: on a master not re-seeded in its term it
+        /// answers `-6` and changes nothing; refused by a holder, it joins the queue and marks
+        /// the holder without raising the counter; it never takes a reservation made for
+        /// another waiter; it takes its own, writing its token marked, leaving the queue and
+        /// raising the counter once.
+        ///
+        /// Mutations (run, each caught): taking any reservation (`string.sub(value, 1, 8) ==
+        /// 'handoff:'` for the waiter's own) takes `c.v`'s; the term check dropped (`local
+        /// epoch = seeded_epoch(…) or 0`, no `-6`) queues the waiter on the unseeded master.
+        #[test]
+        fn a_fenced_waiter_takes_only_its_own_reservation_and_raises_the_counter_once() {
+            use super::super::QUEUED_ACQUIRE_FENCED;
+            const COUNTER: &str = "q:{r}:fence";
+            const MARKER: &str = "q:{r}:seeded";
+            let cluster = Cluster::start(1);
+            let (run, term) = run_and_term(&cluster);
+            let acquire = |cluster: &Cluster| -> redis::Value {
+                let mut cmd = redis::cmd("EVAL");
+                cmd.arg(QUEUED_ACQUIRE_FENCED.code())
+                    .arg(5)
+                    .arg(KEY)
+                    .arg(QUEUE)
+                    .arg(WAITERS)
+                    .arg(COUNTER)
+                    .arg(MARKER);
+                cmd.arg("n-me").arg(30_000).arg("c.w").arg(60_000).arg(7);
+                cmd.arg(&run);
+                cluster.run(0, &cmd)
+            };
+            let counter = |cluster: &Cluster| -> Option<i64> {
+                cluster.run(0, redis::cmd("GET").arg(COUNTER))
+            };
+            let set = |cluster: &Cluster, value: &str| {
+                let _: () = cluster.run(
+                    0,
+                    redis::cmd("SET").arg(KEY).arg(value).arg("PX").arg(60_000),
+                );
+            };
+            set(&cluster, "n-hold");
+            // Not seeded in this term: nothing happens.
+            assert_eq!(acquire(&cluster), redis::Value::Int(-6));
+            assert_eq!(get(&cluster).as_deref(), Some("n-hold"));
+            assert!(queued(&cluster).is_empty());
+            let _: i64 = cluster.run(
+                0,
+                redis::cmd("HSET")
+                    .arg(MARKER)
+                    .arg("run")
+                    .arg(&term)
+                    .arg("epoch")
+                    .arg(3),
+            );
+            // Held: queued, the holder marked, no counter.
+            assert!(matches!(acquire(&cluster), redis::Value::Int(ttl) if ttl > 0));
+            assert_eq!(get(&cluster).as_deref(), Some("w-hold"));
+            assert_eq!(queued(&cluster), ["c.w"]);
+            assert_eq!(counter(&cluster), None);
+            // Reserved for another waiter: refused, still queued.
+            set(&cluster, "handoff:c.v");
+            assert!(matches!(acquire(&cluster), redis::Value::Int(ttl) if ttl > 0));
+            assert_eq!(get(&cluster).as_deref(), Some("handoff:c.v"));
+            assert_eq!(queued(&cluster), ["c.w"]);
+            assert_eq!(counter(&cluster), None);
+            // Reserved for it: taken, marked, off the queue, the counter raised once.
+            set(&cluster, "handoff:c.w");
+            assert_eq!(
+                acquire(&cluster),
+                redis::Value::Array(vec![
+                    redis::Value::Int(-1),
+                    redis::Value::Int(1),
+                    redis::Value::Int(3)
+                ])
+            );
+            assert_eq!(get(&cluster).as_deref(), Some("w-me"));
+            assert!(queued(&cluster).is_empty());
+            assert_eq!(counter(&cluster), Some(1));
+            let ttl: i64 = cluster.run(0, redis::cmd("PTTL").arg(KEY));
+            assert!((1..=30_000).contains(&ttl), "the lock's own ttl: {ttl}");
         }
 
         /// The sweep's scripts do for each slot what the one-slot re-seed scripts do: the same

@@ -15,6 +15,7 @@ use redis::{ConnectionAddr, RedisError, ServerErrorKind};
 
 use crate::core::node_id::NodeId;
 use crate::core::resource::slot_of;
+use crate::core::server_clock::ServerClock;
 use crate::errors::node_error::NodeError;
 use crate::voters::server_identity::ServerIdentities;
 use crate::voters::server_link::{Connected, ServerLink, ServerRole};
@@ -290,6 +291,16 @@ impl Node {
             Route::Cluster(shards) => shards.link_of(slot_of(key))?.ready_now(),
         };
         ready.and_then(|ready| ready.software)
+    }
+
+    /// The wall clock of the server that serves `key`, as read on the connection this node
+    /// has now; `None` while not connected, or when it would not say.
+    pub(crate) fn server_clock(&self, key: &[u8]) -> Option<ServerClock> {
+        let ready = match &self.route {
+            Route::One(link) => link.ready_now(),
+            Route::Cluster(shards) => shards.link_of(slot_of(key))?.ready_now(),
+        };
+        ready.and_then(|ready| ready.clock)
     }
 }
 

@@ -554,7 +554,7 @@ mod tests {
         assert!(woken(&named[0]));
         assert!(!woken(&named[0]));
         assert!(!woken(&named[1]) && !woken(&waiters.notify));
-        // With nobody queued (fenced waiters), the longest waiting.
+        // With nobody queued (waiters under the shared layout), the longest waiting.
         let (mut unqueued, _) = waiting(&[]);
         unqueued.count = 1;
         unqueued.released(b"r2", None);

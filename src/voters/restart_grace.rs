@@ -4,6 +4,8 @@
 use std::time::{Duration, Instant};
 
 use redis::RedisError;
+
+use crate::core::server_clock::ServerClock;
 use redis::aio::MultiplexedConnection;
 
 /// What `INFO server` says about the server's identity and age.
@@ -24,6 +26,10 @@ pub(super) struct ServerAge {
     /// and its `valkey_version` (its `redis_version` is a compatibility figure); Redis says
     /// only `redis_version`.
     pub(super) software: Option<String>,
+    /// The server's wall clock (`server_time_usec`), read with the round trip that asked for
+    /// it: waiters' places in a lock's queue are read from the servers' clocks
+    /// (`core::server_clock`).
+    pub(super) clock: Option<ServerClock>,
 }
 
 /// The grace start a supervisor keeps for the server it last connected to.
@@ -78,6 +84,8 @@ impl ServerAge {
                     .map(|version| format!("valkey {version}")),
                 _ => field("redis_version:").map(|version| format!("redis {version}")),
             },
+            // Paired with the round trip that read it, by `server_age`.
+            clock: None,
         }
     }
 }
@@ -113,13 +121,23 @@ pub(super) fn grace_starts(
 /// `INFO server` and `INFO replication` (asked apart: a server before Redis 7 takes one
 /// section per `INFO`).
 pub(super) async fn server_age(conn: &mut MultiplexedConnection) -> Result<ServerAge, RedisError> {
+    let sent = Instant::now();
     let mut info: String = redis::cmd("INFO").arg("server").query_async(conn).await?;
+    let received = Instant::now();
+    let clock = info
+        .lines()
+        .find_map(|line| line.strip_prefix("server_time_usec:"))
+        .and_then(|usec| usec.trim().parse::<u64>().ok())
+        .map(|usec| ServerClock::read(usec, sent, received));
     let more: String = redis::cmd("INFO")
         .arg("replication")
         .query_async(conn)
         .await?;
     info.push_str(&more);
-    Ok(ServerAge::parse(&info))
+    Ok(ServerAge {
+        clock,
+        ..ServerAge::parse(&info)
+    })
 }
 
 #[cfg(test)]
@@ -134,6 +152,7 @@ mod tests {
             replica: false,
             replid: None,
             software: None,
+            clock: None,
         }
     }
 
@@ -153,6 +172,7 @@ mod tests {
                 replica: false,
                 replid: None,
                 software: None,
+                clock: None,
             }
         );
     }

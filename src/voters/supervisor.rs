@@ -12,6 +12,7 @@ use tokio::sync::{Notify, watch};
 
 use crate::core::native::NativeCommands;
 use crate::core::node_id::NodeId;
+use crate::core::server_clock::ServerClock;
 use crate::errors::node_error::NodeError;
 use crate::voters::restart_grace::{KeptStart, ServerAge, grace_start, server_age};
 use crate::voters::server_identity::ServerIdentities;
@@ -72,6 +73,9 @@ pub(crate) struct Connected {
     /// whether it refused one of those commands on this connection (an ACL without it, a
     /// command renamed away): then scripts do every job until the next connection.
     pub(crate) native: NativeLink,
+    /// The server's wall clock as read when this connection was made, followed on this host's
+    /// monotonic clock: where waiters' places come from (`core::server_clock`).
+    pub(crate) clock: Option<ServerClock>,
 }
 
 /// What a connection's server does natively (see [`Connected::native`]).
@@ -325,6 +329,7 @@ impl Supervisor {
         let replid = age
             .as_ref()
             .and_then(|age| age.replid.as_deref().map(Arc::from));
+        let clock = age.as_ref().and_then(|age| age.clock);
         let up_since = age.filter(|_| self.fixed.ask_uptime).map(|age| {
             let now = Instant::now();
             let since = grace_start(self.started.as_ref(), now, self.run_id.as_deref(), &age);
@@ -354,6 +359,7 @@ impl Supervisor {
             replid,
             native: NativeLink::new(software.as_deref()),
             software,
+            clock,
         }
     }
 

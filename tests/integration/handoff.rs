@@ -191,11 +191,31 @@ async fn a_release_skips_waiters_that_are_no_longer_live() {
 /// `try_acquire` wins the free lock, failing the first assertion.
 #[tokio::test]
 async fn waiters_of_separate_clients_are_served_in_the_order_they_queued() {
+    served_in_the_order_they_queued(false).await;
+}
+
+/// The same with fencing (every `redquorum run --wait`, every election): fenced waiters queue
+/// too, are handed the lock in turn, and each gets a higher token than the one before.
+///
+/// Mutation: fenced acquires not queueing (`waiting.queues && !fencing` in `acquire`):
+/// the releaser's immediate fenced `try_acquire` races the waiters for the free lock and
+/// wins, failing the first assertion.
+#[tokio::test]
+async fn fenced_waiters_are_served_in_the_order_they_queued() {
+    served_in_the_order_they_queued(true).await;
+}
+
+async fn served_in_the_order_they_queued(fencing: bool) {
     let cluster = Cluster::start(5);
-    let holder = crate::client(&cluster, NODE_TIMEOUT);
+    let holder = RedLock::builder(cluster.urls())
+        .per_node_timeout(NODE_TIMEOUT)
+        .fencing(fencing)
+        .build()
+        .expect("config");
     let patient = || {
         RedLock::builder(cluster.urls())
             .per_node_timeout(NODE_TIMEOUT)
+            .fencing(fencing)
             .retry(
                 RetryPolicy::default()
                     .max_attempts(None)
@@ -206,6 +226,8 @@ async fn waiters_of_separate_clients_are_served_in_the_order_they_queued() {
             .expect("config")
     };
     let lock = holder.try_acquire("turns", TTL).await.expect("acquire");
+    let first_token = lock.fencing_token();
+    assert_eq!(first_token.is_some(), fencing);
     let order = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
     let mut waiters = Vec::new();
     for name in ["first", "second"] {
@@ -215,7 +237,10 @@ async fn waiters_of_separate_clients_are_served_in_the_order_they_queued() {
                 .acquire_within("turns", TTL, Duration::from_secs(20))
                 .await
                 .expect("its turn comes");
-            order.lock().expect("lock").push((name, lock.attempts()));
+            order
+                .lock()
+                .expect("lock")
+                .push((name, lock.attempts(), lock.fencing_token()));
             tokio::time::sleep(Duration::from_millis(50)).await;
             lock.release().await.expect("release");
             crate::settled(&rl).await;
@@ -239,9 +264,26 @@ async fn waiters_of_separate_clients_are_served_in_the_order_they_queued() {
         w.await.expect("waiter");
     }
     let order = order.lock().expect("lock").clone();
-    let names: Vec<&str> = order.iter().map(|(name, _)| *name).collect();
+    let names: Vec<&str> = order.iter().map(|(name, ..)| *name).collect();
     assert_eq!(names, ["first", "second"]);
-    assert_eq!(order[0].1, 2, "first: refused once, then handed the lock");
+    if fencing {
+        let tokens: Vec<Option<u64>> = order.iter().map(|(.., token)| *token).collect();
+        assert!(
+            first_token < tokens[0] && tokens[0] < tokens[1],
+            "tokens rise in the order of the holders: {first_token:?}, then {tokens:?}"
+        );
+    }
+    if fencing {
+        // The fenced queued round is a larger script than the plain one's first `SET NX`, and
+        // the first waiter's handed round meets the masters' hand-offs spread out as the
+        // second's does below (seen: 2 or 3 rounds).
+        assert!(
+            (2..=1 + cluster.len() as u32).contains(&order[0].1),
+            "first: refused once, then a round per master's hand-off at most: {order:?}"
+        );
+    } else {
+        assert_eq!(order[0].1, 2, "first: refused once, then handed the lock");
+    }
     // The masters hand the lock over at different moments (a release that tried the
     // server's own delete first runs its script a round trip later; under load they spread
     // further): a waiter woken by the first master's hand-off can lose its round on masters
@@ -252,7 +294,23 @@ async fn waiters_of_separate_clients_are_served_in_the_order_they_queued() {
         "second: refused once, then a round per master's hand-off at most: {order:?}"
     );
     crate::settled(&holder).await;
-    cluster.assert_no_keys_under(PREFIX);
+    if fencing {
+        // Nothing but the fence's own keys: no lock key, no queue, no waiter's liveness.
+        let left: Vec<String> = cluster
+            .keys()
+            .into_iter()
+            .filter(|(_, k)| {
+                k.starts_with(PREFIX)
+                    && !k.ends_with(b"}:slot:fence")
+                    && !k.ends_with(b"}:slot:seeded")
+                    && k.as_slice() != b"redquorum:fence:seeded"
+            })
+            .map(|(i, k)| format!("server {i}: {}", k.escape_ascii()))
+            .collect();
+        assert!(left.is_empty(), "keys left: {left:?}");
+    } else {
+        cluster.assert_no_keys_under(PREFIX);
+    }
 }
 
 /// An acquire that gives up leaves the queue before it returns: right after the error, no

@@ -115,11 +115,10 @@ async fn valkey_releases_and_renews_with_its_own_commands_and_redis_with_scripts
 /// release then cannot be the server's own delete (it no longer matches), and the release
 /// script hands the lock to the waiter and wakes it. The waiter's timed retries come every
 /// 10 s, past its 8 s wait: only the hand-off can give it the lock. The same for a fenced
-/// waiter, which does not queue but listens for the release.
+/// waiter, which queues as any other.
 ///
 /// Mutation: `join_queue` without `mark_waited`: the holder's `DELIFEQ` deletes the lock
-/// silently and the queued waiter gives up after 8 s (run, caught); `ACQUIRE_FENCED` never
-/// marking: the fenced waiter gives up the same way (run, caught).
+/// silently and each waiter, plain and fenced, gives up after 8 s (run, caught).
 #[tokio::test]
 async fn a_waiter_marks_the_lock_so_its_release_hands_it_over() {
     let cluster = valkeys(3, &[]);
