@@ -35,6 +35,24 @@ impl Awake {
         }
     }
 
+    /// A reading with these values, for tests elsewhere in the crate.
+    #[cfg(test)]
+    pub(crate) fn of(monotonic: Instant, boottime: Option<Duration>) -> Self {
+        Self {
+            monotonic,
+            boottime,
+        }
+    }
+
+    /// How long passed from this reading to `later`, the host's suspends included (where
+    /// the boot clock tells them).
+    pub(crate) fn elapsed_until(&self, later: &Awake) -> Duration {
+        later
+            .monotonic
+            .saturating_duration_since(self.monotonic)
+            .saturating_add(self.slept_until(later))
+    }
+
     /// When this reading was taken, on the monotonic clock.
     pub(crate) fn instant(&self) -> Instant {
         self.monotonic

@@ -67,7 +67,7 @@ async fn query_loading(
 /// `lua` on `key` and then `extra_keys`, with the request's token, number and then `payload`
 /// as its arguments: `EVALSHA`, or `EVAL` for a script sent whole.
 fn script_command(
-    lua: &LuaScript,
+    lua: &'static LuaScript,
     (key, extra_keys): (&[u8], &[Vec<u8>]),
     request: &Request,
     payload: &[Vec<u8>],

@@ -185,6 +185,9 @@ async fn round(
         Delete::Silent,
     );
     let fence_keys = fencing.then(|| resource::fence_keys(&shared.config.key_prefix, resource));
+    if let Some((Some(queue), _)) = queue.as_mut() {
+        queue.before_round(shared);
+    }
     let joined = queue
         .as_ref()
         .and_then(|(slot, _)| slot.as_ref())

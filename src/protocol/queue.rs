@@ -3,6 +3,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use crate::core::clock::Awake;
 use crate::core::config::Timing;
 use crate::core::report::NodeOutcome;
 use crate::core::resource;
@@ -39,6 +40,9 @@ pub(crate) struct Queue {
     /// (each server reading its own clock would split a hand-off between two waiters that
     /// queued a millisecond apart). Places only order turns, never exclusion.
     place: u64,
+    /// The place is the host's wall clock (no voter's clock was known when it was drawn): it
+    /// is drawn again before each round until one is.
+    place_is_a_stand_in: bool,
     per_node_timeout: Duration,
     /// Whether any round may have queued it on a node (then dropping it must leave).
     joined: bool,
@@ -89,6 +93,7 @@ impl Queue {
             waiter: String::new(),
             live_ms: u64::try_from(live.as_millis()).unwrap_or(u64::MAX),
             place: 0,
+            place_is_a_stand_in: false,
             per_node_timeout: timing.per_node_timeout,
             joined: false,
             subscription: None,
@@ -104,7 +109,7 @@ impl Queue {
     pub(crate) async fn listen(&mut self, shared: &Shared, channel: &[u8]) -> &Subscription {
         if self.waiter.is_empty() {
             self.waiter = shared.releases.new_waiter_id();
-            self.place = place_now(shared, &self.key);
+            self.draw_place(shared);
         }
         let watch = match self.subscription.take() {
             Some(watch) => watch,
@@ -125,7 +130,25 @@ impl Queue {
     /// Dropped part-way, it has joined nowhere yet.
     pub(crate) async fn join(&mut self, shared: &Shared, channel: &[u8]) {
         self.listen(shared, channel).await;
+        self.before_round(shared);
         self.joined = true;
+    }
+
+    /// Draws its place: from the voters' clocks, or this host's wall clock standing in while
+    /// no voter's is known.
+    fn draw_place(&mut self, shared: &Shared) {
+        let agreed = place_now(shared, &self.key);
+        self.place_is_a_stand_in = agreed.is_none();
+        self.place = agreed.unwrap_or_else(server_clock::host_now);
+    }
+
+    /// Before a round: a place the host's wall clock stood in for is drawn again, from the
+    /// voters' clocks once one is known. (A round that carried the stand-in may have queued it
+    /// on a master that connected meanwhile: there it keeps that place, an order only.)
+    pub(crate) fn before_round(&mut self, shared: &Shared) {
+        if self.place_is_a_stand_in {
+            self.draw_place(shared);
+        }
     }
 
     /// The queue's keys, and the waiter's id and liveness, as a queued script's arguments.
@@ -141,17 +164,17 @@ impl Queue {
     }
 }
 
-/// A waiter's place, now: the voters' agreed clock (`server_clock::agreed`), or this host's
-/// wall clock when no voter's is known (none connected yet: its rounds would fail anyway).
-fn place_now(shared: &Shared, key: &[u8]) -> u64 {
-    let now = std::time::Instant::now();
+/// A waiter's place, now: the voters' agreed clock (`server_clock::agreed`), or `None` when
+/// no voter's is known.
+fn place_now(shared: &Shared, key: &[u8]) -> Option<u64> {
+    let now = Awake::now();
     let readings = shared
         .nodes
         .iter()
         .filter_map(|node| node.server_clock(key))
-        .map(|clock| clock.at(now))
+        .map(|clock| clock.at(&now))
         .collect();
-    server_clock::agreed(readings).unwrap_or_else(server_clock::host_now)
+    server_clock::agreed(readings)
 }
 
 impl Queue {

@@ -60,6 +60,9 @@ pub(crate) struct LuaScript {
     /// the same, so a request is never sent twice and is ordered on its connection as soon
     /// as it is queued, like a native command (`encoded::EncodedRequest::resendable`).
     sent_whole: bool,
+    /// For a script sent whole: its source without its comment lines, which would otherwise
+    /// travel with every call.
+    wire: OnceLock<String>,
 }
 
 impl LuaScript {
@@ -69,6 +72,7 @@ impl LuaScript {
             script: OnceLock::new(),
             takes_run_id: false,
             sent_whole: false,
+            wire: OnceLock::new(),
         }
     }
 
@@ -78,6 +82,7 @@ impl LuaScript {
             script: OnceLock::new(),
             takes_run_id: true,
             sent_whole: false,
+            wire: OnceLock::new(),
         }
     }
 
@@ -87,6 +92,7 @@ impl LuaScript {
             script: OnceLock::new(),
             takes_run_id: false,
             sent_whole: true,
+            wire: OnceLock::new(),
         }
     }
 
@@ -96,6 +102,7 @@ impl LuaScript {
             script: OnceLock::new(),
             takes_run_id: true,
             sent_whole: true,
+            wire: OnceLock::new(),
         }
     }
 
@@ -107,8 +114,19 @@ impl LuaScript {
         self.takes_run_id
     }
 
-    pub(crate) fn code(&self) -> &'static str {
-        self.code
+    /// The source as sent: whole, or, for a script sent whole with every call, without its
+    /// comment lines (every comment of our Lua is a line of its own).
+    pub(crate) fn code(&'static self) -> &'static str {
+        if !self.sent_whole {
+            return self.code;
+        }
+        self.wire.get_or_init(|| {
+            self.code
+                .lines()
+                .filter(|line| !line.trim_start().starts_with("--"))
+                .collect::<Vec<_>>()
+                .join("\n")
+        })
     }
 
     pub(crate) fn script(&self) -> &Script {
@@ -154,8 +172,9 @@ pub(crate) fn all() -> [&'static LuaScript; 20] {
 /// The script made of these files of `src/scripts/lua/`, in order: the functions it shares
 /// with other scripts first (`not_ours`, `hand_over`, `join_queue`, `fence_term`,
 /// `delete_ours`, `forget_permit_count`), then its own code. Each file is plain Lua; the docs below say what
-/// each script's arguments are and why it does what it does. `join_queue.lua` carries no
-/// comments: `QUEUED_ACQUIRE` is sent whole with every call, comments included.
+/// each script's arguments are and why it does what it does. The scripts sent whole with every
+/// call (`QUEUED_ACQUIRE`, `QUEUED_ACQUIRE_FENCED`) are sent without their comment lines
+/// ([`LuaScript::code`]).
 macro_rules! lua {
     ($($file:literal),+) => {
         concat!($(include_str!(concat!("lua/", $file, ".lua"))),+)
@@ -492,6 +511,30 @@ pub(crate) use reply::ScriptReply;
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The scripts sent whole with every call travel without their comment lines (the
+    /// on-server tests below run what is sent).
+    ///
+    /// Mutation: `code` returning the source as written sends the comments of
+    /// `fence_take.lua`, `fence_term.lua` and `mark_waited.lua` with every queued fenced round.
+    #[test]
+    fn scripts_sent_whole_travel_without_their_comments() {
+        for lua in [&QUEUED_ACQUIRE, &QUEUED_ACQUIRE_FENCED] {
+            let sent = lua.code();
+            assert!(!sent.lines().any(|l| l.trim_start().starts_with("--")));
+            assert!(
+                sent.len() < lua.code.len(),
+                "{} of {}",
+                sent.len(),
+                lua.code.len()
+            );
+        }
+        assert_eq!(
+            ACQUIRE_FENCED.code(),
+            ACQUIRE_FENCED.code,
+            "sent by hash: as written"
+        );
+    }
 
     #[test]
     fn scripts_hash_to_distinct_shas() {
@@ -1031,11 +1074,15 @@ mod tests {
                     redis::cmd("SET").arg(KEY).arg(value).arg("PX").arg(60_000),
                 );
             };
+            // Not seeded in this term: nothing happens, to a held key or a reservation for it.
+            for value in ["n-hold", "handoff:c.w"] {
+                set(&cluster, value);
+                assert_eq!(acquire(&cluster), redis::Value::Int(-6));
+                assert_eq!(get(&cluster).as_deref(), Some(value));
+                assert!(queued(&cluster).is_empty());
+                assert_eq!(counter(&cluster), None);
+            }
             set(&cluster, "n-hold");
-            // Not seeded in this term: nothing happens.
-            assert_eq!(acquire(&cluster), redis::Value::Int(-6));
-            assert_eq!(get(&cluster).as_deref(), Some("n-hold"));
-            assert!(queued(&cluster).is_empty());
             let _: i64 = cluster.run(
                 0,
                 redis::cmd("HSET")
@@ -1071,6 +1118,12 @@ mod tests {
             assert_eq!(counter(&cluster), Some(1));
             let ttl: i64 = cluster.run(0, redis::cmd("PTTL").arg(KEY));
             assert!((1..=30_000).contains(&ttl), "the lock's own ttl: {ttl}");
+            // A free key is taken too, the counter raised again.
+            let _: i64 = cluster.run(0, redis::cmd("DEL").arg(KEY));
+            assert!(
+                matches!(acquire(&cluster), redis::Value::Array(ref grant) if grant.get(1) == Some(&redis::Value::Int(2)))
+            );
+            assert_eq!(get(&cluster).as_deref(), Some("w-me"));
         }
 
         /// The sweep's scripts do for each slot what the one-slot re-seed scripts do: the same

@@ -5,6 +5,7 @@ use std::time::{Duration, Instant};
 
 use redis::RedisError;
 
+use crate::core::clock::Awake;
 use crate::core::server_clock::ServerClock;
 use redis::aio::MultiplexedConnection;
 
@@ -123,7 +124,7 @@ pub(super) fn grace_starts(
 pub(super) async fn server_age(conn: &mut MultiplexedConnection) -> Result<ServerAge, RedisError> {
     let sent = Instant::now();
     let mut info: String = redis::cmd("INFO").arg("server").query_async(conn).await?;
-    let received = Instant::now();
+    let received = Awake::now();
     let clock = info
         .lines()
         .find_map(|line| line.strip_prefix("server_time_usec:"))
