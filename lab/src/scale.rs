@@ -40,6 +40,12 @@ struct Row {
     servers_us_per_pair: f64,
     /// The server that did the most work, per pair: the one that saturates first.
     busiest_us_per_pair: f64,
+    /// The client's allocations per pair (the binary's counting allocator; `None` where it
+    /// is not installed, as in the lab's tests): a count that does not move with the noise,
+    /// to tell what a Cluster voter's routing costs.
+    allocations_per_pair: Option<f64>,
+    /// The tasks redquorum spawned per pair (`redquorum::telemetry::tasks_spawned`).
+    tasks_per_pair: f64,
 }
 
 impl Row {
@@ -56,6 +62,8 @@ impl Row {
             "client_us_per_pair": self.client_us_per_pair,
             "servers_us_per_pair": self.servers_us_per_pair,
             "busiest_server_us_per_pair": self.busiest_us_per_pair,
+            "client_allocations_per_pair": self.allocations_per_pair,
+            "tasks_spawned_per_pair": self.tasks_per_pair,
             "one_core_per_server_ceiling_pairs_per_s": self.ceiling(),
         })
     }
@@ -134,12 +142,19 @@ async fn measure(each: Duration, as_json: bool) -> Result<Value, LabError> {
     drop(sharded);
 
     say(format!(
-        "{:<38} {:>9} {:>10}   {:>22}   {:>16}   {:>18}",
-        "", "servers", "pairs/s", "CPU µs/pair: client", "servers (sum)", "busiest server"
+        "{:<38} {:>9} {:>10}   {:>22}   {:>16}   {:>18}   {:>12} {:>7}",
+        "",
+        "servers",
+        "pairs/s",
+        "CPU µs/pair: client",
+        "servers (sum)",
+        "busiest server",
+        "allocs/pair",
+        "tasks"
     ));
     for row in &rows {
         say(format!(
-            "{:<38} {:>9} {:>10.0}   {:>22.1}   {:>16.1}   {:>11.1} → {:>6.0}/s",
+            "{:<38} {:>9} {:>10.0}   {:>22.1}   {:>16.1}   {:>11.1} → {:>6.0}/s   {:>12} {:>7.2}",
             row.label,
             row.processes,
             row.pairs_per_s,
@@ -147,6 +162,9 @@ async fn measure(each: Duration, as_json: bool) -> Result<Value, LabError> {
             row.servers_us_per_pair,
             row.busiest_us_per_pair,
             row.ceiling(),
+            row.allocations_per_pair
+                .map_or_else(|| "-".to_owned(), |n| format!("{n:.1}")),
+            row.tasks_per_pair,
         ));
     }
     say(
@@ -208,9 +226,13 @@ where
     F: Fn(usize) -> Fut + Clone + Send + 'static,
     Fut: std::future::Future<Output = bool> + Send,
 {
+    let allocated = allocations();
+    let spawned = redquorum::telemetry::tasks_spawned();
     let meter = Meter::start(pids);
     let (done, elapsed) = pairs_for(TASKS, each, pair).await;
     let (client, servers) = meter.stop_each();
+    let allocated = allocations() - allocated;
+    let spawned = redquorum::telemetry::tasks_spawned() - spawned;
     #[allow(clippy::cast_precision_loss)]
     let pairs = (done as f64).max(1.0);
     Row {
@@ -220,7 +242,17 @@ where
         client_us_per_pair: us(client) / pairs,
         servers_us_per_pair: us(servers.iter().sum()) / pairs,
         busiest_us_per_pair: us(servers.iter().max().copied().unwrap_or_default()) / pairs,
+        #[allow(clippy::cast_precision_loss)]
+        allocations_per_pair: (allocated > 0).then(|| allocated as f64 / pairs),
+        #[allow(clippy::cast_precision_loss)]
+        tasks_per_pair: spawned as f64 / pairs,
     }
+}
+
+/// Allocations and reallocations so far, by the binary's counting allocator (0 without it).
+fn allocations() -> usize {
+    let stats = stats_alloc::INSTRUMENTED_SYSTEM.stats();
+    stats.allocations + stats.reallocations
 }
 
 fn client(urls: Vec<String>) -> Result<RedLock, LabError> {

@@ -328,10 +328,25 @@ fn the_scale_experiment_measures_every_configuration() {
             let busiest = row["busiest_server_us_per_pair"].as_f64().unwrap_or(0.0);
             let all = row["servers_us_per_pair"].as_f64().unwrap_or(0.0);
             assert!(0.0 < busiest && busiest <= all, "{row}");
+            // Counted by the binary's counting allocator and redquorum's spawn counter.
+            assert!(
+                row["client_allocations_per_pair"].as_f64() > Some(0.0),
+                "{row}"
+            );
+            assert!(row["tasks_spawned_per_pair"].as_f64().is_some(), "{row}");
             row["server_processes"].as_u64().unwrap_or(0)
         })
         .collect();
     assert_eq!(processes, [3, 3, 3, 9], "{figures}");
+    // The baseline spawns nothing of redquorum's; redquorum's pairs do.
+    let tasks: Vec<f64> = rows
+        .iter()
+        .map(|row| row["tasks_spawned_per_pair"].as_f64().unwrap_or(-1.0))
+        .collect();
+    assert!(
+        tasks[0] == 0.0 && tasks[1..].iter().all(|t| *t > 0.0),
+        "{tasks:?}"
+    );
     assert!(
         err.contains("busiest server"),
         "the table goes to stderr: {err}"

@@ -189,9 +189,16 @@ impl Node {
     pub(crate) async fn connection(&self, key: &[u8]) -> Result<Connected, NodeError> {
         match &self.route {
             Route::One(link) => link.connection().await,
-            // Boxed: the cluster's routing would make every request's future as large as its
-            // own, a standalone voter's too.
-            Route::Cluster(shards) => Box::pin(shards.connection(slot_of(key))).await,
+            Route::Cluster(shards) => {
+                let slot = slot_of(key);
+                match shards.ready_now(slot) {
+                    Some(ready) => Ok(ready),
+                    // Boxed: the cluster's routing would make every request's future as large
+                    // as its own, a standalone voter's too. Only while the slot's master is
+                    // not connected (or not known): not an allocation per request.
+                    None => Box::pin(shards.connection(slot)).await,
+                }
+            }
         }
     }
 

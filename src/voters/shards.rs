@@ -90,6 +90,13 @@ impl Shards {
         }
     }
 
+    /// The connection to the master of `slot`, when the map names one and its link is
+    /// connected now: what [`connection`](Self::connection) answers at once, without waiting.
+    pub(crate) fn ready_now(self: &Arc<Self>, slot: u16) -> Option<Connected> {
+        self.keep_reading();
+        self.link_of(slot)?.ready_now()
+    }
+
     /// A connection to the master of `slot`, reading the map first if none is known.
     ///
     /// # Cancel safety
