@@ -762,6 +762,25 @@ mod tests {
         assert_eq!(nodes[4].answered.load(Ordering::Relaxed), 1);
     }
 
+    /// A first release round that voters 0 to 3 answer at 1 ms and voter 4 (suspect, so not
+    /// waited for) leaves as its one straggler (a script, ordered only once answered, at its
+    /// first answer), then a second release round behind it: its report.
+    async fn behind_a_straggler_on_voter_4(
+        nodes: &Arc<[Scripted]>,
+        tracker: &TaskTracker,
+    ) -> Round {
+        let t0 = Virtual::now();
+        nodes[4].set_suspect(true);
+        let first = fanout(nodes, tracker)
+            .run(release(), TIMEOUT, Wait::ForAll)
+            .await;
+        let stragglers = first.stragglers.expect("voter 4 still out");
+        assert_at(t0, Virtual::now(), Duration::from_millis(1));
+        fanout(nodes, tracker)
+            .run_behind(release(), TIMEOUT, Wait::ForAll, Some(&stragglers), || {})
+            .await
+    }
+
     /// A delete sent behind a straggler and not answered within its own timeout is still
     /// delivered, in the background (`DeliverOnDrop`); one answered in time needs no task.
     ///
@@ -778,16 +797,9 @@ mod tests {
         ]);
         let tracker = TaskTracker::new();
         let t0 = Virtual::now();
-        nodes[4].set_suspect(true);
-        let first = fanout(&nodes, &tracker)
-            .run(release(), TIMEOUT, Wait::ForAll)
-            .await;
-        let stragglers = first.stragglers.expect("voter 4 still out");
         // Decided without voter 4 (suspect); its delete, sent at 30 ms behind the straggler,
         // is followed in the background, and its own 50 ms pass at 80 ms.
-        let second = fanout(&nodes, &tracker)
-            .run_behind(release(), TIMEOUT, Wait::ForAll, Some(&stragglers), || {})
-            .await;
+        let second = behind_a_straggler_on_voter_4(&nodes, &tracker).await;
         assert_eq!(second.tally.decision(), Decision::Won);
         tracker.close();
         tracker.wait().await;
@@ -813,17 +825,7 @@ mod tests {
         ]);
         let tracker = TaskTracker::new();
         let t0 = Virtual::now();
-        // Voters 0 to 3 answer the first round, voter 4 (suspect, so not waited for) is its
-        // one straggler: a script, ordered only once answered, at 30 ms.
-        nodes[4].set_suspect(true);
-        let first = fanout(&nodes, &tracker)
-            .run(release(), TIMEOUT, Wait::ForAll)
-            .await;
-        let stragglers = first.stragglers.expect("voter 4 still out");
-        assert_at(t0, Virtual::now(), Duration::from_millis(1));
-        let second = fanout(&nodes, &tracker)
-            .run_behind(release(), TIMEOUT, Wait::ForAll, Some(&stragglers), || {})
-            .await;
+        let second = behind_a_straggler_on_voter_4(&nodes, &tracker).await;
         // Voter 3 timed out at the deadline (51 ms); voter 4's request, sent at 30 ms,
         // answered at 70 ms.
         assert_at(t0, Virtual::now(), Duration::from_millis(70));

@@ -227,8 +227,12 @@ pub(crate) static RELEASE: LuaScript =
 /// the release). Held back, that release could let the next waiter's round overtake it there:
 /// refused by the key the release was about to hand over, that waiter would stay queued on
 /// the node and be handed the lock it already holds elsewhere, reserving the key for nobody.
-pub(crate) static QUEUED_ACQUIRE: LuaScript =
-    LuaScript::sent_whole(lua!("mark_waited", "join_queue", "queued_acquire"));
+pub(crate) static QUEUED_ACQUIRE: LuaScript = LuaScript::sent_whole(lua!(
+    "mark_waited",
+    "join_queue",
+    "take_turn",
+    "queued_acquire"
+));
 
 /// `KEYS[1..]` the lock keys of a multi-resource lock; `ARGV[1]` token, `ARGV[2]` ttl in ms.
 ///
@@ -404,6 +408,7 @@ pub(crate) static QUEUED_ACQUIRE_FENCED: LuaScript = LuaScript::sent_whole_with_
     "fence_term",
     "mark_waited",
     "join_queue",
+    "take_turn",
     "fence_take",
     "queued_acquire_fenced"
 ));
@@ -1042,9 +1047,10 @@ mod tests {
         /// another waiter; it takes its own, writing its token marked, leaving the queue and
         /// raising the counter once.
         ///
-        /// Mutations (run, each caught): taking any reservation (`string.sub(value, 1, 8) ==
-        /// 'handoff:'` for the waiter's own) takes `c.v`'s; the term check dropped (`local
-        /// epoch = seeded_epoch(…) or 0`, no `-6`) queues the waiter on the unseeded master.
+        /// Mutations (run, each caught): taking any reservation (`lua/take_turn.lua` comparing
+        /// `string.sub(value, 1, 8)` with `'handoff:'`, not the waiter's own) takes `c.v`'s (and
+        /// fails the plain queued acquire's test too); the term check dropped (`local epoch =
+        /// seeded_epoch(…) or 0`, no `-6`) queues the waiter on the unseeded master.
         #[test]
         fn a_fenced_waiter_takes_only_its_own_reservation_and_raises_the_counter_once() {
             use super::super::QUEUED_ACQUIRE_FENCED;

@@ -1,9 +1,5 @@
-local value = redis.call('GET', KEYS[1])
-if not value or value == 'handoff:' .. ARGV[3] then
-  redis.pcall('ZREM', KEYS[2], ARGV[3])
-  redis.pcall('HDEL', KEYS[3], ARGV[3])
-  local token = ARGV[1]
-  if string.sub(token, 1, 2) == 'n-' then token = 'w-' .. string.sub(token, 3) end
+local token = take_turn()
+if token then
   redis.call('SET', KEYS[1], token, 'PX', ARGV[2])
   return -1
 end

@@ -1,0 +1,12 @@
+-- This waiter's turn (ARGV[3] its id): when the lock (KEYS[1]) is free or reserved for it,
+-- leaves the queue (KEYS[2], KEYS[3]) and answers the token (ARGV[1]) to write, marked as
+-- waited for (a lock that came through the queue was contended); nil otherwise.
+local function take_turn()
+  local value = redis.call('GET', KEYS[1])
+  if value and value ~= 'handoff:' .. ARGV[3] then return nil end
+  redis.pcall('ZREM', KEYS[2], ARGV[3])
+  redis.pcall('HDEL', KEYS[3], ARGV[3])
+  local token = ARGV[1]
+  if string.sub(token, 1, 2) == 'n-' then token = 'w-' .. string.sub(token, 3) end
+  return token
+end
