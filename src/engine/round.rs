@@ -403,7 +403,7 @@ fn ask_one<V: Voter>(
                     // dropped) the request goes on in a task of its own until its connection
                     // has taken it; answered in time (the common case), it needs no task.
                     let (voters, prepared) = (voters.clone(), prepared.clone());
-                    let mut delivery = DeliverOnDrop {
+                    let delivery = DeliverOnDrop {
                         delivery: Some(Box::pin(async move {
                             match voters.get(index) {
                                 Some(voter) => voter.ask(&prepared, || {}).await,
@@ -412,18 +412,13 @@ fn ask_one<V: Voter>(
                         })),
                         background: background.clone(),
                     };
-                    let answer = match delivery.delivery.as_mut() {
-                        Some(pending) => tokio::time::timeout(per_node_timeout, pending).await,
-                        None => Ok((NodeOutcome::NoReply, None)),
-                    };
-                    if answer.is_ok() {
-                        delivery.delivery = None;
-                    }
-                    answer
+                    delivery.answer_within(per_node_timeout).await
                 } else {
-                    tokio::time::timeout(per_node_timeout, voter.ask(&prepared, queued)).await
+                    tokio::time::timeout(per_node_timeout, voter.ask(&prepared, queued))
+                        .await
+                        .ok()
                 };
-                answer.unwrap_or_else(|_| timed_out(per_node_timeout))
+                answer.unwrap_or_else(|| timed_out(per_node_timeout))
             }
         };
         drop(mark);
@@ -437,6 +432,19 @@ fn ask_one<V: Voter>(
 struct DeliverOnDrop<F: Future<Output = (NodeOutcome, Option<Grant>)> + Send + 'static> {
     delivery: Option<std::pin::Pin<Box<F>>>,
     background: TaskTracker,
+}
+
+impl<F: Future<Output = (NodeOutcome, Option<Grant>)> + Send + 'static> DeliverOnDrop<F> {
+    /// Its answer, if it comes within `timeout`; else `None`, and the delivery goes on.
+    async fn answer_within(mut self, timeout: Duration) -> Option<(NodeOutcome, Option<Grant>)> {
+        let answer = tokio::time::timeout(timeout, self.delivery.as_mut()?)
+            .await
+            .ok();
+        if answer.is_some() {
+            self.delivery = None;
+        }
+        answer
+    }
 }
 
 impl<F: Future<Output = (NodeOutcome, Option<Grant>)> + Send + 'static> Drop for DeliverOnDrop<F> {

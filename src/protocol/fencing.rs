@@ -30,8 +30,6 @@ use crate::scripts;
 /// The fenced acquire of `key` under `token`: the lock key, then the slot's counter and
 /// marker (and the per-resource counter).
 pub(crate) fn acquire_request(key: &[u8], token: &Token, keys: &FenceKeys) -> Request {
-    let mut extra = vec![keys.counter.clone(), keys.marker.clone()];
-    extra.extend(keys.legacy.clone());
     Request::new(
         Operation::Acquire,
         Command::Script(&scripts::ACQUIRE_FENCED),
@@ -39,7 +37,15 @@ pub(crate) fn acquire_request(key: &[u8], token: &Token, keys: &FenceKeys) -> Re
         token,
         NodeOutcome::Granted,
     )
-    .with_extra_keys(extra)
+    .with_extra_keys(taking_keys(keys).collect())
+}
+
+/// What a fenced acquire names besides the lock (and the queue): the slot's counter, its
+/// marker, and the per-resource counter it folds in.
+fn taking_keys(keys: &FenceKeys) -> impl Iterator<Item = Vec<u8>> + '_ {
+    [keys.counter.clone(), keys.marker.clone()]
+        .into_iter()
+        .chain(keys.legacy.clone())
 }
 
 /// The fenced acquire of a waiter that joined the lock's queue
@@ -51,8 +57,7 @@ pub(crate) fn queued_acquire_request(
     queue: &Queue,
 ) -> Request {
     let (mut extra, arguments) = queue.arguments();
-    extra.extend([keys.counter.clone(), keys.marker.clone()]);
-    extra.extend(keys.legacy.clone());
+    extra.extend(taking_keys(keys));
     Request::new(
         Operation::Acquire,
         Command::Script(&scripts::QUEUED_ACQUIRE_FENCED),

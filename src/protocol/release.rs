@@ -243,7 +243,10 @@ async fn delete_everywhere(
     // even for the deletes to be done: its round shares our connections, so each node runs
     // our release first. If a node handed the lock to a waiter of another process instead,
     // ours loses one round there and waits on; the nodes' messages wake the waiter each named.
-    let wakes_own_channel = matches!(delete, Delete::Release { .. } | Delete::ReleasePermit(_));
+    let wakes = matches!(
+        delete,
+        Delete::Release { .. } | Delete::ReleasePermit(_) | Delete::ReleaseMany { .. }
+    );
     let other_channels: Vec<Vec<u8>> = match delete {
         Delete::ReleaseMany { others } => others
             .iter()
@@ -251,11 +254,10 @@ async fn delete_everywhere(
             .collect(),
         _ => Vec::new(),
     };
-    let wakes_many = matches!(delete, Delete::ReleaseMany { .. });
     shared
         .fanout()
         .run_behind(request, per_node_timeout, wait, after, || {
-            if wakes_own_channel || wakes_many {
+            if wakes {
                 shared.releases.released(&channel, release_id.as_bytes());
             }
             for other in &other_channels {

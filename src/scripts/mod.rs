@@ -66,44 +66,30 @@ pub(crate) struct LuaScript {
 }
 
 impl LuaScript {
-    const fn new(code: &'static str) -> Self {
+    const fn made(code: &'static str, takes_run_id: bool, sent_whole: bool) -> Self {
         Self {
             code,
             script: OnceLock::new(),
-            takes_run_id: false,
-            sent_whole: false,
+            takes_run_id,
+            sent_whole,
             wire: OnceLock::new(),
         }
+    }
+
+    const fn new(code: &'static str) -> Self {
+        Self::made(code, false, false)
     }
 
     const fn with_run_id(code: &'static str) -> Self {
-        Self {
-            code,
-            script: OnceLock::new(),
-            takes_run_id: true,
-            sent_whole: false,
-            wire: OnceLock::new(),
-        }
+        Self::made(code, true, false)
     }
 
     const fn sent_whole(code: &'static str) -> Self {
-        Self {
-            code,
-            script: OnceLock::new(),
-            takes_run_id: false,
-            sent_whole: true,
-            wire: OnceLock::new(),
-        }
+        Self::made(code, false, true)
     }
 
     const fn sent_whole_with_run_id(code: &'static str) -> Self {
-        Self {
-            code,
-            script: OnceLock::new(),
-            takes_run_id: true,
-            sent_whole: true,
-            wire: OnceLock::new(),
-        }
+        Self::made(code, true, true)
     }
 
     pub(crate) fn is_sent_whole(&self) -> bool {

@@ -293,21 +293,22 @@ impl Node {
     /// What the server that serves `key` said it runs (`valkey 9.1.2`, `redis 7.0.15`) on the
     /// connection this node has now; `None` while not connected, or when it would not say.
     pub(crate) fn software(&self, key: &[u8]) -> Option<Arc<str>> {
-        let ready = match &self.route {
-            Route::One(link) => link.ready_now(),
-            Route::Cluster(shards) => shards.link_of(slot_of(key))?.ready_now(),
-        };
-        ready.and_then(|ready| ready.software)
+        self.ready_now(key)?.software
     }
 
     /// The wall clock of the server that serves `key`, as read on the connection this node
     /// has now; `None` while not connected, or when it would not say.
     pub(crate) fn server_clock(&self, key: &[u8]) -> Option<ServerClock> {
-        let ready = match &self.route {
+        self.ready_now(key)?.clock
+    }
+
+    /// The connection this node has now to the server that serves `key`, without waiting for
+    /// one (nor reading a cluster's slot map).
+    fn ready_now(&self, key: &[u8]) -> Option<Connected> {
+        match &self.route {
             Route::One(link) => link.ready_now(),
             Route::Cluster(shards) => shards.link_of(slot_of(key))?.ready_now(),
-        };
-        ready.and_then(|ready| ready.clock)
+        }
     }
 }
 

@@ -74,7 +74,7 @@ pub(crate) struct Connected {
     /// command renamed away): then scripts do every job until the next connection.
     pub(crate) native: NativeLink,
     /// The server's wall clock as read when this connection was made, followed on this host's
-    /// monotonic clock: where waiters' places come from (`core::server_clock`).
+    /// clocks: where waiters' places come from (`core::server_clock`).
     pub(crate) clock: Option<ServerClock>,
 }
 
