@@ -49,9 +49,10 @@ impl Holding {
 
     /// The first 8 hex digits of the holder's token (enough to tell holders apart in a
     /// listing, not enough to release someone else's lock), or `None` when the key is absent.
-    /// For a few milliseconds after a release that handed the lock to a queued waiter,
-    /// `handoff:<waiter id>`: the lock is reserved for that waiter (no token, no validity)
-    /// until it takes it.
+    /// A lock a release handed to a queued waiter with the waiter's own token shows that
+    /// token's digits, as the waiter's own grant would. For a few milliseconds after a release
+    /// that handed the lock to a fenced waiter, `handoff:<waiter id>`: the lock is reserved
+    /// for that waiter (no token, no validity) until its round takes it.
     pub fn holder(&self) -> Option<String> {
         self.token.as_ref().map(|t| {
             let shown = if t.starts_with(b"handoff:") {

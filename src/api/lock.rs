@@ -71,6 +71,9 @@ pub struct Lock {
     /// which accept a marked value and hand the lock over, without first trying a command
     /// that would miss (`DESIGN.md` §3).
     waited_for: bool,
+    /// The waiter id it came through the queue as: its release takes that waiter out of the
+    /// queue on every node (`scripts::RELEASE`).
+    waiter: Option<String>,
 }
 
 impl Lock {
@@ -92,7 +95,8 @@ impl Lock {
             companion: None,
             permit_of: None,
             others: Vec::new(),
-            waited_for: acquired.through_queue,
+            waited_for: acquired.waiter.is_some(),
+            waiter: acquired.waiter,
         }
     }
 
@@ -207,6 +211,7 @@ impl Lock {
         } else if self.others.is_empty() {
             Delete::Release {
                 natively: !self.waited_for,
+                waiter: self.waiter.clone(),
             }
         } else {
             Delete::ReleaseMany {

@@ -23,6 +23,10 @@ pub(crate) const NOBODY_WAITS: &str = "n-";
 /// release script does, a server's `DELIFEQ` would not, and it no longer matches).
 pub(crate) const WAITED_ON: &str = "w-";
 
+/// How a lock's value begins when a release handed it to a queued waiter with the waiter's own
+/// token: `h-<token>|<waiter id>`, set for the waiter's ttl (`scripts/lua/hand_over.lua`).
+pub(crate) const HANDED: &str = "h-";
+
 /// The random value stored in a lock's keys, unique to one acquisition.
 ///
 /// A token is a capability: whoever knows it can extend or release the lock. It carries 160 bits
@@ -142,9 +146,20 @@ pub(crate) fn holder_about(value: &[u8]) -> Option<(SystemTime, String)> {
     Some((since, about.to_owned()))
 }
 
-/// A lock's value as its holder wrote it: [`WAITED_ON`] read back as [`NOBODY_WAITS`], so a
+/// The token of a value a release handed to a waiter (see [`HANDED`]): between the prefix
+/// and the last `|` (a waiter id has none; a description may).
+fn handed_token(value: &[u8]) -> Option<&[u8]> {
+    let rest = value.strip_prefix(HANDED.as_bytes())?;
+    let bar = rest.iter().rposition(|&b| b == b'|')?;
+    rest.get(..bar)
+}
+
+/// A lock's value as its holder wrote it (a handed one as the token it was handed with): [`WAITED_ON`] read back as [`NOBODY_WAITS`], so a
 /// holder is the same holder whether or not someone waits for it.
 pub(crate) fn unmarked(value: &[u8]) -> std::borrow::Cow<'_, [u8]> {
+    if let Some(token) = handed_token(value) {
+        return std::borrow::Cow::Borrowed(token);
+    }
     match value.strip_prefix(WAITED_ON.as_bytes()) {
         Some(rest) => {
             let mut holder = NOBODY_WAITS.as_bytes().to_vec();
@@ -158,6 +173,7 @@ pub(crate) fn unmarked(value: &[u8]) -> std::borrow::Cow<'_, [u8]> {
 /// The first hex digits of a lock's value, enough to tell holders apart in a listing (the
 /// [`NOBODY_WAITS`] or [`WAITED_ON`] prefix left out).
 pub(crate) fn shown_digits(value: &[u8]) -> &[u8] {
+    let value = handed_token(value).unwrap_or(value);
     let value = [NOBODY_WAITS, WAITED_ON]
         .iter()
         .find_map(|prefix| value.strip_prefix(prefix.as_bytes()))
@@ -251,5 +267,22 @@ mod tests {
             assert_eq!(holder_about(value).expect("described").1, "web1 pid 42");
         }
         assert_eq!(Token::generate_markable(None).expose().len(), 42);
+    }
+
+    /// Mutation: `handed_token` returning `None`: a lock handed to a waiter reads as another
+    /// holder than the one its waiter holds, and lists as `h-…`.
+    #[test]
+    fn a_handed_token_reads_as_the_token_it_was_handed_with() {
+        let t = Token::generate_markable(Some("web1 | pid 42"));
+        let handed = format!("{HANDED}{}|c1.w2", t.expose());
+        assert_eq!(&*unmarked(handed.as_bytes()), t.expose().as_bytes());
+        assert_eq!(
+            shown_digits(handed.as_bytes()),
+            &t.expose().as_bytes()[2..10]
+        );
+        assert_eq!(
+            holder_about(handed.as_bytes()).expect("described").1,
+            "web1 | pid 42"
+        );
     }
 }

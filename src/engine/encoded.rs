@@ -121,6 +121,10 @@ fn parts(lua: &'static LuaScript, request: &Request) -> Vec<Part> {
                 if let Some(key) = key {
                     let mut cmd = redis::cmd(command);
                     cmd.arg(key.as_slice()).arg(request.token.as_str());
+                    if command == "HDEL" {
+                        // Its registration for a hand-off too (`scripts/lua/join_queue.lua`).
+                        cmd.arg(format!("{}:h", request.token.as_str()));
+                    }
                     parts.push(Part {
                         key: key.clone(),
                         cmd,
@@ -596,7 +600,7 @@ mod tests {
             parts,
             [
                 vec!["ZREM", "k:queue", "c.w"],
-                vec!["HDEL", "k:waiters", "c.w"],
+                vec!["HDEL", "k:waiters", "c.w", "c.w:h"],
                 vec!["EVALSHA", hash, "1", "k", "c.w", "ch", "id", "500"],
             ]
         );

@@ -91,7 +91,7 @@ pub(crate) enum InParts {
     /// the waiter on this voter this round.
     LockKeyAlone,
     /// `DEQUEUE`: the waiter is taken off the queue's keys (`KEYS[2]`, `KEYS[3]`) by `ZREM`
-    /// and `HDEL`, then the script runs on the lock key alone and passes a reservation for
+    /// and `HDEL` (its liveness and its registration for a hand-off), then the script runs on the lock key alone and passes a reservation for
     /// the leaving waiter on to nobody (deleted, the release published).
     LeaveQueue,
     /// The script once for each key (`RELEASE_MANY`, `GIVE_BACK_PERMITS`: every key is handled

@@ -14,11 +14,12 @@
 //!    even when the caller's future is dropped mid-round.
 
 use std::sync::Arc;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use crate::core::clock::Deadline;
 use crate::core::config::Timing;
-use crate::core::report::{NodeOutcome, Report};
+use crate::core::quorum::Tally;
+use crate::core::report::{NodeOutcome, NodeReport, Report};
 use crate::core::resource::{self, KeyLayout};
 use crate::core::retry::RetryPolicy;
 use crate::core::token::Token;
@@ -49,9 +50,11 @@ pub(crate) struct Acquired {
     pub(crate) attempts: u32,
     /// With fencing: the confirmed token.
     pub(crate) fencing_token: Option<u64>,
-    /// The winning round was a queued acquire: the lock was contended, its value is marked
-    /// as waited for, and the servers' own compare commands would only miss.
-    pub(crate) through_queue: bool,
+    /// The waiter id of an acquire that came through the queue (its winning round was a
+    /// queued acquire, or releases handed it the lock): the lock was contended, its value is
+    /// marked as waited for or handed, the servers' own compare commands would only miss, and
+    /// its release takes that waiter out of the queue on every node.
+    pub(crate) waiter: Option<String>,
 }
 
 /// How many times in one call a round that failed only for want of re-seeded fence counters
@@ -96,8 +99,10 @@ pub(crate) async fn acquire(
         let failed = match tried.await {
             Ok(won) => {
                 tracing::debug!(attempts, elapsed = ?won.round.elapsed(), fencing_token = won.fencing_token, "acquired");
+                let mut waiter = None;
                 if let Some(queue) = waiting.queue.take() {
-                    queue.leave_after(&won.round);
+                    waiter = won.through_queue.then(|| queue.waiter_id().to_owned());
+                    queue.leave_after(&won.round, &won.token);
                 }
                 return Ok(Acquired {
                     deadline: won.deadline,
@@ -107,7 +112,7 @@ pub(crate) async fn acquire(
                     round: won.round,
                     attempts,
                     fencing_token: won.fencing_token,
-                    through_queue: won.through_queue,
+                    waiter,
                 });
             }
             Err(failed) => failed,
@@ -120,6 +125,9 @@ pub(crate) async fn acquire(
             reseed_retries_left -= 1;
             attempts -= 1;
             continue;
+        }
+        if let Some(acquired) = handed_over(shared, &mut waiting, &key, attempts) {
+            return Ok(acquired);
         }
         let out_of_attempts = policy.attempts_limit().is_some_and(|max| attempts >= max);
         let now = Instant::now();
@@ -140,7 +148,71 @@ pub(crate) async fn acquire(
         waiting
             .until_next_round(&failed.report, attempts, now)
             .await;
+        if let Some(acquired) = handed_over(shared, &mut waiting, &key, attempts) {
+            return Ok(acquired);
+        }
     }
+}
+
+/// The lock a majority of the nodes' releases handed to this waiter with its own token
+/// (`Queue::handed_lock`), as a won acquire: no round of its own. Its report says `granted`
+/// for the nodes whose hand-off counted and `no reply` for the others, which may hand it
+/// over later (the lock's key there too) or leave it to another holder's ttl. It stays queued
+/// on those others until its release, which takes it out of the queue on every node, goes
+/// behind the waiter's requests still running there, as a won round's release does (a
+/// leaving round now would cost a round per hand-off, as most are decided before the last
+/// message comes). Only masters whose vote a round would count are counted
+/// (`Queue::handed_lock`).
+fn handed_over(
+    shared: &Shared,
+    waiting: &mut Waiting<'_>,
+    key: &[u8],
+    attempts: u32,
+) -> Option<Acquired> {
+    let timing = *waiting.timing();
+    let handed = waiting.queue.as_ref()?.handed_lock(&timing)?;
+    let mut queue = waiting.queue.take()?;
+    let mut tally = Tally::new(shared.nodes.len());
+    let report = shared
+        .nodes
+        .iter()
+        .zip(&handed.counted)
+        .map(|(node, &counted)| {
+            let outcome = if counted {
+                NodeOutcome::Granted
+            } else {
+                NodeOutcome::NoReply
+            };
+            tally.record(outcome.vote());
+            NodeReport::new(node.id().clone(), outcome, Duration::ZERO)
+                .with_server(node.server(key))
+        })
+        .collect();
+    let round = Round {
+        start: handed.since.instant(),
+        awake: handed.since,
+        decided: Instant::now(),
+        tally,
+        report: Report::new(report),
+        stragglers: queue.take_after(),
+        fence: None,
+        grants: Vec::new(),
+        native_missed: false,
+    };
+    tracing::debug!(attempts, elapsed = ?round.elapsed(), "acquired by hand-off");
+    let deadline = round.valid_until(&timing);
+    let waiter = queue.waiter_id().to_owned();
+    queue.hold();
+    Some(Acquired {
+        key: key.to_vec(),
+        token: handed.token,
+        timing,
+        deadline,
+        round,
+        attempts,
+        fencing_token: None,
+        waiter: Some(waiter),
+    })
 }
 
 /// A round that did not produce a lock.
@@ -187,6 +259,9 @@ async fn round(
     let fence_keys = fencing.then(|| resource::fence_keys(&shared.config.key_prefix, resource));
     if let Some((Some(queue), _)) = queue.as_mut() {
         queue.before_round(shared);
+        if !fencing && queue.is_joined() {
+            queue.register(&token);
+        }
     }
     let joined = queue
         .as_ref()
@@ -251,10 +326,23 @@ async fn round(
         Some((slot, policy)) if will_retry || others_wait() => {
             let queue = slot.get_or_insert_with(|| Queue::new(shared, key, timing, policy));
             queue.join(shared, &resource::release_channel(key)).await;
+            if !fencing {
+                queue.register(&token);
+            }
             cleanup.queue_as(queue);
             cleanup.run().await
         }
-        _ => cleanup.run().await,
+        Some((slot, _)) => {
+            // The silent delete takes a lock handed to this round's registration too: its
+            // hand-offs must not count (the acquire gives up after this round anyway). Not
+            // reached by a waiter that joined while its own subscription counts among the
+            // client's waiters (`others_wait`); kept so that no change there makes it count.
+            if let Some(queue) = slot.as_mut() {
+                queue.unregister();
+            }
+            cleanup.run().await
+        }
+        None => cleanup.run().await,
     };
     // A waiter that may have joined leaves behind these requests too.
     if let (Some(queue), Some(stragglers)) =
@@ -285,7 +373,8 @@ struct Won {
 
 /// The acquire of a waiter that joined the lock's queue (`scripts::QUEUED_ACQUIRE`).
 fn queued_request(key: &[u8], token: &Token, queue: &Queue) -> Request {
-    let (keys, arguments) = queue.arguments();
+    let (keys, mut arguments) = queue.arguments();
+    arguments.extend(queue.nonce_argument());
     Request::new(
         Operation::Acquire,
         Command::Script(&scripts::QUEUED_ACQUIRE),

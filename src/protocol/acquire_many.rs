@@ -67,7 +67,7 @@ pub(crate) async fn acquire_many(
                     round,
                     attempts,
                     fencing_token: None,
-                    through_queue: false,
+                    waiter: None,
                 });
             }
             Err(failed) => failed,

@@ -41,6 +41,11 @@ pub(crate) struct Waiting<'a> {
 }
 
 impl<'a> Waiting<'a> {
+    /// The lock's timing.
+    pub(crate) fn timing(&self) -> &Timing {
+        self.timing
+    }
+
     pub(crate) fn new(
         shared: &'a Arc<Shared>,
         (key, timing): (&'a [u8], &'a Timing),
@@ -134,9 +139,24 @@ impl<'a> Waiting<'a> {
             }
         };
         tokio::select! {
-            () = tokio::time::sleep(delay) => {}
+            () = tokio::time::sleep(delay) => return,
             () = woken => tracing::debug!("woken by a release"),
         }
+        // Handed over by some nodes but not yet by a majority: the others' messages usually
+        // follow within a round trip, and with a majority the waiter holds without a round.
+        // Waits for them at most a per-node timeout (then its round takes the handed keys).
+        let Some(queue) = self.queue.as_ref() else {
+            return;
+        };
+        let more = async {
+            while queue.hand_offs() > 0 && queue.handed_lock(self.timing).is_none() {
+                match queue.subscription() {
+                    Some(watch) => watch.woken().await,
+                    None => return,
+                }
+            }
+        };
+        let _ = tokio::time::timeout(self.timing.per_node_timeout, more).await;
     }
 }
 

@@ -51,7 +51,11 @@ impl Cleanup {
     /// not: the queue's own `Drop` leaves it).
     pub(crate) fn queue_as(&mut self, queue: &Queue) {
         let (keys, arguments) = queue.arguments();
-        self.delete = Delete::SilentAndQueue { keys, arguments };
+        self.delete = Delete::SilentAndQueue {
+            keys,
+            arguments,
+            registration: queue.registration_arguments(),
+        };
     }
 
     /// Requests of the round still running in the background: on their nodes, the delete is

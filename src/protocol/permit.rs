@@ -92,7 +92,7 @@ pub(crate) async fn acquire_permit(
                     round,
                     attempts,
                     fencing_token: None,
-                    through_queue: false,
+                    waiter: None,
                 };
                 return Ok(TakenPermit { acquired, index });
             }

@@ -52,6 +52,33 @@ pub(crate) struct Queue {
     /// Its requests of the last round still running on some node (a suspect one the
     /// cleanup did not wait for): the leaving round goes behind them.
     after: Option<Stragglers>,
+    /// The lock's ttl, in ms, registered with each request for a hand-off.
+    ttl_ms: u64,
+    /// What its current requests registered for a hand-off with its token (an unfenced
+    /// waiter's: `scripts/lua/hand_over.lua`), once registered.
+    registration: Option<Registration>,
+}
+
+/// A waiter's registration for a hand-off with its token, carried by every request of one
+/// round and its cleanup (each round has its own token, so its own registration).
+#[derive(Debug)]
+struct Registration {
+    /// Names these requests in the hand-off messages: not the token, which stays secret.
+    nonce: String,
+    token: Token,
+    /// Taken before any request carrying this registration was sent: every master that hands
+    /// the lock over with it ran one of them first, so set the key after this.
+    since: Awake,
+}
+
+/// A lock handed to this waiter by a majority of the nodes' releases, with its own token.
+#[derive(Debug)]
+pub(crate) struct HandedLock {
+    pub(crate) token: Token,
+    /// The start of its validity clock (see [`Registration::since`]).
+    pub(crate) since: Awake,
+    /// Per node, whether its hand-off counted.
+    pub(crate) counted: Vec<bool>,
 }
 
 impl Queue {
@@ -98,6 +125,8 @@ impl Queue {
             joined: false,
             subscription: None,
             after: None,
+            ttl_ms: timing.ttl_ms,
+            registration: None,
         }
     }
 
@@ -151,6 +180,101 @@ impl Queue {
         }
     }
 
+    /// Registers `token` (this round's) for a hand-off: the round's requests and its cleanup
+    /// carry it, with a new nonce, unless they already do. Only an unfenced waiter registers
+    /// (a fenced one's token needs the fence counter, which only its round raises).
+    pub(crate) fn register(&mut self, token: &Token) {
+        if self
+            .registration
+            .as_ref()
+            .is_some_and(|r| r.token == *token)
+        {
+            return;
+        }
+        self.registration = Some(Registration {
+            nonce: Token::generate().release_id(),
+            token: token.clone(),
+            since: Awake::now(),
+        });
+    }
+
+    /// Forgets its registration: its round's cleanup deletes whatever holds the round's token,
+    /// a lock handed to it included, so no hand-off with it may count.
+    pub(crate) fn unregister(&mut self) {
+        self.registration = None;
+    }
+
+    /// The registration's nonce, as the last argument of `QUEUED_ACQUIRE`.
+    pub(crate) fn nonce_argument(&self) -> Option<Vec<u8>> {
+        self.registration
+            .as_ref()
+            .map(|r| r.nonce.clone().into_bytes())
+    }
+
+    /// The registration's ttl and nonce, as `UNDO_AND_QUEUE`'s last arguments (none unless
+    /// registered).
+    pub(crate) fn registration_arguments(&self) -> Vec<Vec<u8>> {
+        match self.nonce_argument() {
+            Some(nonce) => vec![self.ttl_ms.to_string().into_bytes(), nonce],
+            None => Vec::new(),
+        }
+    }
+
+    /// Per node, whether its last hand-off message named this waiter's current registration,
+    /// from a master whose vote a round would count now (`Node::would_vote_now`). A master in its grace may have lost the holder's
+    /// key in an empty restart, and a cleanup of ours that found the key free there hands it
+    /// to us; a node that is another's alias hears the same server's messages twice.
+    fn handed_by(&self) -> Vec<bool> {
+        let (Some(registration), Some(subscription)) = (&self.registration, &self.subscription)
+        else {
+            return Vec::new();
+        };
+        let named = subscription
+            .hand_offs()
+            .naming(registration.nonce.as_bytes());
+        named
+            .into_iter()
+            .zip(self.shared.nodes.iter())
+            .map(|(named, node)| named && node.would_vote_now(&self.key))
+            .collect()
+    }
+
+    /// How many nodes handed the lock over with its current registration.
+    pub(crate) fn hand_offs(&self) -> usize {
+        self.handed_by().into_iter().filter(|&named| named).count()
+    }
+
+    /// The lock, when a majority of the nodes handed it over with its current registration
+    /// and validity is left counted from the registration (`DESIGN.md` §7): its requests of
+    /// this round were its last to each of those nodes, so each set the key after
+    /// `since`. With too little validity left, `None`: the next round takes the handed keys
+    /// as its own grants, with a fresh ttl.
+    pub(crate) fn handed_lock(&self, timing: &Timing) -> Option<HandedLock> {
+        let registration = self.registration.as_ref()?;
+        let counted = self.handed_by();
+        let quorum = crate::core::quorum::quorum(counted.len());
+        if counted.is_empty() || counted.iter().filter(|&&named| named).count() < quorum {
+            return None;
+        }
+        let elapsed = registration.since.elapsed_until(&Awake::now());
+        timing.validity_after(elapsed)?;
+        Some(HandedLock {
+            token: registration.token.clone(),
+            since: registration.since,
+            counted,
+        })
+    }
+
+    /// Its id in the queue.
+    pub(crate) fn waiter_id(&self) -> &str {
+        &self.waiter
+    }
+
+    /// Its requests still running on some node: the lock it was handed goes behind them.
+    pub(crate) fn take_after(&mut self) -> Option<Stragglers> {
+        self.after.take()
+    }
+
     /// The queue's keys, and the waiter's id and liveness, as a queued script's arguments.
     pub(crate) fn arguments(&self) -> (Vec<Vec<u8>>, Vec<Vec<u8>>) {
         (
@@ -180,8 +304,16 @@ fn place_now(shared: &Shared, key: &[u8]) -> Option<u64> {
 impl Queue {
     /// The round that takes this waiter out of the queue on every node, passing on a lock
     /// already reserved for it (`scripts::DEQUEUE`).
-    fn leave_request(&self) -> Request {
+    fn leave_request(&self, holding: Option<&Token>) -> Request {
         let (keys, _) = self.arguments();
+        let mut arguments = hand_over_arguments(
+            &self.key,
+            &Token::generate().release_id(),
+            self.per_node_timeout,
+        );
+        if let Some(token) = holding {
+            arguments.push(token.expose().as_bytes().to_vec());
+        }
         Request::for_waiter(
             Operation::Release,
             &scripts::DEQUEUE,
@@ -191,17 +323,17 @@ impl Queue {
         )
         .with_extra_keys(keys)
         .in_parts(InParts::LeaveQueue)
-        .with_payload(hand_over_arguments(
-            &self.key,
-            &Token::generate().release_id(),
-            self.per_node_timeout,
-        ))
+        .with_payload(arguments)
     }
 
     /// The leaving round, on each node behind this waiter's requests still running there
     /// (`after`): a queued round or cleanup that landed after it would queue the waiter again.
-    fn leave_round(&self, after: Option<Stragglers>) -> impl Future<Output = ()> + Send + 'static {
-        let request = self.leave_request();
+    fn leave_round(
+        &self,
+        after: Option<Stragglers>,
+        holding: Option<&Token>,
+    ) -> impl Future<Output = ()> + Send + 'static {
+        let request = self.leave_request(holding);
         let shared = self.shared.clone();
         let timeout = self.per_node_timeout;
         async move {
@@ -216,7 +348,9 @@ impl Queue {
     /// delay the holder): each node that granted it has already dropped this waiter
     /// (`QUEUED_ACQUIRE`), so only when a node did not, or a straggler of the round does not,
     /// is a round needed to leave.
-    pub(crate) fn leave_after(mut self, won: &Round) {
+    /// A node may also hold the lock handed to this waiter with `token` (its registration
+    /// for the winning round): that is the lock's key there, kept.
+    pub(crate) fn leave_after(mut self, won: &Round, token: &Token) {
         if !std::mem::take(&mut self.joined) {
             return;
         }
@@ -231,7 +365,7 @@ impl Queue {
         let Ok(runtime) = tokio::runtime::Handle::try_current() else {
             return;
         };
-        let leave = self.leave_round(stragglers.clone());
+        let leave = self.leave_round(stragglers.clone(), Some(token));
         self.shared.spawn_cleanup(&runtime, async move {
             if answered_all_granted
                 && let Some(stragglers) = stragglers
@@ -243,6 +377,16 @@ impl Queue {
         });
     }
 
+    /// Holds the lock releases handed it: stays queued where its hand-off has not come (its
+    /// release leaves the queue there, see `acquire::handed_over`), and no longer counts among
+    /// its client's waiters.
+    pub(crate) fn hold(mut self) {
+        self.joined = false;
+        if let Some(subscription) = self.subscription.as_mut() {
+            subscription.stop_waiting();
+        }
+    }
+
     /// Leaves the queue now, waiting for every node but a suspect one (each bounded by the
     /// per-node timeout): an acquire that gives up returns only once no release can hand it
     /// the lock any more.
@@ -252,7 +396,7 @@ impl Queue {
     pub(crate) async fn leave(mut self) {
         if self.joined {
             let after = self.after.take();
-            self.leave_round(after).await;
+            self.leave_round(after, None).await;
             self.joined = false;
         }
     }
@@ -269,7 +413,7 @@ impl Drop for Queue {
             return;
         };
         let after = self.after.take();
-        let leave = self.leave_round(after);
+        let leave = self.leave_round(after, None);
         self.shared.spawn_cleanup(&runtime, leave);
     }
 }

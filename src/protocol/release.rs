@@ -69,16 +69,21 @@ pub(crate) enum Delete {
     /// A release: hands the lock to the first live waiter queued on the node (else deletes
     /// it) and publishes on the release channel (`scripts::RELEASE`). With `natively`, the
     /// server's own compare-and-delete first where it has one, for a markable token that
-    /// nobody is known to wait for (`DESIGN.md` §3).
-    Release { natively: bool },
+    /// nobody is known to wait for (`DESIGN.md` §3). With `waiter` (a lock that came through
+    /// the queue), that waiter also leaves the queue on every node.
+    Release {
+        natively: bool,
+        waiter: Option<String>,
+    },
     /// The cleanup of a failed round: deletes silently.
     Silent,
     /// The cleanup of a failed round whose acquire waits on: deletes silently and joins the
     /// lock's queue (`scripts::UNDO_AND_QUEUE`), with the queue's keys and the waiter's id
-    /// and liveness.
+    /// and liveness, and (an unfenced waiter) its registration for a hand-off: ttl and nonce.
     SilentAndQueue {
         keys: Vec<Vec<u8>>,
         arguments: Vec<Vec<u8>>,
+        registration: Vec<Vec<u8>>,
     },
     /// The release of a multi-resource lock: every key of the set (the delete's key and
     /// these), compare-and-delete on the first, publishing on each key's channel
@@ -162,18 +167,17 @@ async fn delete_everywhere(
         // A markable token nobody marked: nobody waits for this release on the node, so the
         // server's own compare-and-delete does the whole job where it has one (`DESIGN.md`
         // §3); a marked one fails it and the script follows.
-        Delete::Release { natively } => {
+        Delete::Release { natively, waiter } => {
+            let mut arguments =
+                hand_over_arguments_on(channel.clone(), &release_id, per_node_timeout);
+            arguments.extend(waiter.as_ref().map(|id| id.clone().into_bytes()));
             let request = compare_and_delete(&scripts::RELEASE)
                 .with_extra_keys(match shared.config.key_layout {
                     KeyLayout::Tagged => resource::queue_keys(key).into(),
                     KeyLayout::Shared => Vec::new(),
                 })
                 .in_parts(InParts::LockKeyAlone)
-                .with_payload(hand_over_arguments_on(
-                    channel.clone(),
-                    &release_id,
-                    per_node_timeout,
-                ));
+                .with_payload(arguments);
             // A waiter of this client marked the lock: the script, at once, so the waiter's
             // round, sent when this release is queued, finds it handed over on each node.
             let waited_on_here = shared.releases.has_waiters(&channel);
@@ -188,8 +192,12 @@ async fn delete_everywhere(
             compare_and_delete(&scripts::RELEASE).with_payload(vec![Vec::new(), Vec::new()])
         }
         // The waiter's id, liveness and place, then what a hand-over needs where the key is
-        // already gone.
-        Delete::SilentAndQueue { keys, arguments } => compare_and_delete(&scripts::UNDO_AND_QUEUE)
+        // already gone, then the waiter's registration for a hand-off.
+        Delete::SilentAndQueue {
+            keys,
+            arguments,
+            registration,
+        } => compare_and_delete(&scripts::UNDO_AND_QUEUE)
             .with_extra_keys(keys.clone())
             .in_parts(InParts::LockKeyAlone)
             .with_payload(
@@ -201,6 +209,7 @@ async fn delete_everywhere(
                         &release_id,
                         per_node_timeout,
                     ))
+                    .chain(registration.iter().cloned())
                     .collect(),
             ),
         // The release id, then one channel per key.

@@ -171,13 +171,19 @@ macro_rules! lua {
 /// (`resource::QueueKeys`); `ARGV[1]` token, `ARGV[2]` release channel or empty, `ARGV[3]`
 /// release id, `ARGV[4]` (with the queue) how long a hand-off reservation lasts, in ms.
 ///
-/// Only if the key holds our token (`lua/ours.lua`: as written, or marked by a waiter): with
-/// a queue, pops waiters from its head (first queued,
-/// first served) until one is still live, and **hands the lock to it**: the key now holds
-/// `handoff:<waiter id>` (never a token: tokens are hex digits) for `ARGV[4]` ms, which only
-/// that waiter's `QUEUED_ACQUIRE` may turn into its lock, and the release message, naming the
-/// waiter (`<release id>:<waiter id>`), goes to its client's own channel
-/// (`<channel>:<client>`, the id's part before the dot), so only its process hears it. A
+/// Only if the key holds our token (`lua/ours.lua`: as written, marked by a waiter, or handed
+/// to us): with a queue, pops waiters from its head (first queued, first served) until one is
+/// still live, and **hands the lock to it** (`lua/hand_over.lua`):
+/// - a waiter that registered its token (an unfenced one, see `QUEUED_ACQUIRE`) gets its own
+///   lock: the key holds `h-<its token>|<waiter id>` for its ttl, and the message names the
+///   nonce it registered (`<release id>:<waiter id>:<nonce>`), from which the waiter counts
+///   its lock without a round of its own (`DESIGN.md` §7);
+/// - any other gets a reservation: `handoff:<waiter id>` (never a token: tokens are hex
+///   digits) for `ARGV[4]` ms, which only that waiter's queued round may turn into its lock,
+///   and the message is `<release id>:<waiter id>`.
+///
+/// Either message goes to the waiter's client's own channel (`<channel>:<client>`, the id's
+/// part before the dot), so only its process hears it. A
 /// waiter whose liveness passed (it gave up or died) is dropped on the way. With no live waiter, the key is deleted and the message names nobody: each
 /// process wakes its longest waiter. Between two holders the key is never free, so a
 /// releaser's own next acquire, or a passer-by, cannot take the lock from the waiter that
@@ -190,15 +196,16 @@ macro_rules! lua {
 /// to waiters there would have them retry, fail and clean up in turn, waking each other for
 /// ever while the holder holds.
 pub(crate) static RELEASE: LuaScript =
-    LuaScript::new(lua!("ours", "not_ours", "hand_over", "release"));
+    LuaScript::new(lua!("ours", "not_ours", "handed", "hand_over", "release"));
 
 /// `KEYS[1]` lock key, `KEYS[2]` its waiters' queue, `KEYS[3]` their liveness; `ARGV[1]`
 /// token, `ARGV[2]` ttl in ms, `ARGV[3]` the waiter's id, `ARGV[4]` how long this
-/// registration stays live without another round, in ms, `ARGV[5]` its place in the queue.
+/// registration stays live without another round, in ms, `ARGV[5]` its place in the queue,
+/// `ARGV[6]` the round's nonce.
 ///
 /// The acquire of a waiter (an acquire that found the lock taken, or whose client already has
-/// waiters for it): when the key is free or reserved for this waiter (`handoff:<id>`, see
-/// `RELEASE`), sets it to our token for the ttl, marked as waited for (`lua/mark_waited.lua`:
+/// waiters for it): when the key is free, reserved for this waiter (`handoff:<id>`, see
+/// `RELEASE`) or handed to it (`h-<token>|<id>`, with a token of an earlier round), sets it to our token for the ttl, marked as waited for (`lua/mark_waited.lua`:
 /// a lock that came through the queue was contended, so its release runs the script), and
 /// leaves the queue (`-1`). Otherwise joins
 /// the queue or keeps its place in it, renews its liveness, and answers like any refused
@@ -206,7 +213,9 @@ pub(crate) static RELEASE: LuaScript =
 /// first queued, in µs of the servers' clocks as its client follows them
 /// (`core::server_clock`): the same number on every node, so every node orders the waiters
 /// alike and a release hands the lock to the same waiter everywhere. The queue's keys
-/// expire with the longest liveness, so an abandoned queue does not stay.
+/// expire with the longest liveness, so an abandoned queue does not stay. With the nonce, the
+/// waiter also registers its token, ttl and nonce for a hand-off (`<id>:h`, beside its
+/// liveness; dropped when it takes its turn, is handed the lock or leaves).
 ///
 /// Sent whole (`EVAL`): a release behind it on the same node is then sent at once rather than
 /// after its answer (a script sent by hash might come back `NOSCRIPT` and be sent again, after
@@ -216,6 +225,7 @@ pub(crate) static RELEASE: LuaScript =
 pub(crate) static QUEUED_ACQUIRE: LuaScript = LuaScript::sent_whole(lua!(
     "mark_waited",
     "join_queue",
+    "handed",
     "take_turn",
     "queued_acquire"
 ));
@@ -300,7 +310,12 @@ pub(crate) static RELEASE_PERMIT: LuaScript = LuaScript::new(lua!(
 /// token, `ARGV[2]` the waiter's id, `ARGV[3]` liveness in ms, `ARGV[4]` its place.
 ///
 /// `ARGV[5]` the release channel, `ARGV[6]` a release id, `ARGV[7]` the reservation in ms
-/// (as `RELEASE`'s).
+/// (as `RELEASE`'s); an unfenced waiter's `ARGV[8]` ttl and `ARGV[9]` nonce, its registration
+/// for a hand-off (as `QUEUED_ACQUIRE`'s).
+///
+/// Where the key was handed to this waiter (`h-…|<id>`) since its round, answers `-2` and
+/// does nothing else: that is the waiter's lock, which it may be counting from the release
+/// messages, and it is no longer queued there.
 ///
 /// The cleanup of a failed round whose acquire will wait: the silent compare-and-delete of
 /// `RELEASE` (no hand-off, no message), answering as it does, and, in the same round, joins
@@ -316,6 +331,7 @@ pub(crate) static RELEASE_PERMIT: LuaScript = LuaScript::new(lua!(
 /// (no queue to hand it to), but does not queue.
 pub(crate) static UNDO_AND_QUEUE: LuaScript = LuaScript::new(lua!(
     "ours",
+    "handed",
     "mark_waited",
     "join_queue",
     "hand_over",
@@ -324,13 +340,16 @@ pub(crate) static UNDO_AND_QUEUE: LuaScript = LuaScript::new(lua!(
 
 /// `KEYS[1]` lock key, `KEYS[2]` its waiters' queue, `KEYS[3]` their liveness; `ARGV[1]` the
 /// waiter's id, then as `RELEASE`: `ARGV[2]` release channel, `ARGV[3]` a release id, `ARGV[4]`
-/// the reservation in ms. Leaves the queue (a waiter that got the lock elsewhere, gave up or
-/// was cancelled), and if a release had already reserved the lock for this waiter here, passes
-/// it on as that release would have (`hand_over`): a reservation for a waiter that no longer
-/// waits would idle the lock until it lapses, and its lapse wakes nobody. `-1`. With `KEYS[1]`
+/// the reservation in ms; `ARGV[5]`, for a waiter that holds the lock, the token it holds.
+/// Leaves the queue (a waiter that got the lock elsewhere, gave up or was cancelled), and if a
+/// release had already reserved the lock for this waiter here, or handed it to it with a token
+/// other than the one it holds, passes it on as that release would have (`hand_over`): a
+/// reservation (or a lock) for a waiter that no longer waits would idle the lock until it
+/// lapses, and its lapse wakes nobody. A lock handed with the token it holds is its lock here
+/// too, and stays. `-1`. With `KEYS[1]`
 /// alone (a half-moved cluster slot, see `request::InParts`), only passes a reservation on,
 /// to nobody: the client leaves the queue's keys with one command each.
-pub(crate) static DEQUEUE: LuaScript = LuaScript::new(lua!("hand_over", "dequeue"));
+pub(crate) static DEQUEUE: LuaScript = LuaScript::new(lua!("handed", "hand_over", "dequeue"));
 
 /// `KEYS[1]` lock key, optional `KEYS[2..]` keys that live as long as the lock (an election's
 /// leader info, the other keys of a multi-resource lock), `ARGV[1]` token, `ARGV[2]` new ttl in ms, `ARGV[3]` `1` to re-add a missing
@@ -394,6 +413,7 @@ pub(crate) static QUEUED_ACQUIRE_FENCED: LuaScript = LuaScript::sent_whole_with_
     "fence_term",
     "mark_waited",
     "join_queue",
+    "handed",
     "take_turn",
     "fence_take",
     "queued_acquire_fenced"
@@ -886,6 +906,168 @@ mod tests {
             );
             assert_eq!(get(&cluster), None);
             assert_eq!(queued(&cluster), ["c.w"]);
+        }
+
+        fn set(cluster: &Cluster, value: &str) {
+            let _: () = cluster.run(
+                0,
+                redis::cmd("SET").arg(KEY).arg(value).arg("PX").arg(60_000),
+            );
+        }
+
+        fn pttl(cluster: &Cluster) -> i64 {
+            cluster.run(0, redis::cmd("PTTL").arg(KEY))
+        }
+
+        /// A waiter whose request registered its token (the last two arguments of
+        /// `UNDO_AND_QUEUE`, the last of `QUEUED_ACQUIRE`) is handed its own lock: the release
+        /// sets `h-<token>|<id>` for the waiter's ttl (not a reservation's few ms) and its
+        /// message names the request's nonce, never the token. That key is then the waiter's
+        /// lock: the round's cleanup keeps it and does not queue the waiter again, leaving
+        /// while holding it keeps it, its token extends and releases it (handing it on), no
+        /// other token does, and a leaving waiter that does not hold it passes it on.
+        ///
+        /// Mutations (run, caught): `hand_over` ignoring the registration (`handoff:c.w`, the
+        /// second assert); `UNDO_AND_QUEUE` without its handed check (deletes the waiter's lock:
+        /// `ours` accepts it); `DEQUEUE` without the `held` comparison (passes on the lock it
+        /// holds); `ours` without the `h-` case (its release answers "not ours").
+        #[test]
+        fn a_registered_waiter_is_handed_its_own_lock_with_its_ttl() {
+            let cluster = Cluster::start(1);
+            let client = redis::Client::open(cluster.urls()[0].as_str()).expect("url");
+            let mut connection = client.get_connection().expect("connect");
+            let mut messages = connection.as_pubsub();
+            messages.subscribe("ch:c").expect("subscribe");
+            messages
+                .set_read_timeout(Some(std::time::Duration::from_secs(5)))
+                .expect("timeout");
+            set(&cluster, "n-tok");
+            let queued_acquire = QUEUED_ACQUIRE.code();
+            let refused = eval(
+                &cluster,
+                queued_acquire,
+                &["n-mine", "30000", "c.w", "5000", "1", "nonce1"],
+            );
+            assert!(refused > 0, "refused by the holder: {refused}");
+            assert_eq!(
+                eval(&cluster, RELEASE.code(), &["n-tok", "ch", "r1", "500"]),
+                -1
+            );
+            assert_eq!(get(&cluster).as_deref(), Some("h-n-mine|c.w"));
+            assert!(
+                pttl(&cluster) > 20_000,
+                "the waiter's ttl: {}",
+                pttl(&cluster)
+            );
+            let message = messages.get_message().expect("hand-off message");
+            let payload: String = message.get_payload().expect("payload");
+            assert_eq!(payload, "r1:c.w:nonce1");
+            assert!(queued(&cluster).is_empty());
+            let registration: Option<String> =
+                cluster.run(0, redis::cmd("HGET").arg(WAITERS).arg("c.w:h"));
+            assert_eq!(registration, None, "dropped with the waiter's turn");
+
+            let undo = &[
+                "n-mine", "c.w", "5000", "1", "ch", "r2", "500", "30000", "nonce1",
+            ];
+            assert_eq!(eval(&cluster, UNDO_AND_QUEUE.code(), undo), -2);
+            assert_eq!(get(&cluster).as_deref(), Some("h-n-mine|c.w"), "kept");
+            assert!(queued(&cluster).is_empty(), "not queued again");
+            let leave_holding = &["c.w", "ch", "r3", "500", "n-mine"];
+            assert_eq!(eval(&cluster, DEQUEUE.code(), leave_holding), -1);
+            assert_eq!(get(&cluster).as_deref(), Some("h-n-mine|c.w"), "kept");
+            assert_eq!(eval(&cluster, EXTEND.code(), &["n-mine", "40000", "0"]), -1);
+            assert!(pttl(&cluster) > 30_000);
+            let other = eval(&cluster, RELEASE.code(), &["n-other", "ch", "r4", "500"]);
+            assert!(other > 0, "not another token's: {other}");
+
+            queue(&cluster, "c.v", 2, FOREVER);
+            assert_eq!(
+                eval(&cluster, RELEASE.code(), &["n-mine", "ch", "r5", "500"]),
+                -1
+            );
+            assert_eq!(get(&cluster).as_deref(), Some("handoff:c.v"), "handed on");
+
+            // Handed to c.w again; c.w gives up (holding nothing): passed on to nobody.
+            set(&cluster, "h-n-mine|c.w");
+            assert_eq!(
+                eval(&cluster, DEQUEUE.code(), &["c.w", "ch", "r6", "500"]),
+                -1
+            );
+            assert_eq!(get(&cluster), None, "passed on");
+        }
+
+        /// A silent delete (a failed round's cleanup, no channel) never takes a lock handed to
+        /// a waiter, though its token is the round's: the waiter may be counting it. The
+        /// release of a lock that came through the queue (its waiter's id last) takes that
+        /// waiter out of the queue even where the lock is not its own, and passes on what a
+        /// release had handed it there with another token or reserved for it: no later
+        /// release hands the lock to a waiter that waits no more.
+        ///
+        /// Mutations (run, caught): `RELEASE` without the silent check (the first assert);
+        /// without the `ZREM`/`HDEL` of its waiter (still queued); without the pass-on (the
+        /// stale reservation stays).
+        #[test]
+        fn a_release_through_the_queue_leaves_it_and_a_silent_delete_keeps_a_handed_lock() {
+            let cluster = Cluster::start(1);
+            set(&cluster, "h-n-mine|c.w");
+            let silent = eval(&cluster, RELEASE.code(), &["n-mine", "", ""]);
+            assert!(silent > 0, "refused: {silent}");
+            assert_eq!(get(&cluster).as_deref(), Some("h-n-mine|c.w"));
+
+            // c.w holds elsewhere with `n-new`; here another holder still holds, and c.w is
+            // still queued (its hand-off here has not come).
+            set(&cluster, "n-theirs");
+            queue(&cluster, "c.w", 1, FOREVER);
+            let _: i64 = cluster.run(
+                0,
+                redis::cmd("HSET")
+                    .arg(WAITERS)
+                    .arg("c.w:h")
+                    .arg("30000 x n-new"),
+            );
+            let release = &["n-new", "ch", "r1", "500", "c.w"];
+            assert!(eval(&cluster, RELEASE.code(), release) > 0, "not ours here");
+            assert!(queued(&cluster).is_empty(), "left the queue");
+            let fields: Vec<String> = cluster.run(0, redis::cmd("HKEYS").arg(WAITERS));
+            assert!(fields.is_empty(), "{fields:?}");
+            assert_eq!(get(&cluster).as_deref(), Some("n-theirs"), "untouched");
+
+            queue(&cluster, "c.v", 2, FOREVER);
+            for stale in ["handoff:c.w", "h-n-old|c.w"] {
+                set(&cluster, stale);
+                let release = &["n-new", "ch", "r2", "500", "c.w"];
+                assert!(eval(&cluster, RELEASE.code(), release) > 0);
+                assert_eq!(
+                    get(&cluster).as_deref(),
+                    Some("handoff:c.v"),
+                    "{stale} passed on"
+                );
+                queue(&cluster, "c.v", 2, FOREVER);
+            }
+        }
+
+        /// A waiter's queued round takes a lock handed to it with an earlier request's token
+        /// as its own grant, with a fresh ttl; another waiter's round is refused by it.
+        ///
+        /// Mutation (run, caught): `take_turn` without `handed_to`: the waiter's own round is
+        /// refused by its own lock, which then idles for its whole ttl.
+        #[test]
+        fn a_queued_round_takes_a_lock_handed_to_its_waiter() {
+            let cluster = Cluster::start(1);
+            set(&cluster, "h-n-old|c.w");
+            let code = QUEUED_ACQUIRE.code();
+            let refused = eval(&cluster, code, &["n-v", "30000", "c.v", "5000", "1", "n1"]);
+            assert!(refused > 0, "another waiter's round: {refused}");
+            assert_eq!(get(&cluster).as_deref(), Some("h-n-old|c.w"));
+            let taken = eval(
+                &cluster,
+                code,
+                &["n-new", "30000", "c.w", "5000", "2", "n2"],
+            );
+            assert_eq!(taken, -1);
+            assert_eq!(get(&cluster).as_deref(), Some("w-new"));
+            assert!(pttl(&cluster) > 20_000);
         }
 
         /// The leader info is never left without an expiry: written in the lock key's last

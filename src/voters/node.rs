@@ -302,6 +302,14 @@ impl Node {
         self.ready_now(key)?.clock
     }
 
+    /// Whether a round's vote from this node for `key` would count now: connected (not as
+    /// another node's alias), to the master, past its restart grace (`check_settled`). Without
+    /// waiting for a connection.
+    pub(crate) fn would_vote_now(&self, key: &[u8]) -> bool {
+        self.ready_now(key)
+            .is_some_and(|ready| self.check_settled(&ready).is_ok())
+    }
+
     /// The connection this node has now to the server that serves `key`, without waiting for
     /// one (nor reading a cluster's slot map).
     fn ready_now(&self, key: &[u8]) -> Option<Connected> {

@@ -2,8 +2,9 @@
 //!
 //! The release script publishes on the resource's channel on every node. A node that handed
 //! the lock to a queued waiter (`scripts::RELEASE`) names it in the message
-//! (`<release id>:<waiter id>`): only that waiter is woken, in whichever process it waits, and
-//! the lock is reserved for it on that node meanwhile. A node that had no live waiter queued
+//! (`<release id>:<waiter id>`, and `:<nonce>` when it handed the waiter its own lock): only
+//! that waiter is woken, in whichever process it waits, and each node's nonce is kept for it
+//! ([`HandOffs`]): a majority naming its current one is its lock (`protocol::queue`). A node that had no live waiter queued
 //! deleted the key and names nobody: each process wakes **one** waiter, the one that has
 //! waited longest. A release's messages from the other nodes are recognised by their payload
 //! and dropped. A waiting acquire subscribes on every node (one shared pub/sub connection per
@@ -62,9 +63,9 @@ struct Waiters {
     closing: bool,
     /// Wakes the longest-waiting waiter (a release that named nobody).
     notify: Arc<Notify>,
-    /// Each queued waiter's place in the lock's queue and own wake-up, by waiter id (a
-    /// release that handed the lock to it).
-    named: HashMap<Vec<u8>, (u64, Arc<Notify>)>,
+    /// Each queued waiter, by waiter id: its place in the lock's queue, and what a release
+    /// that handed the lock to it does.
+    named: HashMap<Vec<u8>, Named>,
     recent: VecDeque<Vec<u8>>,
 }
 
@@ -89,17 +90,25 @@ impl Waiters {
             self.recent.pop_front();
         }
         self.recent.push_back(seen_as);
-        if self.count == 0 {
-            // Lingering: nobody to wake, and no wake-up to keep for a later waiter.
-            return;
-        }
         match payload.iter().position(|&b| b == b':') {
             Some(colon) => {
-                let waiter = payload.get(colon + 1..).unwrap_or_default();
-                if let Some((_, notify)) = self.named.get(waiter) {
-                    notify.notify_one();
+                // `<waiter id>`, or `<waiter id>:<nonce>` for a lock handed with its token.
+                let named = payload.get(colon + 1..).unwrap_or_default();
+                let (waiter, nonce) = match named.iter().position(|&b| b == b':') {
+                    Some(at) => (named.get(..at).unwrap_or_default(), named.get(at + 1..)),
+                    None => (named, None),
+                };
+                // Named entries are only ever there while their waiters are subscribed (one
+                // that holds the lock now still hears the other nodes' hand-offs).
+                if let Some(entry) = self.named.get(waiter) {
+                    if let (Some(node), Some(nonce)) = (from, nonce) {
+                        entry.handed.record(node, nonce);
+                    }
+                    entry.notify.notify_one();
                 }
             }
+            // Lingering: nobody to wake, and no wake-up to keep for a later waiter.
+            None if self.count == 0 => {}
             None => self.wake_first(),
         }
     }
@@ -107,10 +116,48 @@ impl Waiters {
     /// A release that named nobody: wakes the waiter first in the lock's queue (the one the
     /// nodes would have handed the lock to), or, with none queued, the longest waiting.
     fn wake_first(&self) {
-        match self.named.values().min_by_key(|(place, _)| *place) {
-            Some((_, notify)) => notify.notify_one(),
+        let waiting = self.named.values().filter(|named| !named.holding);
+        match waiting.min_by_key(|named| named.place) {
+            Some(named) => named.notify.notify_one(),
             None => self.notify.notify_one(),
         }
+    }
+}
+
+/// A queued waiter of this client, as its release messages reach it.
+#[derive(Debug)]
+struct Named {
+    place: u64,
+    /// Woken by each hand-off to it.
+    notify: Arc<Notify>,
+    handed: Arc<HandOffs>,
+    /// It holds the lock now, handed over by a majority, and only hears the other nodes'
+    /// hand-offs (`Subscription::stop_waiting`).
+    holding: bool,
+}
+
+/// The hand-offs to one waiter: per node, the nonce the last hand-off message from that node
+/// named (the waiter's request that node ran last, `scripts/lua/hand_over.lua`), if any.
+#[derive(Debug)]
+pub(crate) struct HandOffs(Mutex<Vec<Option<Vec<u8>>>>);
+
+impl HandOffs {
+    fn new(nodes: usize) -> Self {
+        Self(Mutex::new(vec![None; nodes]))
+    }
+
+    fn record(&self, node: usize, nonce: &[u8]) {
+        if let Some(slot) = lock(&self.0).get_mut(node) {
+            *slot = Some(nonce.to_vec());
+        }
+    }
+
+    /// Per node, whether its last hand-off message named `nonce`.
+    pub(crate) fn naming(&self, nonce: &[u8]) -> Vec<bool> {
+        lock(&self.0)
+            .iter()
+            .map(|named| named.as_deref() == Some(nonce))
+            .collect()
     }
 }
 
@@ -136,6 +183,9 @@ pub(crate) struct Subscription {
     notify: Arc<Notify>,
     waiter: Vec<u8>,
     named: Arc<Notify>,
+    handed: Arc<HandOffs>,
+    /// Counted among its channel's waiters (until [`stop_waiting`](Self::stop_waiting)).
+    waiting: bool,
 }
 
 impl ReleaseWatch {
@@ -183,6 +233,7 @@ impl ReleaseWatch {
         self.start();
         let waiter = waiter.as_bytes().to_vec();
         let named = Arc::new(Notify::new());
+        let handed = Arc::new(HandOffs::new(self.clients.len()));
         let (notify, first) = {
             let mut channels = lock(&self.shared.channels);
             let mut new = false;
@@ -198,7 +249,13 @@ impl ReleaseWatch {
                 }
             });
             if !waiter.is_empty() {
-                entry.named.insert(waiter.clone(), (place, named.clone()));
+                let entry_named = Named {
+                    place,
+                    notify: named.clone(),
+                    handed: handed.clone(),
+                    holding: false,
+                };
+                entry.named.insert(waiter.clone(), entry_named);
             }
             entry.count += 1;
             if entry.count == 1 {
@@ -226,6 +283,8 @@ impl ReleaseWatch {
             notify,
             waiter,
             named,
+            handed,
+            waiting: true,
         }
     }
 
@@ -277,6 +336,11 @@ impl ReleaseWatch {
 }
 
 impl Subscription {
+    /// The hand-offs of the lock to this waiter, per node.
+    pub(crate) fn hand_offs(&self) -> &HandOffs {
+        &self.handed
+    }
+
     /// Resolves when a release wakes this waiter: one that handed the lock to it, or one that
     /// named nobody while it was this process's longest waiter. Call it (and poll or `enable`
     /// it) before the round whose failure it waits after: a release published meanwhile is
@@ -297,6 +361,25 @@ impl Subscription {
 
 impl Drop for Subscription {
     fn drop(&mut self) {
+        if let Some(shared) = self.shared.upgrade()
+            && let Some(entry) = lock(&shared.channels).get_mut(&self.channel)
+        {
+            entry.named.remove(&self.waiter);
+        }
+        self.stop_waiting();
+    }
+}
+
+impl Subscription {
+    /// Stops counting as a waiter of its channel: a waiter that holds the lock now (handed
+    /// over by a majority) still hears the other nodes' hand-offs to it until it is dropped,
+    /// but is no longer woken by a release that names nobody, nor keeps this client's next
+    /// acquire of the lock behind it. Once the channel's last waiter stopped, it stays
+    /// subscribed for [`LINGER`] before it unsubscribes.
+    pub(crate) fn stop_waiting(&mut self) {
+        if !std::mem::take(&mut self.waiting) {
+            return;
+        }
         let Some(shared) = self.shared.upgrade() else {
             return;
         };
@@ -304,7 +387,9 @@ impl Drop for Subscription {
             let mut channels = lock(&shared.channels);
             match channels.get_mut(&self.channel) {
                 Some(entry) => {
-                    entry.named.remove(&self.waiter);
+                    if let Some(named) = entry.named.get_mut(&self.waiter) {
+                        named.holding = true;
+                    }
                     entry.count = entry.count.saturating_sub(1);
                     if entry.count == 0 {
                         entry.generation = entry.generation.wrapping_add(1);
@@ -318,7 +403,7 @@ impl Drop for Subscription {
             }
         };
         let Some(generation) = last else { return };
-        let channel = std::mem::take(&mut self.channel);
+        let channel = self.channel.clone();
         let Ok(runtime) = tokio::runtime::Handle::try_current() else {
             lock(&shared.channels).remove(&channel);
             return;
@@ -497,7 +582,15 @@ mod tests {
                 .iter()
                 .zip(&named)
                 .enumerate()
-                .map(|(place, (id, n))| (id.as_bytes().to_vec(), (place as u64, n.clone())))
+                .map(|(place, (id, n))| {
+                    let named = Named {
+                        place: place as u64,
+                        notify: n.clone(),
+                        handed: Arc::new(HandOffs::new(5)),
+                        holding: false,
+                    };
+                    (id.as_bytes().to_vec(), named)
+                })
                 .collect(),
             recent: VecDeque::new(),
         };
