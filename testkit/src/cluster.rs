@@ -169,6 +169,7 @@ impl Server {
             .spawn()
             .map_err(|e| format!("spawn {}: {e}", self.kind.program()))?;
         let deadline = Instant::now() + READY_TIMEOUT;
+        let ready_before = self.ready_lines();
         loop {
             if let Ok(Some(status)) = child.try_wait() {
                 let log =
@@ -179,7 +180,7 @@ impl Server {
                     self.port
                 ));
             }
-            if self.answers_ping() {
+            if self.answers_as(child.id(), ready_before) {
                 self.child = Some(child);
                 self.paused = false;
                 return Ok(());
@@ -197,15 +198,26 @@ impl Server {
         }
     }
 
-    /// Ready when the server answers anything at all (a `NOAUTH` error is an answer); a TLS
-    /// server when its plain admin port answers and its log says it accepts connections.
-    fn answers_ping(&self) -> bool {
-        if self.tls.is_some() {
-            let log =
-                std::fs::read_to_string(self.dir.path().join("redis.log")).unwrap_or_default();
-            if !log.contains("Ready to accept connections") {
-                return false;
-            }
+    /// How many times this server's log (in its own directory) says it accepts connections:
+    /// once more with each start.
+    fn ready_lines(&self) -> usize {
+        std::fs::read_to_string(self.dir.path().join("redis.log"))
+            .unwrap_or_default()
+            .matches("Ready to accept connections")
+            .count()
+    }
+
+    /// Ready when the server on its port is the process just started (`pid`): its `INFO`
+    /// says so, or, where `INFO` is refused (a server that wants a password), its own log
+    /// says it accepts connections once more than `ready_before`. A TLS server's log must say
+    /// so too. Answering alone is not enough: a port that was free a moment ago can be
+    /// another test's server's by now (ours then fails to bind it and exits), and a test
+    /// whose clients talk to another test's server sees keys it never wrote (a flake seen in
+    /// CI, keys of one semaphore test left on another's master).
+    fn answers_as(&self, pid: u32, ready_before: usize) -> bool {
+        let logged_ready = || self.ready_lines() > ready_before;
+        if self.tls.is_some() && !logged_ready() {
+            return false;
         }
         let Ok(client) = redis::Client::open(self.admin_url()) else {
             return false;
@@ -213,9 +225,11 @@ impl Server {
         let Ok(mut con) = client.get_connection_with_timeout(Duration::from_millis(200)) else {
             return false;
         };
-        match redis::cmd("PING").query::<String>(&mut con) {
-            Ok(_) => true,
-            Err(e) => e.code().is_some(),
+        match redis::cmd("INFO").arg("server").query::<String>(&mut con) {
+            Ok(info) => info
+                .lines()
+                .any(|line| line.trim() == format!("process_id:{pid}")),
+            Err(e) => e.code().is_some() && logged_ready(),
         }
     }
 
@@ -522,13 +536,27 @@ impl Cluster {
         cmd.query(&mut self.servers[i].inspect()).expect("command")
     }
 
-    /// Panics listing the keys if any running server holds a key under `prefix`.
+    /// Panics listing the keys if any running server holds a key under `prefix`, each with
+    /// what it holds (a string's value, another type's name) and its remaining ttl, which
+    /// usually says who left it.
     pub fn assert_no_keys_under(&self, prefix: &[u8]) {
         let left: Vec<_> = self
             .keys()
             .into_iter()
             .filter(|(_, k)| k.starts_with(prefix))
-            .map(|(i, k)| format!("server {i}: {}", k.escape_ascii()))
+            .map(|(i, k)| {
+                let kind: String = self.run(i, redis::cmd("TYPE").arg(&k));
+                let held = if kind == "string" {
+                    self.get(i, &k)
+                        .unwrap_or_default()
+                        .escape_ascii()
+                        .to_string()
+                } else {
+                    format!("a {kind}")
+                };
+                let ttl = self.pttl(i, &k);
+                format!("server {i}: {} = {held} (ttl {ttl} ms)", k.escape_ascii())
+            })
             .collect();
         assert!(left.is_empty(), "keys left behind: {left:?}");
     }
@@ -536,5 +564,40 @@ impl Cluster {
     /// True if a TCP connection to server `i`'s port is accepted (a paused server still accepts).
     pub fn port_open(&self, i: usize) -> bool {
         TcpStream::connect(("127.0.0.1", self.servers[i].port)).is_ok()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A server started on a port another server already listens on fails to bind it and
+    /// exits: that start must fail (its caller then tries another port), never pass for
+    /// ready because the other server answers. Two tests whose free ports collided talked to
+    /// one server that way, each finding keys the other left.
+    ///
+    /// Mutation: readiness by `PING` alone (the harness before, `answers_ping`; run, caught):
+    /// the second start succeeds on the first server's port.
+    #[test]
+    fn a_start_on_a_port_another_server_holds_fails() {
+        let cluster = Cluster::start(1);
+        let first = &cluster.servers[0];
+        let mut second = Server {
+            kind: first.kind,
+            port: first.port,
+            child: None,
+            dir: tempfile::tempdir().expect("temp dir"),
+            persistence: Persistence::None,
+            extra_args: Vec::new(),
+            tls: None,
+            admin_port: None,
+            config: None,
+            paused: false,
+        };
+        let started = second.spawn();
+        assert!(started.is_err(), "started on a port already taken");
+        assert!(
+            cluster.servers[0].answers_as(cluster.servers[0].process_id().expect("running"), 0)
+        );
     }
 }

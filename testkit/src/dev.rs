@@ -144,6 +144,24 @@ impl DevNode {
             .map_err(|e| DevError::Failure(format!("cannot signal node {}: {e}", self.index)))
     }
 
+    /// Whether the server on this node's port is process `pid`: a port free a moment ago can
+    /// be another program's server by now (then ours fails to bind it and exits).
+    fn is_process(&self, pid: u32) -> bool {
+        let Ok(client) = redis::Client::open(format!("redis://127.0.0.1:{}", self.port)) else {
+            return false;
+        };
+        let Ok(mut con) = client.get_connection_with_timeout(Duration::from_millis(200)) else {
+            return false;
+        };
+        redis::cmd("INFO")
+            .arg("server")
+            .query::<String>(&mut con)
+            .is_ok_and(|info| {
+                info.lines()
+                    .any(|line| line.trim() == format!("process_id:{pid}"))
+            })
+    }
+
     fn start(&self, conf: &Path) -> Result<(), DevError> {
         std::fs::create_dir_all(&self.dir)?;
         let log = std::fs::File::create(self.dir.join("redis.log"))?;
@@ -170,7 +188,7 @@ impl DevNode {
         std::fs::write(self.dir.join("pid"), child.id().to_string())?;
         let deadline = Instant::now() + START_TIMEOUT;
         while Instant::now() < deadline {
-            if self.ping(Duration::from_millis(200)).is_ok() {
+            if self.ping(Duration::from_millis(200)).is_ok() && self.is_process(child.id()) {
                 return Ok(());
             }
             if let Ok(Some(_)) = child.try_wait() {
