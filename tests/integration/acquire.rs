@@ -227,6 +227,7 @@ async fn acquire_within_waits_for_an_unreleased_lock_to_expire() {
         .try_acquire("crashy", Duration::from_millis(600))
         .await
         .expect("acquire");
+    let abandoned_token = abandoned.token().expose().as_bytes().to_vec();
     std::mem::forget(abandoned);
     let lock = rl
         .acquire_within("crashy", TTL, Duration::from_secs(5))
@@ -235,7 +236,22 @@ async fn acquire_within_waits_for_an_unreleased_lock_to_expire() {
     assert!(lock.attempts() > 1, "it had to wait");
     lock.release().await.expect("release");
     crate::settled(&rl).await;
-    cluster.assert_no_keys_under(PREFIX);
+    // Nothing left but, for a moment, the abandoned lock's own key on a master that ran its
+    // `SET` late (a straggler of that round: the waiter won on the others), which expires by
+    // itself. A clean-clone CI run and a run under two CPU hogs failed on it: the key listed,
+    // then gone (`TYPE` none) a moment later.
+    let left: Vec<String> = cluster
+        .keys()
+        .into_iter()
+        .filter(|(_, key)| key.starts_with(PREFIX))
+        .filter(|(i, key)| {
+            let kind: String = cluster.run(*i, redis::cmd("TYPE").arg(key));
+            kind != "none"
+                && (kind != "string" || cluster.get(*i, key).is_some_and(|v| v != abandoned_token))
+        })
+        .map(|(i, key)| format!("server {i}: {}", key.escape_ascii()))
+        .collect();
+    assert!(left.is_empty(), "keys left behind: {left:?}");
 }
 
 #[tokio::test]
