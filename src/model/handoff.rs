@@ -593,14 +593,7 @@ mod tests {
         } else {
             Box::new(model.check())
         };
-        let mut found: Vec<&'static str> = checker.discoveries().into_keys().collect();
-        found.sort_unstable();
-        let states = checker.unique_state_count();
-        println!(
-            "{rule:?}: {states} states in {:.1?}, found {found:?}",
-            started.elapsed()
-        );
-        (found, states)
+        crate::model::findings(checker.as_ref(), rule, started)
     }
 
     /// As built, no two holders, and the waiter does hold by messages alone (and by its

@@ -151,6 +151,30 @@ pub(crate) enum TermRule {
 
 mod checks;
 mod handoff;
+mod rwlock;
+
+/// What a finished check found: the names of the properties it discovered (broken, or
+/// reached for a `sometimes`), sorted, and how many states it saw; printed with `what` it
+/// checked and how long that took since `started`.
+fn findings<M>(
+    checker: &dyn stateright::Checker<M>,
+    what: impl std::fmt::Debug,
+    started: std::time::Instant,
+) -> (Vec<&'static str>, usize)
+where
+    M: stateright::Model,
+    M::State: Clone + PartialEq,
+    M::Action: Clone + PartialEq,
+{
+    let mut found: Vec<&'static str> = checker.discoveries().into_keys().collect();
+    found.sort_unstable();
+    let states = checker.unique_state_count();
+    println!(
+        "{what:?}: {states} states in {:.1?}, found {found:?}",
+        started.elapsed()
+    );
+    (found, states)
+}
 mod state;
 mod steps;
 mod wakeups;
