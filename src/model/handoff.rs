@@ -586,14 +586,14 @@ mod tests {
     /// Checks `rule` (breadth-first or not): the properties it found broken, and the number
     /// of states.
     fn broken(rule: HandoffRule, breadth_first: bool) -> (Vec<&'static str>, usize) {
-        let started = std::time::Instant::now();
         let model = HandoffModel { rule };
-        let checker: Box<dyn Checker<HandoffModel>> = if breadth_first {
-            Box::new(model.check_breadth_first())
-        } else {
-            Box::new(model.check())
-        };
-        crate::model::findings(checker.as_ref(), rule, started)
+        crate::model::findings(rule, || -> Box<dyn Checker<HandoffModel>> {
+            if breadth_first {
+                Box::new(model.check_breadth_first())
+            } else {
+                Box::new(model.check())
+            }
+        })
     }
 
     /// As built, no two holders, and the waiter does hold by messages alone (and by its

@@ -153,19 +153,20 @@ mod checks;
 mod handoff;
 mod rwlock;
 
-/// What a finished check found: the names of the properties it discovered (broken, or
-/// reached for a `sometimes`), sorted, and how many states it saw; printed with `what` it
-/// checked and how long that took since `started`.
+/// Runs the check `check` makes and says what it found: the names of the properties it
+/// discovered (broken, or reached for a `sometimes`), sorted, and how many states it saw;
+/// printed with `what` it checked and how long that took.
 fn findings<M>(
-    checker: &dyn stateright::Checker<M>,
     what: impl std::fmt::Debug,
-    started: std::time::Instant,
+    check: impl FnOnce() -> Box<dyn stateright::Checker<M>>,
 ) -> (Vec<&'static str>, usize)
 where
     M: stateright::Model,
     M::State: Clone + PartialEq,
     M::Action: Clone + PartialEq,
 {
+    let started = std::time::Instant::now();
+    let checker = check();
     let mut found: Vec<&'static str> = checker.discoveries().into_keys().collect();
     found.sort_unstable();
     let states = checker.unique_state_count();

@@ -418,14 +418,14 @@ mod tests {
     /// Checks `rule` (every state, or until a property fails): the properties it found
     /// broken or reached, and the number of states.
     fn found(rule: GrantRule, until_broken: bool) -> (Vec<&'static str>, usize) {
-        let started = std::time::Instant::now();
         let model = RwLockModel { rule };
-        let checker: Box<dyn Checker<RwLockModel>> = if until_broken {
-            model.check_until_broken(rule == GrantRule::NoRestartGrace)
-        } else {
-            Box::new(model.check())
-        };
-        crate::model::findings(checker.as_ref(), rule, started)
+        crate::model::findings(rule, || {
+            if until_broken {
+                model.check_until_broken(rule == GrantRule::NoRestartGrace)
+            } else {
+                Box::new(model.check())
+            }
+        })
     }
 
     /// As planned, a writer is never with a reader, readers hold together, and the writer

@@ -378,13 +378,9 @@ impl Queue {
     }
 
     /// Holds the lock releases handed it: stays queued where its hand-off has not come (its
-    /// release leaves the queue there, see `acquire::handed_over`), and no longer counts among
-    /// its client's waiters.
+    /// release leaves the queue there, see `acquire::handed_over`), and stops listening.
     pub(crate) fn hold(mut self) {
         self.joined = false;
-        if let Some(subscription) = self.subscription.as_mut() {
-            subscription.stop_waiting();
-        }
     }
 
     /// Leaves the queue now, waiting for every node but a suspect one (each bounded by the

@@ -90,6 +90,10 @@ impl Waiters {
             self.recent.pop_front();
         }
         self.recent.push_back(seen_as);
+        if self.count == 0 {
+            // Lingering: nobody to wake, and no wake-up to keep for a later waiter.
+            return;
+        }
         match payload.iter().position(|&b| b == b':') {
             Some(colon) => {
                 // `<waiter id>`, or `<waiter id>:<nonce>` for a lock handed with its token.
@@ -98,8 +102,6 @@ impl Waiters {
                     Some(at) => (named.get(..at).unwrap_or_default(), named.get(at + 1..)),
                     None => (named, None),
                 };
-                // Named entries are only ever there while their waiters are subscribed (one
-                // that holds the lock now still hears the other nodes' hand-offs).
                 if let Some(entry) = self.named.get(waiter) {
                     if let (Some(node), Some(nonce)) = (from, nonce) {
                         entry.handed.record(node, nonce);
@@ -107,8 +109,6 @@ impl Waiters {
                     entry.notify.notify_one();
                 }
             }
-            // Lingering: nobody to wake, and no wake-up to keep for a later waiter.
-            None if self.count == 0 => {}
             None => self.wake_first(),
         }
     }
@@ -116,8 +116,7 @@ impl Waiters {
     /// A release that named nobody: wakes the waiter first in the lock's queue (the one the
     /// nodes would have handed the lock to), or, with none queued, the longest waiting.
     fn wake_first(&self) {
-        let waiting = self.named.values().filter(|named| !named.holding);
-        match waiting.min_by_key(|named| named.place) {
+        match self.named.values().min_by_key(|named| named.place) {
             Some(named) => named.notify.notify_one(),
             None => self.notify.notify_one(),
         }
@@ -131,9 +130,6 @@ struct Named {
     /// Woken by each hand-off to it.
     notify: Arc<Notify>,
     handed: Arc<HandOffs>,
-    /// It holds the lock now, handed over by a majority, and only hears the other nodes'
-    /// hand-offs (`Subscription::stop_waiting`).
-    holding: bool,
 }
 
 /// The hand-offs to one waiter: per node, the nonce the last hand-off message from that node
@@ -184,8 +180,6 @@ pub(crate) struct Subscription {
     waiter: Vec<u8>,
     named: Arc<Notify>,
     handed: Arc<HandOffs>,
-    /// Counted among its channel's waiters (until [`stop_waiting`](Self::stop_waiting)).
-    waiting: bool,
 }
 
 impl ReleaseWatch {
@@ -253,7 +247,6 @@ impl ReleaseWatch {
                     place,
                     notify: named.clone(),
                     handed: handed.clone(),
-                    holding: false,
                 };
                 entry.named.insert(waiter.clone(), entry_named);
             }
@@ -284,7 +277,6 @@ impl ReleaseWatch {
             waiter,
             named,
             handed,
-            waiting: true,
         }
     }
 
@@ -361,25 +353,6 @@ impl Subscription {
 
 impl Drop for Subscription {
     fn drop(&mut self) {
-        if let Some(shared) = self.shared.upgrade()
-            && let Some(entry) = lock(&shared.channels).get_mut(&self.channel)
-        {
-            entry.named.remove(&self.waiter);
-        }
-        self.stop_waiting();
-    }
-}
-
-impl Subscription {
-    /// Stops counting as a waiter of its channel: a waiter that holds the lock now (handed
-    /// over by a majority) still hears the other nodes' hand-offs to it until it is dropped,
-    /// but is no longer woken by a release that names nobody, nor keeps this client's next
-    /// acquire of the lock behind it. Once the channel's last waiter stopped, it stays
-    /// subscribed for [`LINGER`] before it unsubscribes.
-    pub(crate) fn stop_waiting(&mut self) {
-        if !std::mem::take(&mut self.waiting) {
-            return;
-        }
         let Some(shared) = self.shared.upgrade() else {
             return;
         };
@@ -387,9 +360,7 @@ impl Subscription {
             let mut channels = lock(&shared.channels);
             match channels.get_mut(&self.channel) {
                 Some(entry) => {
-                    if let Some(named) = entry.named.get_mut(&self.waiter) {
-                        named.holding = true;
-                    }
+                    entry.named.remove(&self.waiter);
                     entry.count = entry.count.saturating_sub(1);
                     if entry.count == 0 {
                         entry.generation = entry.generation.wrapping_add(1);
@@ -403,7 +374,7 @@ impl Subscription {
             }
         };
         let Some(generation) = last else { return };
-        let channel = self.channel.clone();
+        let channel = std::mem::take(&mut self.channel);
         let Ok(runtime) = tokio::runtime::Handle::try_current() else {
             lock(&shared.channels).remove(&channel);
             return;
@@ -587,7 +558,6 @@ mod tests {
                         place: place as u64,
                         notify: n.clone(),
                         handed: Arc::new(HandOffs::new(5)),
-                        holding: false,
                     };
                     (id.as_bytes().to_vec(), named)
                 })
