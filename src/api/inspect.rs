@@ -51,8 +51,9 @@ impl Holding {
     /// listing, not enough to release someone else's lock), or `None` when the key is absent.
     /// A lock a release handed to a queued waiter with the waiter's own token shows that
     /// token's digits, as the waiter's own grant would. For a few milliseconds after a release
-    /// that handed the lock to a fenced waiter, `handoff:<waiter id>`: the lock is reserved
-    /// for that waiter (no token, no validity) until its round takes it.
+    /// that handed the lock to a fenced waiter (or a permit to a semaphore's waiter),
+    /// `handoff:<waiter id>`: it is reserved for that waiter (no token, no validity) until
+    /// its round takes it.
     pub fn holder(&self) -> Option<String> {
         self.token.as_ref().map(|t| {
             let shown = if t.starts_with(b"handoff:") {

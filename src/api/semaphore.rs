@@ -77,10 +77,11 @@ impl RedLock {
 /// Each acquire takes one [`Permit`] for a ttl, granted only when a majority of the masters
 /// granted that same permit with validity left; a permit is renewed, leased and released like
 /// a [`Lock`] (it is one, on the permit's key). A holder that dies leaks nothing: its permit
-/// expires with its ttl. Waiters wake when any permit is released (one pub/sub channel per
-/// semaphore), and otherwise retry on the client's retry delays, never sleeping past the
-/// earliest expiry the masters reported; they do not queue, so under contention the first
-/// to retry after a release gets the permit.
+/// expires with its ttl. Waiters queue for their turn, one queue per semaphore: a released
+/// permit is reserved for the first waiter still waiting and its client alone is woken, so
+/// under contention permits go in arrival order, and a releaser asking again at once does not
+/// take its permit back. Waiters otherwise retry on the client's retry delays, never
+/// sleeping past the earliest expiry the masters reported (`DESIGN.md` §7a).
 #[derive(Debug, Clone)]
 pub struct Semaphore {
     redlock: RedLock,

@@ -14,6 +14,11 @@ pub(crate) struct PermitKeys {
     /// (`scripts::ACQUIRE_PERMIT`).
     pub(crate) record: Vec<u8>,
     pub(crate) channel: Vec<u8>,
+    /// Where this semaphore's waiters of this number of permits queue (`prefix{name}:permits:<P>`,
+    /// the queue's keys beside it, `resource::queue_keys`): one queue per number, so a release
+    /// never reserves a permit for a waiter that counts fewer permits and never looks at it
+    /// (the record keeps two numbers from being in use at once, but not from waiting at once).
+    pub(crate) queue_base: Vec<u8>,
 }
 
 impl PermitKeys {
@@ -24,10 +29,13 @@ impl PermitKeys {
             .collect();
         let channel = resource::release_channel(&resource::permit_key(prefix, name, 0));
         let record = resource::permit_count_key(prefix, name);
+        let mut queue_base = record.clone();
+        queue_base.extend_from_slice(format!(":{permits}").as_bytes());
         Self {
             keys,
             record,
             channel,
+            queue_base,
         }
     }
 

@@ -257,10 +257,17 @@ async fn round(
         Delete::Silent,
     );
     let fence_keys = fencing.then(|| resource::fence_keys(&shared.config.key_prefix, resource));
+    // A waiter's round goes, on each node, behind its last cleanup still running there (a
+    // script sent by hash waits for the answer of the round it cleans up): landing after this
+    // round, or after the leaving round behind it, the cleanup would queue the waiter again.
+    let mut behind = None;
     if let Some((Some(queue), _)) = queue.as_mut() {
         queue.before_round(shared);
-        if !fencing && queue.is_joined() {
-            queue.register(&token);
+        if queue.is_joined() {
+            behind = queue.behind();
+            if !fencing {
+                queue.register(&token);
+            }
         }
     }
     let joined = queue
@@ -284,7 +291,13 @@ async fn round(
     .settled_nodes_only();
     let round = shared
         .fanout()
-        .run(request, timing.per_node_timeout, Wait::UntilDecided)
+        .run_behind(
+            request,
+            timing.per_node_timeout,
+            Wait::UntilDecided,
+            behind.as_ref(),
+            || {},
+        )
         .await;
     cleanup.after(round.stragglers.clone());
     let unseeded = fencing && fencing::found_unseeded(shared, &round);

@@ -48,13 +48,26 @@ impl Cleanup {
     }
 
     /// [`run`](Self::run) also joins `queue` (the spawned cleanup of a dropped future does
-    /// not: the queue's own `Drop` leaves it).
+    /// not: the queue's own `Drop` leaves it): a lock's silent delete becomes
+    /// [`Delete::SilentAndQueue`], a failed permit round's give-back (over every permit, with
+    /// the record) [`Delete::GiveBackAndQueue`].
     pub(crate) fn queue_as(&mut self, queue: &Queue) {
         let (keys, arguments) = queue.arguments();
-        self.delete = Delete::SilentAndQueue {
-            keys,
-            arguments,
-            registration: queue.registration_arguments(),
+        self.delete = match std::mem::replace(&mut self.delete, Delete::Silent) {
+            Delete::GiveBack {
+                others,
+                record: Some(record),
+            } => Delete::GiveBackAndQueue {
+                others,
+                record,
+                keys,
+                arguments,
+            },
+            _ => Delete::SilentAndQueue {
+                keys,
+                arguments,
+                registration: queue.registration_arguments(),
+            },
         };
     }
 
@@ -110,6 +123,10 @@ impl Drop for Cleanup {
         // Silent even if the round would have queued: the acquire is gone.
         let delete = match &self.delete {
             Delete::SilentAndQueue { .. } => Delete::Silent,
+            Delete::GiveBackAndQueue { others, record, .. } => Delete::GiveBack {
+                others: others.clone(),
+                record: Some(record.clone()),
+            },
             other => other.clone(),
         };
         let tracker = shared.clone();

@@ -19,8 +19,10 @@
 //! Grants of different permits are never added up: that is the mistake above.
 //!
 //! A permit, once taken, is a [`Lock`](crate::Lock) on its key: extend, lease and release
-//! are the lock's. Releases of any permit publish on one channel per semaphore, which
-//! waiters listen on (`resource::release_channel`).
+//! are the lock's. Waiters queue as a lock's do, in one queue per semaphore
+//! (`crate::protocol::queue`): a release hands its permit to the first live waiter, whose next
+//! round takes it (`scripts::QUEUED_ACQUIRE_PERMIT`); with nobody waiting it publishes on one
+//! channel per semaphore (`resource::release_channel`).
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -42,7 +44,8 @@ use crate::errors::error::{Error, Failure, Operation};
 use crate::protocol::acquire::Acquired;
 use crate::protocol::between_rounds::give_up_or_wait;
 use crate::protocol::cleanup::Cleanup;
-use crate::protocol::release::Delete;
+use crate::protocol::queue::Queue;
+use crate::protocol::release::{Delete, hand_over_arguments_on};
 use crate::protocol::shared::Shared;
 use crate::scripts;
 
@@ -69,20 +72,31 @@ pub(crate) struct TakenPermit {
 pub(crate) async fn acquire_permit(
     shared: &Arc<Shared>,
     name: &[u8],
-    permits: &PermitKeys,
+    permits: &Arc<PermitKeys>,
     timing: &Timing,
     policy: &RetryPolicy,
 ) -> Result<TakenPermit, Error> {
-    let PermitKeys { keys, channel, .. } = permits;
+    let PermitKeys { keys, channel, .. } = &**permits;
     let started = Instant::now();
     let deadline = policy.wait_limit().and_then(|w| started.checked_add(w));
     let mut attempts = 0u32;
     let mut subscription = None;
     let mut split_retries_left = SPLIT_RETRIES;
+    // Waiters queue for their turn as a lock's do (not an acquire that never waits; a
+    // semaphore exists only under the tagged layout, whose keys are all ours).
+    let queues = shared.config.wait_for_release && policy.attempts_limit() != Some(1);
+    let mut queue: Option<Queue> = None;
     loop {
         attempts = attempts.saturating_add(1);
-        let failed = match permit_round(shared, permits, timing).await {
+        // A last attempt does not join the queue: it would only have to leave it again.
+        let will_retry = policy.attempts_limit().is_none_or(|max| attempts < max)
+            && deadline.is_none_or(|d| Instant::now() < d);
+        let queueing = queues.then_some((&mut queue, policy));
+        let failed = match permit_round(shared, permits, timing, queueing, will_retry).await {
             Ok((round, token, index)) => {
+                if let Some(queue) = queue.take() {
+                    queue.leave_after(&round, &token);
+                }
                 let key = keys.get(index as usize).cloned().unwrap_or_default();
                 let acquired = Acquired {
                     deadline: round.valid_until(timing),
@@ -99,6 +113,9 @@ pub(crate) async fn acquire_permit(
             Err(failed) => failed,
         };
         if let Some(in_use_with) = failed.count_differs {
+            if let Some(queue) = queue.take() {
+                queue.leave().await;
+            }
             let failure = Failure::new(
                 Operation::Acquire,
                 name,
@@ -118,7 +135,7 @@ pub(crate) async fn acquire_permit(
             attempts -= 1;
             continue;
         }
-        let delay = give_up_or_wait(
+        let delay = match give_up_or_wait(
             shared,
             policy,
             (started, deadline),
@@ -126,8 +143,16 @@ pub(crate) async fn acquire_permit(
             name,
             failed.rejection,
             failed.report,
-        )?;
-        if subscription.is_none() && shared.config.wait_for_release {
+        ) {
+            Ok(delay) => delay,
+            Err(error) => {
+                if let Some(queue) = queue.take() {
+                    queue.leave().await;
+                }
+                return Err(error);
+            }
+        };
+        if queue.is_none() && subscription.is_none() && shared.config.wait_for_release {
             subscription = Some(
                 shared
                     .releases
@@ -135,8 +160,12 @@ pub(crate) async fn acquire_permit(
                     .await,
             );
         }
+        let watch = queue
+            .as_ref()
+            .and_then(Queue::subscription)
+            .or(subscription.as_ref());
         let woken = async {
-            match &subscription {
+            match watch {
                 Some(watch) => watch.woken().await,
                 None => std::future::pending().await,
             }
@@ -166,11 +195,20 @@ struct LostPermitRound {
 const SPLIT_RETRIES: u8 = 3;
 
 /// One round: every master grants the first free permit in this round's order; the permit a
-/// majority granted, with validity left, is ours, and every other grant is given back.
+/// majority granted, with validity left, is ours, and every other grant is given back. With
+/// `queue` (an acquire that may queue: its queue, made when first needed, and its policy), the
+/// round is the queued acquire once the waiter has joined (it may also take a permit reserved
+/// for it), and a failed round's give-back joins the queue (or keeps its place) unless this
+/// was the last attempt (`will_retry`).
+///
+/// # Cancel safety
+/// Dropped mid-round, its `Cleanup` gives back the grants in the background.
 async fn permit_round(
     shared: &Arc<Shared>,
-    permits: &PermitKeys,
+    permits: &Arc<PermitKeys>,
     timing: &Timing,
+    mut queue: Option<(&mut Option<Queue>, &RetryPolicy)>,
+    will_retry: bool,
 ) -> Result<(Round, Token, u32), LostPermitRound> {
     let keys = &permits.keys;
     let token = Token::generate_about(shared.config.holder_info.as_deref());
@@ -200,23 +238,58 @@ async fn permit_round(
     );
     let mut keys_and_record = in_order;
     keys_and_record.push(permits.record.clone());
+    let numbers = order.iter().map(|i| i.to_string().into_bytes());
+    // Behind the waiter's last give-back still running on a node, as a lock's queued round
+    // (`crate::protocol::acquire`).
+    let mut behind = None;
+    if let Some((Some(queue), _)) = queue.as_mut() {
+        queue.before_round(shared);
+        if queue.is_joined() {
+            behind = queue.behind();
+        }
+    }
+    let joined = queue
+        .as_ref()
+        .and_then(|(slot, _)| slot.as_ref())
+        .filter(|q| q.is_joined());
+    let (script, payload) = match joined {
+        Some(queue) => {
+            let (queue_keys, waiter) = queue.arguments();
+            keys_and_record.extend(queue_keys);
+            // A release id of its own: the token's would show part of a holder's token.
+            let hand_over = hand_over_arguments_on(
+                permits.channel.clone(),
+                &Token::generate().release_id(),
+                timing.per_node_timeout,
+            );
+            let payload = numbers.chain(waiter).chain(hand_over).collect();
+            (&scripts::QUEUED_ACQUIRE_PERMIT, payload)
+        }
+        None => (&scripts::ACQUIRE_PERMIT, numbers.collect()),
+    };
     let request = Request::new(
         Operation::Acquire,
-        Command::Script(&scripts::ACQUIRE_PERMIT),
+        Command::Script(script),
         &head,
         &token,
         NodeOutcome::Granted,
     )
     .with_extra_keys(keys_and_record)
     .with_number(timing.ttl_ms)
-    .with_payload(order.iter().map(|i| i.to_string().into_bytes()).collect())
+    .with_payload(payload)
     .settled_nodes_only();
     // Decided on the permits' own counts: the engine's tally counts a grant of any permit,
     // and stopping at two grants of different permits would fail a round whose next answer
     // (a suspect master's too) makes one of them a majority.
     let mut round = shared
         .fanout()
-        .run(request, timing.per_node_timeout, Wait::UntilPermitDecided)
+        .run_behind(
+            request,
+            timing.per_node_timeout,
+            Wait::UntilPermitDecided,
+            behind.as_ref(),
+            || {},
+        )
         .await;
     cleanup.after(round.stragglers.clone());
     let chosen = most_granted(&round, count);
@@ -230,7 +303,30 @@ async fn permit_round(
         }
         (verdict, _) => {
             let rejection = verdict.err().unwrap_or(Rejection::Busy);
-            let _undone = cleanup.run().await;
+            // A waiter that will try again (not one whose semaphore counts other permits: it
+            // gives up) joins the queue, or keeps its place, as it gives its grants back
+            // silently. Whichever cleanup ran, a waiter that may have joined leaves behind it.
+            let still_running = match queue {
+                Some((slot, policy)) if will_retry && count_differs.is_none() => {
+                    let queue = slot
+                        .get_or_insert_with(|| Queue::for_permits(shared, permits, timing, policy));
+                    queue.join(shared, &permits.channel).await;
+                    cleanup.queue_as(queue);
+                    let (_undone, still_running) = cleanup.run().await;
+                    still_running.map(|s| (queue, s))
+                }
+                Some((slot, _)) => {
+                    let (_undone, still_running) = cleanup.run().await;
+                    slot.as_mut().zip(still_running)
+                }
+                None => {
+                    let _undone = cleanup.run().await;
+                    None
+                }
+            };
+            if let Some((queue, stragglers)) = still_running {
+                queue.leave_behind(stragglers);
+            }
             let split = round
                 .report
                 .iter()

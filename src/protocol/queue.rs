@@ -5,6 +5,7 @@ use std::time::Duration;
 
 use crate::core::clock::Awake;
 use crate::core::config::Timing;
+use crate::core::permit_keys::PermitKeys;
 use crate::core::report::NodeOutcome;
 use crate::core::resource;
 use crate::core::retry::RetryPolicy;
@@ -13,21 +14,26 @@ use crate::core::token::Token;
 use crate::engine::request::{InParts, Request};
 use crate::engine::round::{Round, Stragglers, Wait};
 use crate::errors::error::Operation;
-use crate::protocol::release::hand_over_arguments;
+use crate::protocol::release::{hand_over_arguments, hand_over_arguments_on};
 use crate::protocol::shared::Shared;
 use crate::scripts;
 use crate::voters::release_watch::Subscription;
 
-/// A waiting acquire's place in the lock's queue on the nodes (`scripts::QUEUED_ACQUIRE`): a
-/// release hands the lock to the first live waiter, so waiters are served in turn and a
-/// releaser's next acquire cannot take the lock from them. It joins with the cleanup of its
-/// first refused round (`scripts::UNDO_AND_QUEUE`) and leaves when dropped: on success, on
-/// giving up, or cancelled, a tracked background round (`RedLock::settle` waits for it)
-/// removes it from every node.
+/// A waiting acquire's place in the lock's queue on the nodes (`scripts::QUEUED_ACQUIRE`), or
+/// in a semaphore's (`scripts::QUEUED_ACQUIRE_PERMIT`, one queue for all its permits): a
+/// release hands the lock (the permit) to the first live waiter, so waiters are served in
+/// turn and a releaser's next acquire cannot take it from them. It joins with the cleanup of
+/// its first refused round (`scripts::UNDO_AND_QUEUE`, `scripts::GIVE_BACK_AND_QUEUE`) and
+/// leaves when dropped: on success, on giving up, or cancelled, a tracked background round
+/// (`RedLock::settle` waits for it) removes it from every node.
 #[derive(Debug)]
 pub(crate) struct Queue {
     shared: Arc<Shared>,
+    /// The lock's key, or a semaphore's queue base (`PermitKeys::queue_base`): the queue's
+    /// keys are beside it, in its hash slot.
     key: Vec<u8>,
+    /// A semaphore's queue: its permits, which its leaving round passes on.
+    permits: Option<Arc<PermitKeys>>,
     /// `<client>.<random>`, drawn when it first listens. Not secret: release messages name it.
     waiter: String,
     /// How long a registration stays live without another round.
@@ -115,6 +121,7 @@ impl Queue {
         Self {
             shared: shared.clone(),
             key: key.to_vec(),
+            permits: None,
             // Both drawn when it first listens: an acquire that wins its first round (the
             // common case) never pays for them.
             waiter: String::new(),
@@ -128,6 +135,18 @@ impl Queue {
             ttl_ms: timing.ttl_ms,
             registration: None,
         }
+    }
+
+    /// A waiter's place in the queue of the semaphore whose keys are `permits`.
+    pub(crate) fn for_permits(
+        shared: &Arc<Shared>,
+        permits: &Arc<PermitKeys>,
+        timing: &Timing,
+        policy: &RetryPolicy,
+    ) -> Self {
+        let mut queue = Self::new(shared, &permits.queue_base, timing, policy);
+        queue.permits = Some(permits.clone());
+        queue
     }
 
     /// Listens for the hand-offs to this waiter (and, as its client's waiter with this
@@ -275,6 +294,14 @@ impl Queue {
         self.after.take()
     }
 
+    /// Its requests still running on some node, for its next round to go behind. Kept, not
+    /// taken: should that round's request to such a node never be sent (the acquire dropped
+    /// while it waited), whatever comes after, its leaving included, must still go behind
+    /// them; the round's cleanup replaces them with its own, which go behind the round.
+    pub(crate) fn behind(&self) -> Option<Stragglers> {
+        self.after.clone()
+    }
+
     /// The queue's keys, and the waiter's id and liveness, as a queued script's arguments.
     pub(crate) fn arguments(&self) -> (Vec<Vec<u8>>, Vec<Vec<u8>>) {
         (
@@ -306,6 +333,9 @@ impl Queue {
     /// already reserved for it (`scripts::DEQUEUE`).
     fn leave_request(&self, holding: Option<&Token>) -> Request {
         let (keys, _) = self.arguments();
+        if let Some(permits) = &self.permits {
+            return self.leave_permits_request(permits, keys);
+        }
         let mut arguments = hand_over_arguments(
             &self.key,
             &Token::generate().release_id(),
@@ -324,6 +354,27 @@ impl Queue {
         .with_extra_keys(keys)
         .in_parts(InParts::LeaveQueue)
         .with_payload(arguments)
+    }
+
+    /// A semaphore waiter's leaving round (`scripts::DEQUEUE_PERMIT`): every permit, then the
+    /// queue's `keys`. Never sent in parts: in a half-moved slot the entry lapses with its
+    /// liveness.
+    fn leave_permits_request(&self, permits: &PermitKeys, keys: Vec<Vec<u8>>) -> Request {
+        let mut all = permits.keys.iter().cloned();
+        let first = all.next().unwrap_or_default();
+        Request::for_waiter(
+            Operation::Release,
+            &scripts::DEQUEUE_PERMIT,
+            &first,
+            &self.waiter,
+            NodeOutcome::Released,
+        )
+        .with_extra_keys(all.chain(keys).collect())
+        .with_payload(hand_over_arguments_on(
+            permits.channel.clone(),
+            &Token::generate().release_id(),
+            self.per_node_timeout,
+        ))
     }
 
     /// The leaving round, on each node behind this waiter's requests still running there

@@ -99,9 +99,20 @@ pub(crate) enum Delete {
         record: Option<Vec<u8>>,
     },
     /// The release of a semaphore's permit: compare-and-delete, the semaphore's record of its
-    /// number of permits deleted once none is held, published on the semaphore's channel
+    /// number of permits deleted once none is held, handed to the first live waiter of the
+    /// semaphore's queue (or published on the semaphore's channel when none is)
     /// (`scripts::RELEASE_PERMIT`).
     ReleasePermit(Arc<PermitKeys>),
+    /// The cleanup of a failed permit round whose acquire waits on (`scripts::GIVE_BACK_AND_QUEUE`):
+    /// joins the semaphore's queue, with the queue's keys and the waiter's id, liveness and
+    /// place, and silently deletes each permit the round was granted (the delete's key and
+    /// `others`); the record goes once no permit is held.
+    GiveBackAndQueue {
+        others: Vec<Vec<u8>>,
+        record: Vec<u8>,
+        keys: Vec<Vec<u8>>,
+        arguments: Vec<Vec<u8>>,
+    },
 }
 
 /// Compare-and-delete of `key` on every node, waiting for every answer or timeout (but a
@@ -238,15 +249,38 @@ async fn delete_everywhere(
                     .chain(record.as_ref().map(|_| b"1".to_vec()))
                     .collect(),
             ),
+        // The record, every permit, then the semaphore's queue (a semaphore exists only under
+        // the tagged layout), and what a hand-over needs.
         Delete::ReleasePermit(permits) => compare_and_delete(&scripts::RELEASE_PERMIT)
             .with_extra_keys(
                 std::iter::once(&permits.record)
                     .chain(&permits.keys)
                     .cloned()
+                    .chain(resource::queue_keys(&permits.queue_base))
                     .collect(),
             )
             .in_parts(InParts::LockKeyAlone)
-            .with_payload(vec![channel.clone(), release_id.as_bytes().to_vec()]),
+            .with_payload(hand_over_arguments_on(
+                channel.clone(),
+                &release_id,
+                per_node_timeout,
+            )),
+        // Every other permit, the record and the queue; the waiter's id, liveness and place.
+        Delete::GiveBackAndQueue {
+            others,
+            record,
+            keys,
+            arguments,
+        } => compare_and_delete(&scripts::GIVE_BACK_AND_QUEUE)
+            .with_extra_keys(
+                others
+                    .iter()
+                    .chain(std::iter::once(record))
+                    .chain(keys)
+                    .cloned()
+                    .collect(),
+            )
+            .with_payload(arguments.clone()),
     };
     // Our own first queued waiter need not wait for the message to come back from a node, nor
     // even for the deletes to be done: its round shares our connections, so each node runs
@@ -288,7 +322,7 @@ pub(crate) fn hand_over_arguments(
 }
 
 /// [`hand_over_arguments`] with the lock's release channel already made.
-fn hand_over_arguments_on(
+pub(crate) fn hand_over_arguments_on(
     channel: Vec<u8>,
     release_id: &str,
     per_node_timeout: Duration,

@@ -130,8 +130,10 @@ impl std::fmt::Debug for LuaScript {
 
 /// Every script sent by hash, for loading them all on a new connection (`QUEUED_ACQUIRE` is
 /// sent whole).
-pub(crate) fn all() -> [&'static LuaScript; 20] {
+pub(crate) fn all() -> [&'static LuaScript; 22] {
     [
+        &GIVE_BACK_AND_QUEUE,
+        &DEQUEUE_PERMIT,
         &ACQUIRE_MANY,
         &EXTEND_MANY,
         &RELEASE_MANY,
@@ -297,14 +299,76 @@ pub(crate) static GIVE_BACK_PERMITS: LuaScript = LuaScript::new(lua!(
 /// - deletes the record once no permit is held (a semaphore leaves nothing behind, also on a
 ///   master that granted this round another permit and never held ours).
 ///
-/// Nothing is handed over: permits do not queue. With `KEYS[1]` alone (a half-moved cluster
-/// slot), the record is left to its ttl.
+/// With the semaphore's queue (`ARGV[4]` the reservation in ms, and the queue's two keys after
+/// every permit's, `resource::queue_keys` of the record), the released permit is handed to the
+/// first live waiter (`lua/hand_over.lua`: reserved for it, `handoff:<id>`, and the message on
+/// its client's channel), as a lock's release hands the lock; only with nobody live is it
+/// deleted and the release published to all. With `KEYS[1]` alone (a half-moved cluster
+/// slot), it is deleted and published, and the record is left to its ttl.
 pub(crate) static RELEASE_PERMIT: LuaScript = LuaScript::new(lua!(
     "not_ours",
     "delete_ours",
     "forget_permit_count",
+    "hand_over",
     "release_permit"
 ));
+
+/// `KEYS[1..P]` the keys of a semaphore's permits, in the order this round tries them,
+/// `KEYS[P + 1]` its record of its number of permits, `KEYS[P + 2]` and `KEYS[P + 3]` its
+/// queue and its waiters' liveness (`resource::queue_keys` of the record); `ARGV[1]` token,
+/// `ARGV[2]` ttl in ms, `ARGV[2 + i]` the number of the permit `KEYS[i]`, then the waiter's
+/// id, liveness in ms and place (as `QUEUED_ACQUIRE`'s), then the release channel, a release
+/// id and the reservation in ms (as `RELEASE`'s).
+///
+/// The acquire of a semaphore's waiter (an acquire whose earlier round found every permit
+/// held): the permits' queue is the lock's (`DESIGN.md` §7a), one per semaphore. Refuses a
+/// record of another number as `ACQUIRE_PERMIT` does. Else takes, in this round's order, the
+/// first permit that is free, reserved for this waiter by a release (`handoff:<id>`), or, when
+/// a release reserved one here for this waiter, reserved for another waiter; it leaves the
+/// queue, passes its other reservations on (the first to the waiter whose reservation it took,
+/// with that one's ttl; the rest to the next live waiter, as a release would), sets the record
+/// as `ACQUIRE_PERMIT` does and answers `{-1, its number, 0}`. Why take another's
+/// reservation: concurrent releases of two permits reach the masters in different orders, so
+/// one master reserves permit 1 for waiter A and 2 for B, another the other way round; each
+/// waiter taking the first in its round's order on every master where it has one makes its
+/// grants agree on one permit. A reservation holds no token, so swapping two is no grant.
+/// Otherwise joins the queue or keeps its place and answers the shortest ttl among the
+/// permits (`-3` when none expires). Sent whole (`EVAL`), as `QUEUED_ACQUIRE` is and for its
+/// reason.
+pub(crate) static QUEUED_ACQUIRE_PERMIT: LuaScript = LuaScript::sent_whole(lua!(
+    "mark_waited",
+    "join_queue",
+    "hand_over",
+    "queued_acquire_permit"
+));
+
+/// `KEYS[1..P]` every permit key of a semaphore, `KEYS[P + 1]` its record, `KEYS[P + 2]` and
+/// `KEYS[P + 3]` its queue and liveness; `ARGV[1]` token, `ARGV[2]` the waiter's id,
+/// `ARGV[3]` liveness in ms, `ARGV[4]` its place.
+///
+/// The cleanup of a failed permit round whose acquire will wait, as `UNDO_AND_QUEUE` is a
+/// lock's: joins the queue (or keeps its place) and silently deletes each permit that holds
+/// the token, handing nothing over and publishing nothing. Handing a round's own grant over
+/// (to itself, when first in the queue) and waking its waiter would have a waiter whose
+/// rounds find a permit free on a minority of masters take it, fail, give it back to itself
+/// and wake again, for as long as the majority is held. The record goes once no permit is
+/// held. `-1`. Never sent in parts (a half-moved slot refuses it; the waiter's grants there
+/// lapse by their ttl).
+pub(crate) static GIVE_BACK_AND_QUEUE: LuaScript = LuaScript::new(lua!(
+    "mark_waited",
+    "join_queue",
+    "delete_ours",
+    "forget_permit_count",
+    "give_back_and_queue"
+));
+
+/// `KEYS[1..P]` every permit key of a semaphore, `KEYS[P + 1]` and `KEYS[P + 2]` its queue and
+/// liveness; `ARGV[1]` the waiter's id, then as `RELEASE`: `ARGV[2]` release channel, `ARGV[3]`
+/// a release id, `ARGV[4]` the reservation in ms. Leaves the semaphore's queue (as `DEQUEUE`
+/// leaves a lock's) and passes on every permit reserved here for this waiter, as the release
+/// that reserved it would have. `-1`. Never sent in parts (a half-moved slot refuses it; the
+/// waiter's entry lapses with its liveness).
+pub(crate) static DEQUEUE_PERMIT: LuaScript = LuaScript::new(lua!("hand_over", "dequeue_permit"));
 
 /// `KEYS[1]` lock key, `KEYS[2]` its waiters' queue, `KEYS[3]` their liveness; `ARGV[1]`
 /// token, `ARGV[2]` the waiter's id, `ARGV[3]` liveness in ms, `ARGV[4]` its place.
@@ -530,7 +594,11 @@ mod tests {
     /// `fence_take.lua`, `fence_term.lua` and `mark_waited.lua` with every queued fenced round.
     #[test]
     fn scripts_sent_whole_travel_without_their_comments() {
-        for lua in [&QUEUED_ACQUIRE, &QUEUED_ACQUIRE_FENCED] {
+        for lua in [
+            &QUEUED_ACQUIRE,
+            &QUEUED_ACQUIRE_FENCED,
+            &QUEUED_ACQUIRE_PERMIT,
+        ] {
             let sent = lua.code();
             assert!(!sent.lines().any(|l| l.trim_start().starts_with("--")));
             assert!(
@@ -1193,6 +1261,209 @@ mod tests {
             // The record of the number of permits stays while permits are held.
             let record: Option<String> = cluster.run(0, redis::cmd("GET").arg("s:{p}:permits"));
             assert_eq!(record.as_deref(), Some("3"));
+        }
+
+        /// The keys of the two-permit semaphore `s:{p}` the queue tests use.
+        const PERMIT_0: &str = "s:{p}:permit:0";
+        const PERMIT_1: &str = "s:{p}:permit:1";
+        const RECORD: &str = "s:{p}:permits";
+        const PERMITS_QUEUE: &str = "s:{p}:permits:queue";
+        const PERMITS_WAITERS: &str = "s:{p}:permits:waiters";
+
+        /// `lua` with `keys` and `argv` on server 0.
+        fn run_script<T: redis::FromRedisValue>(
+            cluster: &Cluster,
+            lua: &'static super::super::LuaScript,
+            keys: &[&str],
+            argv: &[&str],
+        ) -> T {
+            let mut cmd = redis::cmd("EVAL");
+            cmd.arg(lua.code()).arg(keys.len());
+            for k in keys {
+                cmd.arg(*k);
+            }
+            for a in argv {
+                cmd.arg(*a);
+            }
+            cluster.run(0, &cmd)
+        }
+
+        /// Waiter `id` (place `place`, live for long) queues for the semaphore `s:{p}`.
+        fn queue_for_permits(cluster: &Cluster, id: &str, place: u64) {
+            let _: i64 = cluster.run(0, redis::cmd("ZADD").arg(PERMITS_QUEUE).arg(place).arg(id));
+            let _: i64 = cluster.run(
+                0,
+                redis::cmd("HSET").arg(PERMITS_WAITERS).arg(id).arg(FOREVER),
+            );
+        }
+
+        /// Waiter `id`'s queued permit round with `token`, trying permit `first` first.
+        fn queued_permit_round(
+            cluster: &Cluster,
+            token: &str,
+            id: &str,
+            first: u32,
+        ) -> redis::Value {
+            let (a, b) = if first == 0 {
+                ((PERMIT_0, "0"), (PERMIT_1, "1"))
+            } else {
+                ((PERMIT_1, "1"), (PERMIT_0, "0"))
+            };
+            run_script(
+                cluster,
+                &super::super::QUEUED_ACQUIRE_PERMIT,
+                &[a.0, b.0, RECORD, PERMITS_QUEUE, PERMITS_WAITERS],
+                &[
+                    token, "10000", a.1, b.1, id, "60000", "1", "ch", "r", "5000",
+                ],
+            )
+        }
+
+        fn value_of(cluster: &Cluster, key: &str) -> Option<String> {
+            cluster.run(0, redis::cmd("GET").arg(key))
+        }
+
+        fn permit_waiters(cluster: &Cluster) -> Vec<String> {
+            cluster.run(0, redis::cmd("ZRANGE").arg(PERMITS_QUEUE).arg(0).arg(-1))
+        }
+
+        fn granted(permit: i64) -> redis::Value {
+            use redis::Value;
+            Value::Array(vec![Value::Int(-1), Value::Int(permit), Value::Int(0)])
+        }
+
+        /// A released permit is reserved for the first live waiter of the semaphore's queue;
+        /// another waiter's round does not take it; that waiter's round does, and leaves the
+        /// queue.
+        ///
+        /// Mutation: `RELEASE_PERMIT` deleting the permit instead of handing it over (the
+        /// `hand_over` call replaced by a `DEL`): the permit is free, not reserved, and the
+        /// later waiter takes it.
+        #[test]
+        fn a_released_permit_is_reserved_for_the_first_waiter_in_the_semaphores_queue() {
+            let cluster = Cluster::start(1);
+            for (key, holder) in [(PERMIT_0, "a"), (PERMIT_1, "b"), (RECORD, "2")] {
+                let _: () = cluster.run(
+                    0,
+                    redis::cmd("SET").arg(key).arg(holder).arg("PX").arg(60_000),
+                );
+            }
+            queue_for_permits(&cluster, "c.w", 1);
+            queue_for_permits(&cluster, "c.v", 2);
+            let released: i64 = run_script(
+                &cluster,
+                &super::super::RELEASE_PERMIT,
+                &[
+                    PERMIT_0,
+                    RECORD,
+                    PERMIT_0,
+                    PERMIT_1,
+                    PERMITS_QUEUE,
+                    PERMITS_WAITERS,
+                ],
+                &["a", "ch", "r1", "5000"],
+            );
+            assert_eq!(released, -1);
+            assert_eq!(value_of(&cluster, PERMIT_0).as_deref(), Some("handoff:c.w"));
+            assert_eq!(permit_waiters(&cluster), ["c.v"]);
+            // The later waiter is refused (the shortest ttl) and keeps its place.
+            match queued_permit_round(&cluster, "tv", "c.v", 0) {
+                redis::Value::Int(ttl) => assert!((1..=5_000).contains(&ttl), "{ttl}"),
+                other => panic!("the later waiter took {other:?}"),
+            }
+            assert_eq!(permit_waiters(&cluster), ["c.v"]);
+            // The first waiter takes its permit, whatever its round's order.
+            assert_eq!(queued_permit_round(&cluster, "tw", "c.w", 1), granted(0));
+            assert_eq!(value_of(&cluster, PERMIT_0).as_deref(), Some("tw"));
+            assert_eq!(permit_waiters(&cluster), ["c.v"]);
+        }
+
+        /// Releases of two permits reached this master in the other order than elsewhere:
+        /// permit 0 is reserved for `c.w`, permit 1 for `c.v`. `c.v`'s round, trying permit 0
+        /// first as on every master, takes permit 0 and leaves `c.w` its own reservation on
+        /// permit 1, so each waiter's grants agree across masters.
+        ///
+        /// Mutation: no swap (a waiter takes only a free permit or its own reservation): `c.v`
+        /// is granted permit 1 on this master and permit 0 where the order was the other.
+        #[test]
+        fn crossed_reservations_follow_the_rounds_order() {
+            let cluster = Cluster::start(1);
+            let _: () = cluster.run(
+                0,
+                redis::cmd("SET").arg(RECORD).arg("2").arg("PX").arg(60_000),
+            );
+            for (key, value) in [(PERMIT_0, "handoff:c.w"), (PERMIT_1, "handoff:c.v")] {
+                let _: () = cluster.run(
+                    0,
+                    redis::cmd("SET").arg(key).arg(value).arg("PX").arg(5_000),
+                );
+            }
+            assert_eq!(queued_permit_round(&cluster, "tv", "c.v", 0), granted(0));
+            assert_eq!(value_of(&cluster, PERMIT_1).as_deref(), Some("handoff:c.w"));
+            let ttl: i64 = cluster.run(0, redis::cmd("PTTL").arg(PERMIT_1));
+            assert!(
+                (1..=5_000).contains(&ttl),
+                "the swapped reservation keeps its ttl: {ttl}"
+            );
+            assert_eq!(queued_permit_round(&cluster, "tw", "c.w", 0), granted(1));
+        }
+
+        /// The cleanup of a failed round gives its grant back silently and queues its waiter at
+        /// its place, ahead of a later one; a release then reserves a permit for that waiter,
+        /// which, leaving (it got a permit elsewhere), passes it on to the next.
+        ///
+        /// Mutations: `GIVE_BACK_AND_QUEUE` without its join (`c.w` is not queued, and the
+        /// release reserves the permit for `c.v`); `DEQUEUE_PERMIT` without its hand-over (the
+        /// reservation stays `handoff:c.w`).
+        #[test]
+        fn a_failed_round_keeps_its_place_and_leaving_passes_a_reserved_permit_on() {
+            let cluster = Cluster::start(1);
+            let set = |key: &str, value: &str| {
+                let _: () = cluster.run(
+                    0,
+                    redis::cmd("SET").arg(key).arg(value).arg("PX").arg(60_000),
+                );
+            };
+            set(RECORD, "2");
+            set(PERMIT_0, "x");
+            // `c.w`'s split round was granted permit 1 here; `c.v` queued after `c.w` did.
+            set(PERMIT_1, "tw");
+            queue_for_permits(&cluster, "c.v", 2);
+            let undone: i64 = run_script(
+                &cluster,
+                &super::super::GIVE_BACK_AND_QUEUE,
+                &[PERMIT_0, PERMIT_1, RECORD, PERMITS_QUEUE, PERMITS_WAITERS],
+                &["tw", "c.w", "60000", "1"],
+            );
+            assert_eq!(undone, -1);
+            assert_eq!(value_of(&cluster, PERMIT_1), None);
+            assert_eq!(value_of(&cluster, PERMIT_0).as_deref(), Some("x"));
+            assert_eq!(permit_waiters(&cluster), ["c.w", "c.v"]);
+            let released: i64 = run_script(
+                &cluster,
+                &super::super::RELEASE_PERMIT,
+                &[
+                    PERMIT_0,
+                    RECORD,
+                    PERMIT_0,
+                    PERMIT_1,
+                    PERMITS_QUEUE,
+                    PERMITS_WAITERS,
+                ],
+                &["x", "ch", "r1", "5000"],
+            );
+            assert_eq!(released, -1);
+            assert_eq!(value_of(&cluster, PERMIT_0).as_deref(), Some("handoff:c.w"));
+            // `c.w` got its permit elsewhere and leaves: the reservation goes to `c.v`.
+            let left: i64 = run_script(
+                &cluster,
+                &super::super::DEQUEUE_PERMIT,
+                &[PERMIT_0, PERMIT_1, PERMITS_QUEUE, PERMITS_WAITERS],
+                &["c.w", "ch", "r2", "5000"],
+            );
+            assert_eq!(left, -1);
+            assert_eq!(value_of(&cluster, PERMIT_0).as_deref(), Some("handoff:c.v"));
+            assert!(permit_waiters(&cluster).is_empty());
         }
 
         /// The run id and the fence term (`run_id/master_replid`) of server 0.

@@ -551,6 +551,13 @@ impl Cluster {
                         .unwrap_or_default()
                         .escape_ascii()
                         .to_string()
+                } else if kind == "zset" {
+                    let members: Vec<String> =
+                        self.run(i, redis::cmd("ZRANGE").arg(&k).arg(0).arg(-1));
+                    format!("a zset of {members:?}")
+                } else if kind == "hash" {
+                    let fields: Vec<String> = self.run(i, redis::cmd("HKEYS").arg(&k));
+                    format!("a hash of {fields:?}")
                 } else {
                     format!("a {kind}")
                 };

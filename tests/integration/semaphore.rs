@@ -668,3 +668,103 @@ fn bad_semaphores_are_typed_errors_before_any_io() {
         redquorum::MAX_PERMITS
     );
 }
+
+/// Waiters for a full semaphore, of separate clients (as separate processes would be), are
+/// served in the order they queued: a released permit is reserved for the first waiter, so
+/// the releaser, asking again at once, is refused, and each waiter needs two rounds (the
+/// refused one that queued it, and the one that takes its reserved permit), never its timer.
+/// Nothing is left once all is released.
+///
+/// Mutations: `RELEASE_PERMIT` deleting instead of handing over: the releaser's immediate
+/// `try_acquire` takes the freed permit; permits not queueing (`queues` false in
+/// `acquire_permit`): no waiter is ever queued.
+#[tokio::test]
+async fn waiters_for_permits_are_served_in_the_order_they_queued() {
+    const TIMER: Duration = Duration::from_secs(10);
+    const TTL: Duration = Duration::from_secs(10);
+    let cluster = Cluster::start(5);
+    let holder = client(&cluster, NODE_TIMEOUT);
+    let semaphore = holder.semaphore("pool", 2).expect("semaphore");
+    let held = [
+        semaphore.try_acquire(TTL).await.expect("a permit"),
+        semaphore.try_acquire(TTL).await.expect("the other permit"),
+    ];
+    let patient = || {
+        RedLock::builder(cluster.urls())
+            .per_node_timeout(NODE_TIMEOUT)
+            .retry(
+                RetryPolicy::default()
+                    .max_attempts(None)
+                    .delay(TIMER)
+                    .jitter(Duration::ZERO),
+            )
+            .build()
+            .expect("config")
+    };
+    let queued = |i: usize| -> usize {
+        cluster.run(
+            i,
+            redis::cmd("ZCARD").arg([count_record(), b":2:queue".to_vec()].concat()),
+        )
+    };
+    let order = Arc::new(Mutex::new(Vec::new()));
+    let mut waiters = Vec::new();
+    for name in ["first", "second"] {
+        let (rl, order) = (patient(), order.clone());
+        waiters.push(tokio::spawn(async move {
+            let semaphore = rl.semaphore("pool", 2).expect("semaphore");
+            let permit = semaphore
+                .acquire_within(TTL, Duration::from_secs(20))
+                .await
+                .expect("its turn comes");
+            order
+                .lock()
+                .expect("order")
+                .push((name, permit.lock().attempts(), Instant::now()));
+            permit
+        }));
+        let n = waiters.len();
+        assert!(
+            crate::eventually(Duration::from_secs(5), || (0..cluster.len())
+                .all(|i| queued(i) == n))
+            .await,
+            "waiter {n} queued on every node: {:?}",
+            (0..cluster.len()).map(queued).collect::<Vec<_>>()
+        );
+    }
+    let released = Instant::now();
+    let [one, other] = held;
+    one.release().await.expect("release");
+    let again = semaphore.try_acquire(TTL).await;
+    assert!(
+        again.as_ref().is_err_and(Error::is_conflict),
+        "the releaser took the permit back from the queue: {again:?}"
+    );
+    other.release().await.expect("release");
+    let mut permits = Vec::new();
+    for w in waiters {
+        permits.push(w.await.expect("waiter"));
+    }
+    let order = order.lock().expect("order").clone();
+    let names: Vec<&str> = order.iter().map(|(name, ..)| *name).collect();
+    assert_eq!(names, ["first", "second"], "{order:?}");
+    for (name, attempts, at) in &order {
+        assert!(
+            at.saturating_duration_since(released) < TIMER / 2,
+            "{name} waited for its timer: {order:?}"
+        );
+        // Refused once, then a round that takes the reserved permit (one more per master
+        // whose hand-off came after the waiter's round there, at most).
+        assert!(
+            (2..=1 + cluster.len() as u32).contains(attempts),
+            "{name}: {attempts} rounds"
+        );
+    }
+    let indices: Vec<u32> = permits.iter().map(|p| p.index()).collect();
+    assert!(indices.contains(&0) && indices.contains(&1), "{indices:?}");
+    for permit in permits {
+        permit.release().await.expect("release");
+    }
+    settled(&holder).await;
+    cluster.assert_no_keys_under(PREFIX);
+}
