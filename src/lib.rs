@@ -85,6 +85,7 @@ pub use api::lease::{Lease, LeaseOptions, LeaseSignal};
 pub use api::lock::Lock;
 pub use api::lock_service::{HeldLock, LockService};
 pub use api::redlock::RedLock;
+pub use api::rw_lock::RwLock;
 pub use api::semaphore::{Permit, Semaphore};
 pub use api::semaphore_inspection::{NodePermits, SemaphoreInspection};
 pub use errors::config_error::ConfigError;

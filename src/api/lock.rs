@@ -12,6 +12,7 @@ use crate::core::clock::Deadline;
 use crate::core::config::Timing;
 use crate::core::permit_keys::PermitKeys;
 use crate::core::report::Report;
+use crate::core::resource::RwSide;
 use crate::core::telemetry;
 use crate::core::token::Token;
 use crate::core::verdict::Rejection;
@@ -74,6 +75,9 @@ pub struct Lock {
     /// The waiter id it came through the queue as: its release takes that waiter out of the
     /// queue on every node (`scripts::RELEASE`).
     waiter: Option<String>,
+    /// One side of a read-write lock (see [`Lock::set_rw_side`]): which, and the lock's
+    /// readers' set; its key is then the lock's writer key.
+    rw: Option<(RwSide, Vec<u8>)>,
 }
 
 impl Lock {
@@ -97,6 +101,7 @@ impl Lock {
             others: Vec::new(),
             waited_for: acquired.waiter.is_some(),
             waiter: acquired.waiter,
+            rw: None,
         }
     }
 
@@ -190,6 +195,13 @@ impl Lock {
         self.permit_of = Some(permits);
     }
 
+    /// Makes it one side of a read-write lock whose readers' set is `readers`: a reader's share
+    /// renews and releases as a share (`scripts::EXTEND_READ`, `scripts::RELEASE_READ`), a
+    /// writer re-adds its key only where no share is live (`scripts::EXTEND_WRITE`).
+    pub(crate) fn set_rw_side(&mut self, side: RwSide, readers: Vec<u8>) {
+        self.rw = Some((side, readers));
+    }
+
     /// The other resources and keys of a multi-resource lock, taken with the first.
     pub(crate) fn set_others(&mut self, others: Vec<(Vec<u8>, Vec<u8>)>) {
         self.others = others;
@@ -206,7 +218,12 @@ impl Lock {
 
     /// How a release deletes this lock's keys.
     fn delete(&self) -> Delete {
-        if let Some(permits) = &self.permit_of {
+        if let Some((RwSide::Read, readers)) = &self.rw {
+            Delete::ReleaseRead {
+                readers: readers.clone(),
+                silent: false,
+            }
+        } else if let Some(permits) = &self.permit_of {
             Delete::ReleasePermit(permits.clone())
         } else if self.others.is_empty() {
             Delete::Release {
@@ -291,6 +308,10 @@ impl Lock {
                     .collect(),
                 set: !self.others.is_empty(),
                 permits: self.permit_of.as_ref().map(|keys| keys.permits()),
+                rw: self
+                    .rw
+                    .as_ref()
+                    .map(|(side, readers)| (*side, readers.as_slice())),
                 natively: self.shared.config.native_commands && !self.waited_for,
             },
             &self.report,

@@ -15,6 +15,7 @@ pub(crate) mod lock;
 pub(crate) mod lock_service;
 pub(crate) mod multi_lock;
 pub(crate) mod redlock;
+pub(crate) mod rw_lock;
 pub(crate) mod semaphore;
 pub(crate) mod semaphore_inspection;
 pub(crate) mod with_lock;

@@ -11,14 +11,14 @@ use crate::api::lock::Lock;
 use crate::core::held_locks;
 use crate::core::quorum::{self, Decision, Tally};
 use crate::core::report::{NodeOutcome, NodeReport, Report};
-use crate::core::resource;
+use crate::core::resource::{self, RwSide};
 use crate::core::retry::RetryPolicy;
 use crate::core::telemetry;
 use crate::engine::gather::gather;
 use crate::errors::config_error::ConfigError;
 use crate::errors::error::{Error, Failure, Operation};
 use crate::errors::node_error::NodeError;
-use crate::protocol::acquire::acquire;
+use crate::protocol::acquire::{Taking, acquire};
 use crate::protocol::shared::{Shared, ensure_runtime};
 use crate::voters::source::IntoNode;
 
@@ -330,7 +330,7 @@ impl RedLock {
     /// ```
     pub async fn acquire(&self, resource: impl AsRef<[u8]>, ttl: Duration) -> Result<Lock> {
         let config = &self.shared.config;
-        self.acquire_checked(resource.as_ref(), ttl, &config.retry, config.fencing)
+        self.acquire_checked(resource.as_ref(), ttl, &config.retry, config.fencing, None)
             .await
     }
 
@@ -382,8 +382,14 @@ impl RedLock {
         ttl: Duration,
         policy: &RetryPolicy,
     ) -> Result<Lock> {
-        self.acquire_checked(resource.as_ref(), ttl, policy, self.shared.config.fencing)
-            .await
+        self.acquire_checked(
+            resource.as_ref(),
+            ttl,
+            policy,
+            self.shared.config.fencing,
+            None,
+        )
+        .await
     }
 
     /// Acquire with fencing on, whatever the configuration (elections: the term is the token).
@@ -393,7 +399,8 @@ impl RedLock {
         ttl: Duration,
         policy: &RetryPolicy,
     ) -> Result<Lock> {
-        self.acquire_checked(resource, ttl, policy, true).await
+        self.acquire_checked(resource, ttl, policy, true, None)
+            .await
     }
 
     /// This client's identity for [`held_locks`]: the address of what all its handles share,
@@ -407,13 +414,15 @@ impl RedLock {
     }
 
     /// Every acquire ends here: the arguments are checked before any I/O, the protocol runs,
-    /// and one place records the call's outcome and duration.
-    async fn acquire_checked(
+    /// and one place records the call's outcome and duration. With `side`, one side of the
+    /// read-write lock on `resource` (`crate::RwLock`).
+    pub(crate) async fn acquire_checked(
         &self,
         resource: &[u8],
         ttl: Duration,
         policy: &RetryPolicy,
         fencing: bool,
+        side: Option<RwSide>,
     ) -> Result<Lock> {
         telemetry::recorded(Operation::Acquire, async {
             resource::validate(resource)?;
@@ -422,7 +431,14 @@ impl RedLock {
                 return Err(ConfigError::NoAttempts.into());
             }
             ensure_runtime()?;
-            let key = self.lock_key(resource);
+            let rw = side.map(|side| {
+                let keys = resource::rw_keys(&self.shared.config.key_prefix, resource);
+                (side, keys)
+            });
+            let key = match &rw {
+                Some((_, keys)) => keys.writer.clone(),
+                None => self.lock_key(resource),
+            };
             if held_locks::held_here(self.client_address(), &key) {
                 return Err(Error::HeldByCaller {
                     resource: resource::display(resource),
@@ -434,10 +450,28 @@ impl RedLock {
                 ttl_ms = timing.ttl_ms,
                 nodes = self.node_count(),
             );
-            let acquired = acquire(&self.shared, resource, key, &timing, policy, fencing)
-                .instrument(span)
-                .await?;
-            Ok(Lock::new(self.shared.clone(), resource, acquired))
+            let taking = match &rw {
+                Some((side, keys)) => Taking::Side {
+                    side: *side,
+                    readers: &keys.readers,
+                },
+                None => Taking::Lock,
+            };
+            let acquired = acquire(
+                &self.shared,
+                resource,
+                key,
+                &timing,
+                policy,
+                (fencing, taking),
+            )
+            .instrument(span)
+            .await?;
+            let mut lock = Lock::new(self.shared.clone(), resource, acquired);
+            if let Some((side, keys)) = rw {
+                lock.set_rw_side(side, keys.readers);
+            }
+            Ok(lock)
         })
         .await
     }

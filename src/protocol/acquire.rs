@@ -20,7 +20,7 @@ use crate::core::clock::Deadline;
 use crate::core::config::Timing;
 use crate::core::quorum::Tally;
 use crate::core::report::{NodeOutcome, NodeReport, Report};
-use crate::core::resource::{self, KeyLayout};
+use crate::core::resource::{self, KeyLayout, RwSide};
 use crate::core::retry::RetryPolicy;
 use crate::core::token::Token;
 use crate::core::verdict::Rejection;
@@ -57,6 +57,38 @@ pub(crate) struct Acquired {
     pub(crate) waiter: Option<String>,
 }
 
+/// What an acquire takes: a lock, or one side of a read-write lock (`key` is then its writer
+/// key, `readers` its readers' set, see `resource::rw_keys`).
+#[derive(Debug, Clone, Copy)]
+pub(crate) enum Taking<'a> {
+    Lock,
+    Side { side: RwSide, readers: &'a [u8] },
+}
+
+impl<'a> Taking<'a> {
+    /// A writer's readers: what its rounds must find empty.
+    fn writer_of(self) -> Option<&'a [u8]> {
+        match self {
+            Taking::Side {
+                side: RwSide::Write,
+                readers,
+            } => Some(readers),
+            _ => None,
+        }
+    }
+
+    /// A reader's readers: where its share goes.
+    fn reader_of(self) -> Option<&'a [u8]> {
+        match self {
+            Taking::Side {
+                side: RwSide::Read,
+                readers,
+            } => Some(readers),
+            _ => None,
+        }
+    }
+}
+
 /// How many times in one call a round that failed only for want of re-seeded fence counters
 /// (or was fenced off by another client's re-seed) is tried again at once, without counting
 /// as an attempt or waiting.
@@ -78,14 +110,20 @@ pub(crate) async fn acquire(
     key: Vec<u8>,
     timing: &Timing,
     policy: &RetryPolicy,
-    fencing: bool,
+    (fencing, taking): (bool, Taking<'_>),
 ) -> Result<Acquired, Error> {
+    // A reader takes no fencing token of its own (`DESIGN.md` §7c) and does not queue: a
+    // waiting writer blocks new readers, and releases wake them.
+    let fencing = fencing && taking.reader_of().is_none();
     let started = Instant::now();
     if fencing {
         // Every slot seeded on every master, ahead of need (`crate::protocol::fence_sweep`).
         shared.start_fence_sweep();
     }
     let mut waiting = Waiting::new(shared, (&key, timing), policy, started);
+    if taking.reader_of().is_some() {
+        waiting.queues = false;
+    }
     waiting.behind_this_clients_waiters().await;
     let mut attempts = 0u32;
     let mut reseed_retries_left = RESEED_RETRIES;
@@ -95,7 +133,14 @@ pub(crate) async fn acquire(
         let will_retry = policy.attempts_limit().is_none_or(|max| attempts < max)
             && waiting.deadline.is_none_or(|d| Instant::now() < d);
         let queue = waiting.queues.then_some((&mut waiting.queue, policy));
-        let tried = round(shared, (resource, &key), timing, fencing, queue, will_retry);
+        let tried = round(
+            shared,
+            (resource, &key),
+            timing,
+            (fencing, taking),
+            queue,
+            will_retry,
+        );
         let failed = match tried.await {
             Ok(won) => {
                 tracing::debug!(attempts, elapsed = ?won.round.elapsed(), fencing_token = won.fencing_token, "acquired");
@@ -236,7 +281,7 @@ async fn round(
     shared: &Arc<Shared>,
     (resource, key): (&[u8], &[u8]),
     timing: &Timing,
-    fencing: bool,
+    (fencing, taking): (bool, Taking<'_>),
     mut queue: Option<(&mut Option<Queue>, &RetryPolicy)>,
     will_retry: bool,
 ) -> Result<Won, LostRound> {
@@ -249,12 +294,19 @@ async fn round(
     } else {
         Token::generate_about(about)
     };
+    let silent = match taking.reader_of() {
+        Some(readers) => Delete::ReleaseRead {
+            readers: readers.to_vec(),
+            silent: true,
+        },
+        None => Delete::Silent,
+    };
     let mut cleanup = Cleanup::arm(
         shared.clone(),
         key.to_vec(),
         token.clone(),
         timing.per_node_timeout,
-        Delete::Silent,
+        silent,
     );
     let fence_keys = fencing.then(|| resource::fence_keys(&shared.config.key_prefix, resource));
     // A waiter's round goes, on each node, behind its last cleanup still running there (a
@@ -275,17 +327,31 @@ async fn round(
         .and_then(|(slot, _)| slot.as_ref())
         .filter(|q| q.is_joined());
     let through_queue = joined.is_some();
-    let request = match (&fence_keys, joined) {
-        (Some(keys), Some(queue)) => fencing::queued_acquire_request(key, &token, keys, queue),
-        (Some(keys), None) => fencing::acquire_request(key, &token, keys),
-        (None, Some(queue)) => queued_request(key, &token, queue),
-        (None, None) => Request::new(
-            Operation::Acquire,
-            Command::SetIfAbsent,
-            key,
-            &token,
-            NodeOutcome::Granted,
-        ),
+    let writer_of = taking.writer_of();
+    let request = match (&fence_keys, joined, taking.reader_of()) {
+        (_, _, Some(readers)) => read_request(key, &token, readers),
+        (Some(keys), Some(queue), None) => {
+            fencing::queued_acquire_request(key, &token, keys, queue, writer_of)
+        }
+        (Some(keys), None, None) => fencing::acquire_request(key, &token, keys, writer_of),
+        (None, Some(queue), None) => queued_request(key, &token, queue, writer_of),
+        (None, None, None) => match writer_of {
+            Some(readers) => Request::new(
+                Operation::Acquire,
+                Command::Script(&scripts::ACQUIRE_WRITE),
+                key,
+                &token,
+                NodeOutcome::Granted,
+            )
+            .with_extra_keys(vec![readers.to_vec()]),
+            None => Request::new(
+                Operation::Acquire,
+                Command::SetIfAbsent,
+                key,
+                &token,
+                NodeOutcome::Granted,
+            ),
+        },
     }
     .with_number(timing.ttl_ms)
     .settled_nodes_only();
@@ -338,6 +404,7 @@ async fn round(
     let (undone, still_running) = match queue.as_mut() {
         Some((slot, policy)) if will_retry || others_wait() => {
             let queue = slot.get_or_insert_with(|| Queue::new(shared, key, timing, policy));
+            queue.set_writer_of(writer_of);
             queue.join(shared, &resource::release_channel(key)).await;
             if !fencing {
                 queue.register(&token);
@@ -384,17 +451,39 @@ struct Won {
     through_queue: bool,
 }
 
-/// The acquire of a waiter that joined the lock's queue (`scripts::QUEUED_ACQUIRE`).
-fn queued_request(key: &[u8], token: &Token, queue: &Queue) -> Request {
-    let (keys, mut arguments) = queue.arguments();
+/// The acquire of a waiter that joined the lock's queue (`scripts::QUEUED_ACQUIRE`; a
+/// writer's, whose turn also needs its `readers` gone, `scripts::QUEUED_ACQUIRE_WRITE`).
+fn queued_request(key: &[u8], token: &Token, queue: &Queue, writer_of: Option<&[u8]>) -> Request {
+    let (mut keys, mut arguments) = queue.arguments();
     arguments.extend(queue.nonce_argument());
+    let script = match writer_of {
+        Some(readers) => {
+            keys.push(readers.to_vec());
+            &scripts::QUEUED_ACQUIRE_WRITE
+        }
+        None => &scripts::QUEUED_ACQUIRE,
+    };
     Request::new(
         Operation::Acquire,
-        Command::Script(&scripts::QUEUED_ACQUIRE),
+        Command::Script(script),
         key,
         token,
         NodeOutcome::Granted,
     )
     .with_extra_keys(keys)
     .with_payload(arguments)
+}
+
+/// A reader's acquire (`scripts::ACQUIRE_READ`): its share in `readers`, refused by the
+/// writer key or a live waiting writer in the writer key's queue.
+fn read_request(key: &[u8], token: &Token, readers: &[u8]) -> Request {
+    let [queue, waiters] = resource::queue_keys(key);
+    Request::new(
+        Operation::Acquire,
+        Command::Script(&scripts::ACQUIRE_READ),
+        key,
+        token,
+        NodeOutcome::Granted,
+    )
+    .with_extra_keys(vec![readers.to_vec(), queue, waiters])
 }

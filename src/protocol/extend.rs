@@ -2,6 +2,7 @@
 
 use crate::core::config::Timing;
 use crate::core::report::{NodeOutcome, Report};
+use crate::core::resource::RwSide;
 use crate::core::token::Token;
 use crate::core::verdict::Rejection;
 use crate::engine::request::{Command, Native, Request};
@@ -41,6 +42,7 @@ pub(crate) async fn extend(
         companions,
         set,
         permits,
+        rw,
         natively,
     } = keys;
     let readd_on: Vec<bool> = granted
@@ -55,10 +57,18 @@ pub(crate) async fn extend(
     } else {
         Wait::UntilDecided
     };
-    let script = match (set, permits) {
-        (true, _) => &scripts::EXTEND_MANY,
-        (false, Some(_)) => &scripts::EXTEND_PERMIT,
-        (false, None) => &scripts::EXTEND,
+    let mut companions = companions;
+    let script = match (set, permits, rw) {
+        (_, _, Some((side, readers))) => {
+            companions = vec![readers.to_vec()];
+            match side {
+                RwSide::Read => &scripts::EXTEND_READ,
+                RwSide::Write => &scripts::EXTEND_WRITE,
+            }
+        }
+        (true, _, None) => &scripts::EXTEND_MANY,
+        (false, Some(_), None) => &scripts::EXTEND_PERMIT,
+        (false, None, None) => &scripts::EXTEND,
     };
     // The lock key alone: the server's own compare-and-renew does the whole job where it has
     // one (a missing key, another owner's or a marked one fails it, and the script follows).
@@ -106,6 +116,9 @@ pub(crate) struct Renewal<'a> {
     /// A semaphore's permit, of this many permits: the one companion is the semaphore's
     /// record of that number, kept beside the key (`scripts::EXTEND_PERMIT`).
     pub(crate) permits: Option<u32>,
+    /// One side of a read-write lock, and its readers' set (`scripts::EXTEND_READ`,
+    /// `scripts::EXTEND_WRITE`).
+    pub(crate) rw: Option<(RwSide, &'a [u8])>,
     /// The server's own compare-and-renew may be tried first (the client uses native
     /// commands, and nobody is known to wait for the lock: a marked value would miss it).
     pub(crate) natively: bool,

@@ -1,0 +1,328 @@
+//! Read-write locks on real masters: readers together, a writer alone, a waiting writer
+//! blocking new readers, fenced writers' rising tokens, shares that expire by themselves,
+//! exclusion under failing masters, and nothing left behind.
+
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use redquorum::{ConfigError, Error, KeyLayout, RedLock, RetryPolicy};
+use redquorum_testkit::Cluster;
+
+use crate::{PREFIX, client, settled};
+
+const NODE_TIMEOUT: Duration = Duration::from_millis(250);
+const TTL: Duration = Duration::from_secs(10);
+
+/// The readers' set of the read-write lock "catalog".
+fn readers_key() -> Vec<u8> {
+    [crate::lock_key(b"catalog"), b":rw:readers".to_vec()].concat()
+}
+
+/// Two readers of two clients hold at once; a writer is refused while either does and takes
+/// the lock once both are gone; while it holds, a reader is refused. Nothing is left after.
+///
+/// Mutations: `ACQUIRE_READ` without its writer-key check (the reader is granted over the
+/// writer's key); `ACQUIRE_WRITE` without `readers_live` (the writer is granted over the
+/// readers' shares).
+#[tokio::test]
+async fn readers_hold_together_and_a_writer_holds_alone() {
+    let cluster = Cluster::start(5);
+    let (a, b) = (
+        client(&cluster, NODE_TIMEOUT),
+        client(&cluster, NODE_TIMEOUT),
+    );
+    let (ra, rb) = (
+        a.rw_lock("catalog").expect("rw"),
+        b.rw_lock("catalog").expect("rw"),
+    );
+    let first = ra.try_read(TTL).await.expect("a reader");
+    let second = rb
+        .try_read(TTL)
+        .await
+        .expect("a second reader beside the first");
+    let refused = rb.try_write(TTL).await;
+    assert!(
+        refused.as_ref().is_err_and(Error::is_conflict),
+        "a writer beside readers: {refused:?}"
+    );
+    first.release().await.expect("release");
+    let refused = ra.try_write(TTL).await;
+    assert!(
+        refused.as_ref().is_err_and(Error::is_conflict),
+        "a writer beside a reader: {refused:?}"
+    );
+    second.release().await.expect("release");
+    let writer = ra.try_write(TTL).await.expect("the writer, alone");
+    let refused = rb.try_read(TTL).await;
+    assert!(
+        refused.as_ref().is_err_and(Error::is_conflict),
+        "a reader beside the writer: {refused:?}"
+    );
+    let refused = rb.try_write(TTL).await;
+    assert!(
+        refused.as_ref().is_err_and(Error::is_conflict),
+        "a second writer: {refused:?}"
+    );
+    writer.release().await.expect("release");
+    let after = rb.try_read(TTL).await.expect("readers again");
+    after.release().await.expect("release");
+    settled(&a).await;
+    settled(&b).await;
+    cluster.assert_no_keys_under(PREFIX);
+}
+
+/// A writer that waits for a reader blocks new readers (so overlapping readers cannot starve
+/// it), is woken by the reader's release rather than its timer, and takes the lock; readers
+/// come back after it.
+///
+/// Mutation: `ACQUIRE_READ` without `writer_waits`: the new reader is granted while the writer
+/// waits.
+#[tokio::test]
+async fn a_waiting_writer_blocks_new_readers_and_is_woken_by_the_last_release() {
+    const TIMER: Duration = Duration::from_secs(10);
+    let cluster = Cluster::start(5);
+    let reader = client(&cluster, NODE_TIMEOUT);
+    let writer = RedLock::builder(cluster.urls())
+        .per_node_timeout(NODE_TIMEOUT)
+        .retry(
+            RetryPolicy::default()
+                .max_attempts(None)
+                .delay(TIMER)
+                .jitter(Duration::ZERO),
+        )
+        .build()
+        .expect("config");
+    let catalog = reader.rw_lock("catalog").expect("rw");
+    let held = catalog.try_read(TTL).await.expect("a reader");
+    let waiting = {
+        let catalog = writer.rw_lock("catalog").expect("rw");
+        tokio::spawn(async move {
+            let lock = catalog
+                .write_within(TTL, Duration::from_secs(20))
+                .await
+                .expect("the writer's turn comes");
+            (lock, Instant::now())
+        })
+    };
+    let queue = [crate::lock_key(b"catalog"), b":rw:queue".to_vec()].concat();
+    assert!(
+        crate::eventually(Duration::from_secs(5), || (0..cluster.len()).all(|i| {
+            cluster.run::<usize>(i, redis::cmd("ZCARD").arg(&queue)) == 1
+        }))
+        .await,
+        "the writer queued on every master"
+    );
+    let refused = catalog.try_read(TTL).await;
+    assert!(
+        refused.as_ref().is_err_and(Error::is_conflict),
+        "a new reader while a writer waits: {refused:?}"
+    );
+    let released = Instant::now();
+    held.release().await.expect("release");
+    let (lock, at) = waiting.await.expect("writer");
+    assert!(
+        at.saturating_duration_since(released) < TIMER / 2,
+        "the writer waited for its timer"
+    );
+    let refused = catalog.try_read(TTL).await;
+    assert!(refused.as_ref().is_err_and(Error::is_conflict));
+    lock.release().await.expect("release");
+    catalog
+        .try_read(TTL)
+        .await
+        .expect("readers after the writer")
+        .release()
+        .await
+        .expect("release");
+    settled(&reader).await;
+    settled(&writer).await;
+    cluster.assert_no_keys_under(PREFIX);
+}
+
+/// With fencing, every write lock gets a token from the lock's counters, rising from one
+/// writer to the next and past the lock of the same name's; readers get none.
+///
+/// Mutation: the writer's fenced round as the plain write (`ACQUIRE_WRITE` for
+/// `ACQUIRE_WRITE_FENCED` in `fencing::acquire_request`): no token.
+#[tokio::test]
+async fn fenced_writers_get_rising_tokens() {
+    let cluster = Cluster::start(3);
+    let rl = RedLock::builder(cluster.urls())
+        .per_node_timeout(NODE_TIMEOUT)
+        .fencing(true)
+        .build()
+        .expect("config");
+    let catalog = rl.rw_lock("catalog").expect("rw");
+    let mut tokens = Vec::new();
+    for _ in 0..3 {
+        let w = catalog.try_write(TTL).await.expect("write");
+        tokens.push(w.fencing_token().expect("a writer's token"));
+        w.release().await.expect("release");
+        let lock = rl.try_acquire("catalog", TTL).await.expect("the lock");
+        tokens.push(lock.fencing_token().expect("a lock's token"));
+        lock.release().await.expect("release");
+    }
+    assert!(tokens.windows(2).all(|w| w[0] < w[1]), "{tokens:?}");
+    let r = catalog.try_read(TTL).await.expect("read");
+    assert_eq!(r.fencing_token(), None);
+    r.release().await.expect("release");
+}
+
+/// A reader that dies frees its share by its own expiry: a writer is refused while it lasts
+/// and granted right after, though nobody released it; a live reader renews and releases its
+/// own share beside it.
+///
+/// Mutation: `readers_live` not dropping expired shares (no `ZREMRANGEBYSCORE`): the writer
+/// stays refused.
+#[tokio::test]
+async fn a_dead_readers_share_expires_by_itself() {
+    let cluster = Cluster::start(3);
+    let rl = client(&cluster, Duration::from_millis(50));
+    let catalog = rl.rw_lock("catalog").expect("rw");
+    // A reader that died: its share, written as ACQUIRE_READ writes it, with 600 ms left.
+    for i in 0..cluster.len() {
+        let time: Vec<String> = cluster.run(i, &redis::cmd("TIME"));
+        let now_ms =
+            time[0].parse::<u64>().expect("s") * 1000 + time[1].parse::<u64>().expect("us") / 1000;
+        let _: i64 = cluster.run(
+            i,
+            redis::cmd("ZADD")
+                .arg(readers_key())
+                .arg(now_ms + 600)
+                .arg("dead"),
+        );
+    }
+    let refused = catalog.try_write(TTL).await;
+    assert!(
+        refused.as_ref().is_err_and(Error::is_conflict),
+        "a writer beside a live share: {refused:?}"
+    );
+    let mut live = catalog
+        .try_read(Duration::from_secs(2))
+        .await
+        .expect("read");
+    live.extend(Duration::from_secs(3)).await.expect("extend");
+    live.release().await.expect("release");
+    tokio::time::sleep(Duration::from_millis(700)).await;
+    let w = catalog.try_write(TTL).await.expect("the share expired");
+    w.release().await.expect("release");
+    settled(&rl).await;
+    cluster.assert_no_keys_under(PREFIX);
+}
+
+/// Readers and writers of three clients, while one master is killed and another paused: never
+/// a writer beside anyone (by the holders' own validity windows), and readers really share.
+///
+/// Mutation: `ACQUIRE_WRITE` without `readers_live` (and the fenced and queued writes
+/// alike): writers overlap readers.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn never_a_writer_beside_anyone_while_masters_fail() {
+    #[derive(Debug, Clone, Copy)]
+    struct Hold {
+        write: bool,
+        from: Instant,
+        until: Instant,
+    }
+    let mut cluster = Cluster::start(5);
+    let clients: Vec<RedLock> = (0..3).map(|_| client(&cluster, NODE_TIMEOUT)).collect();
+    let holds = Arc::new(Mutex::new(Vec::new()));
+    let stop = Instant::now() + Duration::from_secs(3);
+    let mut tasks = Vec::new();
+    for (n, rl) in clients.iter().enumerate() {
+        let catalog = rl.rw_lock("catalog").expect("rw");
+        for t in 0..2 {
+            let (catalog, holds) = (catalog.clone(), holds.clone());
+            // One writer task per client; the others read.
+            let write = t == 0 && n < 2;
+            tasks.push(tokio::spawn(async move {
+                let mut taken = 0u64;
+                while Instant::now() < stop {
+                    let ttl = Duration::from_secs(2);
+                    let wait = Duration::from_secs(2);
+                    let lock = if write {
+                        catalog.write_within(ttl, wait).await
+                    } else {
+                        catalog.read_within(ttl, wait).await
+                    };
+                    let Ok(lock) = lock else { continue };
+                    let from = Instant::now();
+                    tokio::time::sleep(Duration::from_millis(3 + taken % 5)).await;
+                    let until = lock.valid_until().min(Instant::now());
+                    holds
+                        .lock()
+                        .expect("holds")
+                        .push(Hold { write, from, until });
+                    let _ = lock.release().await;
+                    taken += 1;
+                }
+            }));
+        }
+    }
+    tokio::time::sleep(Duration::from_millis(800)).await;
+    cluster.kill(0);
+    tokio::time::sleep(Duration::from_millis(800)).await;
+    cluster.pause(1);
+    tokio::time::sleep(Duration::from_millis(600)).await;
+    cluster.resume(1);
+    for task in tasks {
+        task.await.expect("contender");
+    }
+    let holds = holds.lock().expect("holds").clone();
+    let overlap = |a: &Hold, b: &Hold| a.from < b.until && b.from < a.until;
+    let mut writer_beside = 0;
+    let mut most_readers = 0;
+    for (i, h) in holds.iter().enumerate() {
+        let beside: Vec<&Hold> = holds
+            .iter()
+            .enumerate()
+            .filter(|(j, o)| *j != i && overlap(h, o))
+            .map(|(_, o)| o)
+            .collect();
+        if h.write && !beside.is_empty() {
+            writer_beside += 1;
+        }
+        if !h.write {
+            let readers_at_start = holds
+                .iter()
+                .filter(|o| !o.write && o.from <= h.from && h.from < o.until)
+                .count();
+            most_readers = most_readers.max(readers_at_start);
+        }
+    }
+    let writes = holds.iter().filter(|h| h.write).count();
+    println!(
+        "read-write lock: {} holds ({writes} writes), at most {most_readers} readers at once, {writer_beside} writers beside anyone",
+        holds.len()
+    );
+    assert_eq!(writer_beside, 0, "a writer beside another holder");
+    assert!(writes >= 5, "too few writes to mean anything: {writes}");
+    assert!(
+        most_readers >= 2,
+        "readers never held together: {most_readers}"
+    );
+    for rl in &clients {
+        settled(rl).await;
+    }
+    cluster.assert_no_keys_under(PREFIX);
+}
+
+/// Bad input is a typed error before any I/O: an empty name, and the shared key layout, which
+/// has no read-write format to share with other libraries.
+#[tokio::test]
+async fn bad_read_write_locks_are_typed_errors() {
+    let rl = RedLock::builder(["redis://127.0.0.1:1"])
+        .build()
+        .expect("config");
+    assert!(matches!(
+        rl.rw_lock(""),
+        Err(Error::Config(ConfigError::EmptyResource))
+    ));
+    let shared = RedLock::builder(["redis://127.0.0.1:1"])
+        .key_layout(KeyLayout::Shared)
+        .build()
+        .expect("config");
+    assert!(matches!(
+        shared.rw_lock("catalog"),
+        Err(Error::Config(ConfigError::NeedsTaggedKeys(_)))
+    ));
+}
