@@ -35,6 +35,7 @@ fn scenario(
         schedule,
         aof,
         permits: None,
+        read_write: false,
         sentinel_groups: 0,
         redis_clusters: 0,
         restart_grace: None,
@@ -305,6 +306,35 @@ async fn scenario_7_semaphore_under_the_mixed_nemesis() {
     // master that still holds a stale grant (a give-back queued behind a slow request) grants
     // another, so some rounds with a permit free end without a majority. The lock's scenarios
     // assert ≥ 95 %; the semaphore's safety is what this one is for.
+}
+
+/// A read-write lock under the mixed nemesis: four contenders, two writing and two reading, on
+/// five masters while the seeded nemesis kills, pauses, black-holes, delays and resets them.
+/// An overlap here is a write hold whose window meets any other hold's; readers must share
+/// for real (at most one reader at a time would mean reads serialise).
+///
+/// Mutation: `ACQUIRE_WRITE` without `readers_live` (a write granted beside live shares):
+/// run, fails with writers beside readers.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn scenario_10_read_write_lock_under_the_mixed_nemesis() {
+    let seed = chaos::seed() + 10;
+    let duration = chaos::duration(Duration::from_secs(6));
+    let schedule = mixed_schedule(seed, duration);
+    let read_write = Scenario {
+        contenders: 4,
+        read_write: true,
+        ..scenario("10 read-write, mixed", schedule, duration, false)
+    };
+    let f = chaos::run(read_write, seed).await;
+    assert_safe(&f);
+    assert!(
+        f.most_readers >= 2,
+        "{}: readers never held together ({})",
+        f.name,
+        f.most_readers
+    );
+    // Else no overlap would prove nothing: writers starved by readers meet nobody.
+    assert!(f.writes > 0, "{}: no write was ever held", f.name);
 }
 
 /// Sentinel-resolved voters under failovers: three standalone masters and two Sentinel

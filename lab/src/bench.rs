@@ -121,6 +121,8 @@ async fn measure(cluster: &DevCluster, sizes: Sizes, as_json: bool) -> Result<Va
     print_handoff(&handoffs, sizes.handoff_rounds, round_trip, &say);
     let fencing = fencing(&rl, &urls, sizes.sequential / 2).await?;
     fencing.print(&say);
+    let read_write = read_write(&rl, sizes.sequential / 2, sizes.throughput_for).await?;
+    read_write.print(&say);
     let hung = hung_master(&rl, cluster, sizes.sequential).await?;
     hung.print(&say);
     Ok(json!({
@@ -131,6 +133,7 @@ async fn measure(cluster: &DevCluster, sizes: Sizes, as_json: bool) -> Result<Va
         "round_trip_us": us(round_trip),
         "handoff": handoffs.iter().map(Handoff::to_json).collect::<Vec<_>>(),
         "fencing": fencing.to_json(),
+        "read_write": read_write.to_json(),
         "hung_master": hung.to_json(),
     }))
 }
@@ -681,6 +684,118 @@ impl Fencing {
 
     fn to_json(&self) -> Value {
         json!({"off": self.off.to_json(), "on": self.on.to_json()})
+    }
+}
+
+/// A read-write lock's pairs next to the lock's, in this run: uncontended pairs one after the
+/// other, then 64 tasks on one resource: readers (which must not serialise) against the lock's
+/// pairs on 64 distinct resources (the same work with no contention at all) and on one
+/// resource (serialised: one holder at a time).
+struct ReadWrite {
+    lock: Spread,
+    read: Spread,
+    write: Spread,
+    tasks: usize,
+    readers_per_s: f64,
+    distinct_locks_per_s: f64,
+    one_lock_per_s: f64,
+}
+
+async fn read_write(rl: &RedLock, samples: usize, each: Duration) -> Result<ReadWrite, LabError> {
+    let rw = rl.rw_lock("bench:rw").map_err(failed)?;
+    let (mut lock, mut read, mut write) = (Vec::new(), Vec::new(), Vec::new());
+    for _ in 0..samples {
+        let t = Instant::now();
+        pair(rl, "bench:rw-lock".to_owned()).await.map_err(failed)?;
+        lock.push(t.elapsed());
+        let t = Instant::now();
+        rw.try_read(TTL)
+            .await
+            .map_err(failed)?
+            .release()
+            .await
+            .map_err(failed)?;
+        read.push(t.elapsed());
+        let t = Instant::now();
+        rw.try_write(TTL)
+            .await
+            .map_err(failed)?
+            .release()
+            .await
+            .map_err(failed)?;
+        write.push(t.elapsed());
+    }
+    const TASKS: usize = 64;
+    let shared = rl.rw_lock("bench:rw-shared").map_err(failed)?;
+    let (reads, elapsed) = pairs_for(TASKS, each, move |_| {
+        let shared = shared.clone();
+        async move {
+            match shared.try_read(TTL).await {
+                Ok(lock) => lock.release().await.is_ok(),
+                Err(_) => false,
+            }
+        }
+    })
+    .await;
+    let distinct = rl.clone();
+    let (locks, lock_elapsed) = pairs_for(TASKS, each, move |task| {
+        let rl = distinct.clone();
+        async move { pair(&rl, format!("bench:rw-distinct:{task}")).await.is_ok() }
+    })
+    .await;
+    let one = rl.clone();
+    let (held, one_elapsed) = pairs_for(TASKS, each, move |_| {
+        let rl = one.clone();
+        async move { pair(&rl, "bench:rw-one".to_owned()).await.is_ok() }
+    })
+    .await;
+    #[allow(clippy::cast_precision_loss)]
+    Ok(ReadWrite {
+        lock: Spread::of(lock),
+        read: Spread::of(read),
+        write: Spread::of(write),
+        tasks: TASKS,
+        readers_per_s: reads as f64 / elapsed.as_secs_f64(),
+        distinct_locks_per_s: locks as f64 / lock_elapsed.as_secs_f64(),
+        one_lock_per_s: held as f64 / one_elapsed.as_secs_f64(),
+    })
+}
+
+impl ReadWrite {
+    fn print(&self, say: &impl Fn(String)) {
+        say("read-write lock, pairs one after the other                    p50        p99        max".to_owned());
+        say(self.lock.row("lock (acquire + release)"));
+        say(self.read.row("read lock"));
+        say(self.write.row("write lock"));
+        say(format!(
+            "  a read costs {} over a lock at p50 ({:.2}×), a write {} ({:.2}×)",
+            show(self.read.p50.saturating_sub(self.lock.p50)),
+            ratio(self.read.p50, self.lock.p50),
+            show(self.write.p50.saturating_sub(self.lock.p50)),
+            ratio(self.write.p50, self.lock.p50),
+        ));
+        say(format!(
+            "  {} tasks, pairs/s: readers of one resource {:.0}; the lock on {} distinct \
+             resources {:.0} ({:.2}× of it); the lock on one resource {:.0} (serialised)\n",
+            self.tasks,
+            self.readers_per_s,
+            self.tasks,
+            self.distinct_locks_per_s,
+            self.readers_per_s / self.distinct_locks_per_s.max(f64::MIN_POSITIVE),
+            self.one_lock_per_s,
+        ));
+    }
+
+    fn to_json(&self) -> Value {
+        json!({
+            "lock": self.lock.to_json(),
+            "read": self.read.to_json(),
+            "write": self.write.to_json(),
+            "tasks": self.tasks,
+            "readers_of_one_resource_per_s": self.readers_per_s,
+            "locks_on_distinct_resources_per_s": self.distinct_locks_per_s,
+            "locks_on_one_resource_per_s": self.one_lock_per_s,
+        })
     }
 }
 

@@ -26,7 +26,10 @@ impl RedLock {
     /// of one client's waiting readers a release wakes the longest waiting, the others on
     /// their retry delays. With fencing on
     /// ([`Builder::fencing`](crate::Builder::fencing)), every write lock gets a token from the
-    /// same counters as a lock's; readers get none yet.
+    /// same counters as a lock's, and every read lock the token of the last write it may
+    /// observe: at least every earlier write's and below every later write's, so a store that
+    /// refuses a read whose token is below the last write it accepted refuses a reader that may
+    /// act on data a later write replaced.
     ///
     /// A read-write lock is not the lock of the same name ([`RedLock::acquire`]): its keys
     /// are its own.

@@ -112,15 +112,14 @@ pub(crate) async fn acquire(
     policy: &RetryPolicy,
     (fencing, taking): (bool, Taking<'_>),
 ) -> Result<Acquired, Error> {
-    // A reader takes no fencing token of its own (`DESIGN.md` §7c) and does not queue: a
-    // waiting writer blocks new readers, and releases wake them.
-    let fencing = fencing && taking.reader_of().is_none();
     let started = Instant::now();
     if fencing {
         // Every slot seeded on every master, ahead of need (`crate::protocol::fence_sweep`).
         shared.start_fence_sweep();
     }
     let mut waiting = Waiting::new(shared, (&key, timing), policy, started);
+    // Readers do not queue (`DESIGN.md` §7c): a waiting writer blocks new readers, and
+    // releases wake them.
     if taking.reader_of().is_some() {
         waiting.queues = false;
     }
@@ -329,7 +328,7 @@ async fn round(
     let through_queue = joined.is_some();
     let writer_of = taking.writer_of();
     let request = match (&fence_keys, joined, taking.reader_of()) {
-        (_, _, Some(readers)) => read_request(key, &token, readers),
+        (keys, _, Some(readers)) => read_request(key, &token, readers, keys.as_ref()),
         (Some(keys), Some(queue), None) => {
             fencing::queued_acquire_request(key, &token, keys, queue, writer_of)
         }
@@ -372,9 +371,12 @@ async fn round(
         Ok(deadline) => {
             let confirmed = match &fence_keys {
                 None => Ok(None),
-                Some(keys) => fencing::confirm(shared, (key, &token), keys, &round, timing)
-                    .await
-                    .map(Some),
+                Some(keys) => {
+                    let holder = (key, &token, taking.reader_of());
+                    fencing::confirm(shared, holder, keys, &round, timing)
+                        .await
+                        .map(Some)
+                }
             };
             match confirmed {
                 Ok(fencing_token) => {
@@ -475,15 +477,30 @@ fn queued_request(key: &[u8], token: &Token, queue: &Queue, writer_of: Option<&[
 }
 
 /// A reader's acquire (`scripts::ACQUIRE_READ`): its share in `readers`, refused by the
-/// writer key or a live waiting writer in the writer key's queue.
-fn read_request(key: &[u8], token: &Token, readers: &[u8]) -> Request {
+/// writer key or a live waiting writer in the writer key's queue. With fencing
+/// (`scripts::ACQUIRE_READ_FENCED`), the fence keys too: each grant names the counter.
+fn read_request(
+    key: &[u8],
+    token: &Token,
+    readers: &[u8],
+    fence_keys: Option<&resource::FenceKeys>,
+) -> Request {
     let [queue, waiters] = resource::queue_keys(key);
+    let mut keys = vec![readers.to_vec(), queue, waiters];
+    let script = match fence_keys {
+        Some(fence) => {
+            keys.extend([fence.counter.clone(), fence.marker.clone()]);
+            keys.extend(fence.legacy.clone());
+            &scripts::ACQUIRE_READ_FENCED
+        }
+        None => &scripts::ACQUIRE_READ,
+    };
     Request::new(
         Operation::Acquire,
-        Command::Script(&scripts::ACQUIRE_READ),
+        Command::Script(script),
         key,
         token,
         NodeOutcome::Granted,
     )
-    .with_extra_keys(vec![readers.to_vec(), queue, waiters])
+    .with_extra_keys(keys)
 }

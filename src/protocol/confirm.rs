@@ -12,7 +12,8 @@ use crate::errors::error::Operation;
 use crate::protocol::shared::Shared;
 use crate::scripts;
 
-/// On every node that still holds our key, raises the fence counter to at least `fence`; the
+/// On every node that still holds our key (a reader's, `reader_of`: our share in the readers'
+/// set), raises the fence counter to at least `fence`; the
 /// token is usable only once a majority *of the masters that granted before the decision*
 /// confirmed it, and only with validity left, counted from the start of the first round.
 ///
@@ -25,7 +26,7 @@ use crate::scripts;
 /// keys the first round set.
 pub(crate) async fn confirm_fence(
     shared: &Shared,
-    key: &[u8],
+    (key, reader_of): (&[u8], Option<&[u8]>),
     keys: &FenceKeys,
     token: &Token,
     fence: u64,
@@ -33,9 +34,14 @@ pub(crate) async fn confirm_fence(
     timing: &Timing,
 ) -> Result<(), (Rejection, Report)> {
     let granted = acquired.report.votes();
+    // A reader's confirmation looks for its share in the readers' set, not the writer key.
+    let (script, key) = match reader_of {
+        Some(readers) => (&scripts::CONFIRM_FENCE_READ, readers),
+        None => (&scripts::CONFIRM_FENCE, key),
+    };
     let request = Request::new(
         Operation::Acquire,
-        Command::Script(&scripts::CONFIRM_FENCE),
+        Command::Script(script),
         key,
         token,
         NodeOutcome::FenceConfirmed,

@@ -118,7 +118,7 @@ pub(crate) fn found_unseeded(shared: &Shared, round: &Round) -> bool {
 /// As `confirm_fence`.
 pub(crate) async fn confirm(
     shared: &Shared,
-    (key, token): (&[u8], &Token),
+    (key, token, reader_of): (&[u8], &Token, Option<&[u8]>),
     keys: &FenceKeys,
     won: &Round,
     timing: &Timing,
@@ -126,7 +126,7 @@ pub(crate) async fn confirm(
     let Some(fence) = won.fence else {
         return Err((Rejection::Outage, Report::default()));
     };
-    confirm_fence(shared, key, keys, token, fence, won, timing).await?;
+    confirm_fence(shared, (key, reader_of), keys, token, fence, won, timing).await?;
     Ok(fence)
 }
 

@@ -130,9 +130,11 @@ impl std::fmt::Debug for LuaScript {
 
 /// Every script sent by hash, for loading them all on a new connection (`QUEUED_ACQUIRE` is
 /// sent whole).
-pub(crate) fn all() -> [&'static LuaScript; 29] {
+pub(crate) fn all() -> [&'static LuaScript; 31] {
     [
         &ACQUIRE_READ,
+        &ACQUIRE_READ_FENCED,
+        &CONFIRM_FENCE_READ,
         &ACQUIRE_WRITE,
         &ACQUIRE_WRITE_FENCED,
         &UNDO_AND_QUEUE_WRITE,
@@ -429,6 +431,22 @@ pub(crate) static ACQUIRE_READ: LuaScript = LuaScript::new(lua!(
     "acquire_read"
 ));
 
+/// `KEYS[1]` writer key, `KEYS[2]` readers, `KEYS[3]` and `KEYS[4]` the writer key's queue and
+/// liveness, `KEYS[5]` fence counter, `KEYS[6]` its marker, optional `KEYS[7]` the
+/// per-resource counter; `ARGV[1]` token, `ARGV[2]` ttl, `ARGV[3]` the server's `run_id`.
+/// `ACQUIRE_READ` with a reader's token: first the term check of `ACQUIRE_FENCED` (`-6`);
+/// a granted read answers `{-1, counter, epoch}` with the counter as it stands (the larger
+/// of the slot's and the per-resource one), raising nothing. The reader's token is the
+/// largest such counter of its majority, confirmed as a writer's is (`CONFIRM_FENCE_READ`).
+pub(crate) static ACQUIRE_READ_FENCED: LuaScript = LuaScript::with_run_id(lua!(
+    "fence_term",
+    "fence_take",
+    "mark_waited",
+    "readers_live",
+    "writer_waits",
+    "acquire_read_fenced"
+));
+
 /// `KEYS[1]` a read-write lock's writer key, `KEYS[2]` its readers; `ARGV[1]` token, `ARGV[2]`
 /// ttl in ms. A write: refused while any reader's share is live (answering how long the last
 /// lasts), else `SET NX PX` as a lock's acquire (`-1`, or the holder's ttl).
@@ -661,6 +679,13 @@ pub(crate) static MARK_SEEDED: LuaScript = LuaScript::new(lua!("fence_term", "ma
 /// §5; `crate::model` finds it with the old rule).
 pub(crate) static CONFIRM_FENCE: LuaScript =
     LuaScript::with_run_id(lua!("ours", "not_ours", "fence_term", "confirm_fence"));
+
+/// `KEYS[1]` a read-write lock's readers, `KEYS[2]` fence counter, `KEYS[3]` its marker;
+/// `ARGV` as `CONFIRM_FENCE`'s, `ARGV[1]` the reader's token. `CONFIRM_FENCE` for a reader:
+/// only while our share is live (else `-2`), raises the counter to at least the reader's
+/// token, so every later write's token is above it (`DESIGN.md` §7c).
+pub(crate) static CONFIRM_FENCE_READ: LuaScript =
+    LuaScript::with_run_id(lua!("fence_term", "readers_live", "confirm_fence_read"));
 
 /// `KEYS[1]` lock key, `KEYS[2]` leader-info key, `ARGV[1]` token, `ARGV[2]` info.
 /// Only while the lock key holds our token: stores the leader's info, expiring with the lock

@@ -140,7 +140,7 @@ async fn a_waiting_writer_blocks_new_readers_and_is_woken_by_the_last_release() 
 }
 
 /// With fencing, every write lock gets a token from the lock's counters, rising from one
-/// writer to the next and past the lock of the same name's; readers get none.
+/// writer to the next and past the lock of the same name's; a reader gets the last one's.
 ///
 /// Mutation: the writer's fenced round as the plain write (`ACQUIRE_WRITE` for
 /// `ACQUIRE_WRITE_FENCED` in `fencing::acquire_request`): no token.
@@ -164,7 +164,7 @@ async fn fenced_writers_get_rising_tokens() {
     }
     assert!(tokens.windows(2).all(|w| w[0] < w[1]), "{tokens:?}");
     let r = catalog.try_read(TTL).await.expect("read");
-    assert_eq!(r.fencing_token(), None);
+    assert_eq!(r.fencing_token(), tokens.last().copied());
     r.release().await.expect("release");
 }
 
@@ -325,4 +325,66 @@ async fn bad_read_write_locks_are_typed_errors() {
         shared.rw_lock("catalog"),
         Err(Error::Config(ConfigError::NeedsTaggedKeys(_)))
     ));
+}
+
+/// With fencing, a reader carries the token of the last write it may observe: at least every
+/// earlier write's, and below every later write's, even when a failed write round left one
+/// master's counter ahead of the others and the reader's token came from it. The reader's
+/// confirmation raises its majority's counters to its token, so a later writer whose majority
+/// avoids that master still gets a higher one.
+///
+/// Mutation: `CONFIRM_FENCE_READ` not raising the counter (its `SET` dropped): the later
+/// writer, on the two other masters, gets a token below the reader's.
+#[tokio::test]
+async fn a_readers_token_is_every_earlier_writes_and_below_every_later_one() {
+    let mut cluster = Cluster::start(3);
+    let rl = RedLock::builder(cluster.urls())
+        .per_node_timeout(NODE_TIMEOUT)
+        .fencing(true)
+        .build()
+        .expect("config");
+    let catalog = rl.rw_lock("catalog").expect("rw");
+    let w = catalog.try_write(TTL).await.expect("write");
+    let first = w.fencing_token().expect("a writer's token");
+    w.release().await.expect("release");
+    settled(&rl).await;
+    let counter: Vec<u8> = cluster
+        .keys()
+        .into_iter()
+        .map(|(_, k)| k)
+        .find(|k| k.ends_with(b":slot:fence"))
+        .expect("the slot's fence counter");
+    // A failed write round raised master 0's counter alone.
+    let _: i64 = cluster.run(0, redis::cmd("INCRBY").arg(&counter).arg(10));
+    // Until a read's decision heard master 0 (most do): its token is master 0's counter.
+    let mut read = None;
+    for _ in 0..20 {
+        let r = catalog.try_read(TTL).await.expect("read");
+        let token = r.fencing_token().expect("a reader's token with fencing");
+        assert!(
+            token >= first,
+            "a reader below an earlier write: {token} < {first}"
+        );
+        if token > first {
+            read = Some((r, token));
+            break;
+        }
+        r.release().await.expect("release");
+    }
+    let (r, token) = read.expect("a read decided with master 0 among 20");
+    assert_eq!(token, first + 10);
+    r.release().await.expect("release");
+    settled(&rl).await;
+    // The next writer's majority avoids master 0.
+    cluster.kill(0);
+    let w = catalog
+        .try_write(TTL)
+        .await
+        .expect("write on masters 1 and 2");
+    let later = w.fencing_token().expect("a writer's token");
+    assert!(
+        later > token,
+        "a later write at or below a reader's token: {later} <= {token}"
+    );
+    w.release().await.expect("release");
 }

@@ -53,6 +53,37 @@ pub fn overlaps(holds: &[Hold]) -> usize {
     count
 }
 
+/// Number of a read-write lock's write holds whose window overlaps another hold's (a read's or
+/// a write's).
+pub fn writers_beside_anyone(holds: &[(Hold, bool)]) -> usize {
+    holds
+        .iter()
+        .enumerate()
+        .filter(|(i, (h, write))| {
+            *write
+                && holds
+                    .iter()
+                    .enumerate()
+                    .any(|(j, (o, _))| *i != j && h.acquired < o.end() && o.acquired < h.end())
+        })
+        .count()
+}
+
+/// The most read holds valid at once (at the start of one of them).
+pub fn most_readers(holds: &[(Hold, bool)]) -> usize {
+    let reads: Vec<&Hold> = holds.iter().filter(|(_, w)| !w).map(|(h, _)| h).collect();
+    reads
+        .iter()
+        .map(|h| {
+            reads
+                .iter()
+                .filter(|o| o.acquired <= h.acquired && h.acquired < o.end())
+                .count()
+        })
+        .max()
+        .unwrap_or(0)
+}
+
 /// A hold of one permit of a semaphore.
 #[derive(Debug, Clone, Copy)]
 pub struct PermitHold {
@@ -153,6 +184,9 @@ pub struct Scenario {
     /// `Some(P)`: the contenders take permits of a semaphore of P on [`RESOURCE`] instead of
     /// the lock.
     pub permits: Option<u32>,
+    /// The contenders take the read-write lock [`RESOURCE`] instead of the lock: the even
+    /// ones write, the odd ones read. An overlap is then a writer's hold beside anyone's.
+    pub read_write: bool,
     /// How many of the five voters are Sentinel groups (a master, a replica, one sentinel;
     /// after the standalone voters, reached directly, not through proxies); the others are
     /// standalone.
@@ -172,6 +206,10 @@ pub struct Figures {
     pub attempts: u64,
     pub acquisitions: u64,
     pub overlaps: usize,
+    /// With a read-write lock, the most readers valid at once.
+    pub most_readers: usize,
+    /// With a read-write lock, how many holds were writes.
+    pub writes: usize,
     pub conflicts: u64,
     pub no_quorum: u64,
     pub other_errors: u64,
@@ -218,7 +256,7 @@ impl fmt::Display for Figures {
              released keys left {} | holds to the deadline {} | \
              optimistic validity {} | release refusals on another key {} | releases reported expired {} | \
              availability {:.2}% ({} of {}) | \
-             conflict {} no-quorum {} other {} | acquire p50 {:.2?} p99 {:.2?} max {:.2?}",
+             conflict {} no-quorum {} other {} | acquire p50 {:.2?} p99 {:.2?} max {:.2?}{}",
             self.name,
             self.seed,
             self.acquisitions,
@@ -239,6 +277,14 @@ impl fmt::Display for Figures {
             self.acquire_p50,
             self.acquire_p99,
             self.acquire_max,
+            if self.most_readers > 0 || self.writes > 0 {
+                format!(
+                    " | {} writes, at most {} readers at once",
+                    self.writes, self.most_readers
+                )
+            } else {
+                String::new()
+            },
         )
     }
 }
@@ -248,6 +294,8 @@ impl fmt::Display for Figures {
 struct Record {
     holds: Vec<Hold>,
     permit_holds: Vec<PermitHold>,
+    /// A read-write lock's holds, and whether each was a write.
+    rw_holds: Vec<(Hold, bool)>,
     latencies: Vec<Duration>,
     figures: Figures,
     /// Tokens of locks whose release every master answered (deleted, or not there): none of
@@ -429,7 +477,12 @@ pub async fn run(scenario: Scenario, seed: u64) -> Figures {
         let rl = builder.build().expect("config");
         tasks.push(tokio::spawn(contend(
             holder,
-            Contender::new(rl, scenario.permits),
+            Contender::new(
+                rl,
+                scenario.permits,
+                scenario.read_write && holder % 2 == 0,
+                scenario.read_write,
+            ),
             probes.clone(),
             scenario.ttl,
             seed.wrapping_add(holder as u64),
@@ -499,10 +552,19 @@ pub async fn run(scenario: Scenario, seed: u64) -> Figures {
     let released_keys_left = {
         let c = cluster.lock().expect("cluster");
         let r = record.lock().expect("record");
+        // A string key holding such a token, or a readers' set with one among its members.
         let released = |c: &Cluster, i: usize, key: &[u8]| {
-            c.get(i, key).is_some_and(|token| {
+            let kind: String = c.run(i, redis::cmd("TYPE").arg(key));
+            let values = match kind.as_str() {
+                "string" => c.get(i, key).into_iter().collect(),
+                "zset" => c.run(i, redis::cmd("ZRANGE").arg(key).arg(0).arg(-1)),
+                _ => Vec::<Vec<u8>>::new(),
+            };
+            // As written, or marked as waited for by a waiter (`w-` for `n-`).
+            values.iter().any(|value| {
                 r.cleanly_released
-                    .contains(&*String::from_utf8_lossy(&token))
+                    .iter()
+                    .any(|token| redquorum_testkit::holds_token(value, token))
             })
         };
         let on_masters = groups.iter().map(|group| {
@@ -564,8 +626,11 @@ pub async fn run(scenario: Scenario, seed: u64) -> Figures {
     figures.seed = seed;
     figures.overlaps = match scenario.permits {
         Some(permits) => permit_violations(&r.permit_holds, permits),
+        None if scenario.read_write => writers_beside_anyone(&r.rw_holds),
         None => overlaps(&r.holds),
     };
+    figures.most_readers = most_readers(&r.rw_holds);
+    figures.writes = r.rw_holds.iter().filter(|(_, write)| *write).count();
     figures.keys_left = keys_left;
     figures.released_keys_left = released_keys_left;
     figures.fault_log = fault_log;
@@ -636,8 +701,10 @@ async fn apply(
         Action::Expire(i) => {
             let c = cluster.lock().expect("cluster");
             if c.server(i).is_running() {
+                // The lock's key, or a read-write lock's writer key and readers.
                 let key = format!("redquorum:{{{RESOURCE}}}");
-                let _: i64 = c.run(i, redis::cmd("DEL").arg(key));
+                let (writer, readers) = (format!("{key}:rw"), format!("{key}:rw:readers"));
+                let _: i64 = c.run(i, redis::cmd("DEL").arg(key).arg(writer).arg(readers));
             }
         }
         Action::Failover(g) => {
@@ -659,24 +726,31 @@ async fn apply(
     None
 }
 
-/// What a contender takes: the lock, or a permit of a semaphore.
+/// What a contender takes: the lock, a permit of a semaphore, or one side of a read-write
+/// lock.
 enum Contender {
     Lock(RedLock),
     Semaphore(redquorum::Semaphore),
+    ReadWrite(redquorum::RwLock, bool),
 }
 
 impl Contender {
-    fn new(rl: RedLock, permits: Option<u32>) -> Self {
-        match permits {
-            Some(permits) => Self::Semaphore(rl.semaphore(RESOURCE, permits).expect("semaphore")),
-            None => Self::Lock(rl),
+    fn new(rl: RedLock, permits: Option<u32>, write: bool, read_write: bool) -> Self {
+        match (permits, read_write) {
+            (Some(permits), _) => {
+                Self::Semaphore(rl.semaphore(RESOURCE, permits).expect("semaphore"))
+            }
+            (None, true) => Self::ReadWrite(rl.rw_lock(RESOURCE).expect("rw"), write),
+            (None, false) => Self::Lock(rl),
         }
     }
 
-    /// How many may hold at once.
+    /// How many may hold at once (a reader counts the lock free whoever holds: its refusals
+    /// by a writer are conflicts, never held against availability).
     fn capacity(&self) -> usize {
         match self {
-            Self::Lock(_) => 1,
+            Self::Lock(_) | Self::ReadWrite(_, true) => 1,
+            Self::ReadWrite(_, false) => usize::MAX,
             Self::Semaphore(semaphore) => semaphore.permits() as usize,
         }
     }
@@ -685,56 +759,69 @@ impl Contender {
         match self {
             Self::Lock(rl) => rl.try_acquire(RESOURCE, ttl).await.map(Held::Lock),
             Self::Semaphore(semaphore) => semaphore.try_acquire(ttl).await.map(Held::Permit),
+            Self::ReadWrite(rw, true) => rw.try_write(ttl).await.map(|l| Held::Side(l, true)),
+            Self::ReadWrite(rw, false) => rw.try_read(ttl).await.map(|l| Held::Side(l, false)),
         }
     }
 }
 
-/// A held lock or permit.
+/// A held lock, permit, or side of a read-write lock (`true`: the write).
 enum Held {
     Lock(redquorum::Lock),
     Permit(Permit),
+    Side(redquorum::Lock, bool),
 }
 
 impl Held {
     fn valid_until(&self) -> Instant {
         match self {
-            Self::Lock(lock) => lock.valid_until(),
+            Self::Lock(lock) | Self::Side(lock, _) => lock.valid_until(),
             Self::Permit(permit) => permit.valid_until(),
         }
     }
 
     fn remaining(&self) -> Duration {
         match self {
-            Self::Lock(lock) => lock.remaining(),
+            Self::Lock(lock) | Self::Side(lock, _) => lock.remaining(),
             Self::Permit(permit) => permit.remaining(),
         }
     }
 
     fn token(&self) -> String {
         match self {
-            Self::Lock(lock) => lock.token().expose().to_owned(),
+            Self::Lock(lock) | Self::Side(lock, _) => lock.token().expose().to_owned(),
             Self::Permit(permit) => permit.token().expose().to_owned(),
         }
     }
 
     fn index(&self) -> Option<u32> {
         match self {
-            Self::Lock(_) => None,
+            Self::Lock(_) | Self::Side(..) => None,
             Self::Permit(permit) => Some(permit.index()),
         }
     }
 
-    /// The key on the masters.
+    /// Which side of a read-write lock (`Some(true)`: the write).
+    fn write(&self) -> Option<bool> {
+        match self {
+            Self::Side(_, write) => Some(*write),
+            _ => None,
+        }
+    }
+
+    /// The key on the masters (a reader's: the readers' set, where its token is a member).
     fn key(&self) -> String {
-        match self.index() {
-            None => format!("redquorum:{{{RESOURCE}}}"),
-            Some(index) => format!("redquorum:{{{RESOURCE}}}:permit:{index}"),
+        match (self.index(), self.write()) {
+            (Some(index), _) => format!("redquorum:{{{RESOURCE}}}:permit:{index}"),
+            (None, Some(true)) => format!("redquorum:{{{RESOURCE}}}:rw"),
+            (None, Some(false)) => format!("redquorum:{{{RESOURCE}}}:rw:readers"),
+            (None, None) => format!("redquorum:{{{RESOURCE}}}"),
         }
     }
 
     async fn release(self) -> Result<Report, Error> {
         match self {
-            Self::Lock(lock) => lock.release().await,
+            Self::Lock(lock) | Self::Side(lock, _) => lock.release().await,
             Self::Permit(permit) => permit.release().await,
         }
     }
@@ -800,6 +887,7 @@ async fn contend(
                 holding.fetch_sub(1, Ordering::AcqRel);
                 let token = lock.token();
                 let index = lock.index();
+                let write = lock.write();
                 let released = lock.release().await;
                 let mut r = record.lock().expect("record");
                 r.figures.holds_to_deadline += u64::from(to_deadline);
@@ -826,9 +914,10 @@ async fn contend(
                     valid_until,
                     release_started,
                 };
-                match index {
-                    None => r.holds.push(hold),
-                    Some(index) => r.permit_holds.push(PermitHold { index, hold }),
+                match (index, write) {
+                    (Some(index), _) => r.permit_holds.push(PermitHold { index, hold }),
+                    (None, Some(write)) => r.rw_holds.push((hold, write)),
+                    (None, None) => r.holds.push(hold),
                 }
                 let report = match &released {
                     Ok(report) => Some(report),
@@ -882,6 +971,18 @@ pub async fn majority_holds_key_until(ports: &[u16], key: &str, token: &str) -> 
     majority_holds_key_until_at(&probes, key, token).await
 }
 
+/// The value and ttl `token` has in `KEYS[1]`: a string key's value and ttl, or, in a
+/// read-write lock's readers' set, the token while its share is live and what is left of it.
+const HOLDS_UNTIL: &str = "
+if redis.call('TYPE', KEYS[1])['ok'] == 'zset' then
+  local score = redis.call('ZSCORE', KEYS[1], ARGV[1])
+  local t = redis.call('TIME')
+  local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+  if not score or tonumber(score) <= now then return {false, -2} end
+  return {ARGV[1], tonumber(score) - now}
+end
+return {redis.call('GET', KEYS[1]), redis.call('PTTL', KEYS[1])}";
+
 /// Until when the server at `port` holds `key` with `token`: `Some(Some(t))`; `Some(None)`
 /// when it does not have it (or a cluster master redirects: the key is not there);
 /// `None` when it does not answer.
@@ -895,9 +996,10 @@ async fn holds_until(port: u16, key: &str, token: &str) -> Option<Option<Instant
         .cmd("ASKING")
         .ignore()
         .cmd("EVAL")
-        .arg("return {redis.call('GET', KEYS[1]), redis.call('PTTL', KEYS[1])}")
+        .arg(HOLDS_UNTIL)
         .arg(1)
-        .arg(key);
+        .arg(key)
+        .arg(token);
     let (answer,): (redis::Value,) = read.query_async(&mut conn).await.ok()?;
     let (value, pttl): (Option<String>, i64) = match answer.extract_error() {
         Ok(value) => redis::from_redis_value(value).ok()?,
