@@ -313,8 +313,8 @@ async fn scenario_7_semaphore_under_the_mixed_nemesis() {
 /// An overlap here is a write hold whose window meets any other hold's; readers must share
 /// for real (at most one reader at a time would mean reads serialise).
 ///
-/// Mutation: `ACQUIRE_WRITE` without `readers_live` (a write granted beside live shares):
-/// run, fails with writers beside readers.
+/// Mutation: `hold_for_readers` not setting the readers' mark (a write granted beside live
+/// shares): run, fails with writers beside readers.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn scenario_10_read_write_lock_under_the_mixed_nemesis() {
     let seed = chaos::seed() + 10;

@@ -53,10 +53,11 @@ impl Holding {
     /// token's digits, as the waiter's own grant would. For a few milliseconds after a release
     /// that handed the lock to a fenced waiter (or a permit to a semaphore's waiter),
     /// `handoff:<waiter id>`: it is reserved for that waiter (no token, no validity) until
-    /// its round takes it.
+    /// its round takes it. While readers of the read-write lock of the name hold,
+    /// `readers` (their mark on the lock key: see [`RwLock`](crate::RwLock)).
     pub fn holder(&self) -> Option<String> {
         self.token.as_ref().map(|t| {
-            let shown = if t.starts_with(b"handoff:") {
+            let shown = if t.starts_with(b"handoff:") || t.as_slice() == b"readers" {
                 t
             } else {
                 shown_digits(t)

@@ -12,7 +12,6 @@ use crate::core::clock::Deadline;
 use crate::core::config::Timing;
 use crate::core::permit_keys::PermitKeys;
 use crate::core::report::Report;
-use crate::core::resource::RwSide;
 use crate::core::telemetry;
 use crate::core::token::Token;
 use crate::core::verdict::Rejection;
@@ -75,9 +74,9 @@ pub struct Lock {
     /// The waiter id it came through the queue as: its release takes that waiter out of the
     /// queue on every node (`scripts::RELEASE`).
     waiter: Option<String>,
-    /// One side of a read-write lock (see [`Lock::set_rw_side`]): which, and the lock's
-    /// readers' set; its key is then the lock's writer key.
-    rw: Option<(RwSide, Vec<u8>)>,
+    /// A read lock's share is in this readers' set (see [`Lock::set_read_share`]); its key is
+    /// then the lock key it keeps the readers' mark in.
+    read_share_in: Option<Vec<u8>>,
 }
 
 impl Lock {
@@ -101,7 +100,7 @@ impl Lock {
             others: Vec::new(),
             waited_for: acquired.waiter.is_some(),
             waiter: acquired.waiter,
-            rw: None,
+            read_share_in: None,
         }
     }
 
@@ -195,11 +194,10 @@ impl Lock {
         self.permit_of = Some(permits);
     }
 
-    /// Makes it one side of a read-write lock whose readers' set is `readers`: a reader's share
-    /// renews and releases as a share (`scripts::EXTEND_READ`, `scripts::RELEASE_READ`), a
-    /// writer re-adds its key only where no share is live (`scripts::EXTEND_WRITE`).
-    pub(crate) fn set_rw_side(&mut self, side: RwSide, readers: Vec<u8>) {
-        self.rw = Some((side, readers));
+    /// Makes it a read lock whose share is in `readers`: it renews and releases as a share
+    /// (`scripts::EXTEND_READ`, `scripts::RELEASE_READ`). A write lock is a lock as it is.
+    pub(crate) fn set_read_share(&mut self, readers: Vec<u8>) {
+        self.read_share_in = Some(readers);
     }
 
     /// The other resources and keys of a multi-resource lock, taken with the first.
@@ -218,7 +216,7 @@ impl Lock {
 
     /// How a release deletes this lock's keys.
     fn delete(&self) -> Delete {
-        if let Some((RwSide::Read, readers)) = &self.rw {
+        if let Some(readers) = &self.read_share_in {
             Delete::ReleaseRead {
                 readers: readers.clone(),
                 silent: false,
@@ -308,10 +306,7 @@ impl Lock {
                     .collect(),
                 set: !self.others.is_empty(),
                 permits: self.permit_of.as_ref().map(|keys| keys.permits()),
-                rw: self
-                    .rw
-                    .as_ref()
-                    .map(|(side, readers)| (*side, readers.as_slice())),
+                read_share_in: self.read_share_in.as_deref(),
                 natively: self.shared.config.native_commands && !self.waited_for,
             },
             &self.report,

@@ -11,7 +11,7 @@ use crate::api::lock::Lock;
 use crate::core::held_locks;
 use crate::core::quorum::{self, Decision, Tally};
 use crate::core::report::{NodeOutcome, NodeReport, Report};
-use crate::core::resource::{self, RwSide};
+use crate::core::resource;
 use crate::core::retry::RetryPolicy;
 use crate::core::telemetry;
 use crate::engine::gather::gather;
@@ -330,7 +330,7 @@ impl RedLock {
     /// ```
     pub async fn acquire(&self, resource: impl AsRef<[u8]>, ttl: Duration) -> Result<Lock> {
         let config = &self.shared.config;
-        self.acquire_checked(resource.as_ref(), ttl, &config.retry, config.fencing, None)
+        self.acquire_checked(resource.as_ref(), ttl, &config.retry, config.fencing, false)
             .await
     }
 
@@ -387,7 +387,7 @@ impl RedLock {
             ttl,
             policy,
             self.shared.config.fencing,
-            None,
+            false,
         )
         .await
     }
@@ -399,7 +399,7 @@ impl RedLock {
         ttl: Duration,
         policy: &RetryPolicy,
     ) -> Result<Lock> {
-        self.acquire_checked(resource, ttl, policy, true, None)
+        self.acquire_checked(resource, ttl, policy, true, false)
             .await
     }
 
@@ -414,15 +414,15 @@ impl RedLock {
     }
 
     /// Every acquire ends here: the arguments are checked before any I/O, the protocol runs,
-    /// and one place records the call's outcome and duration. With `side`, one side of the
-    /// read-write lock on `resource` (`crate::RwLock`).
+    /// and one place records the call's outcome and duration. With `read`, a read lock of the
+    /// read-write lock on `resource` (`crate::RwLock`), whose write lock is the lock itself.
     pub(crate) async fn acquire_checked(
         &self,
         resource: &[u8],
         ttl: Duration,
         policy: &RetryPolicy,
         fencing: bool,
-        side: Option<RwSide>,
+        read: bool,
     ) -> Result<Lock> {
         telemetry::recorded(Operation::Acquire, async {
             resource::validate(resource)?;
@@ -431,14 +431,9 @@ impl RedLock {
                 return Err(ConfigError::NoAttempts.into());
             }
             ensure_runtime()?;
-            let rw = side.map(|side| {
-                let keys = resource::rw_keys(&self.shared.config.key_prefix, resource);
-                (side, keys)
-            });
-            let key = match &rw {
-                Some((_, keys)) => keys.writer.clone(),
-                None => self.lock_key(resource),
-            };
+            let readers =
+                read.then(|| resource::readers_key(&self.shared.config.key_prefix, resource));
+            let key = self.lock_key(resource);
             if held_locks::held_here(self.client_address(), &key) {
                 return Err(Error::HeldByCaller {
                     resource: resource::display(resource),
@@ -450,11 +445,8 @@ impl RedLock {
                 ttl_ms = timing.ttl_ms,
                 nodes = self.node_count(),
             );
-            let taking = match &rw {
-                Some((side, keys)) => Taking::Side {
-                    side: *side,
-                    readers: &keys.readers,
-                },
+            let taking = match &readers {
+                Some(readers) => Taking::Read { readers },
                 None => Taking::Lock,
             };
             let acquired = acquire(
@@ -468,8 +460,8 @@ impl RedLock {
             .instrument(span)
             .await?;
             let mut lock = Lock::new(self.shared.clone(), resource, acquired);
-            if let Some((side, keys)) = rw {
-                lock.set_rw_side(side, keys.readers);
+            if let Some(readers) = readers {
+                lock.set_read_share(readers);
             }
             Ok(lock)
         })

@@ -7,7 +7,7 @@ use std::time::Duration;
 use crate::Result;
 use crate::api::lock::Lock;
 use crate::api::redlock::RedLock;
-use crate::core::resource::{self, RwSide};
+use crate::core::resource;
 use crate::core::retry::RetryPolicy;
 
 impl RedLock {
@@ -19,9 +19,16 @@ impl RedLock {
     /// it, and check [`valid_until`](Lock::valid_until) before acting. A reader's share
     /// expires by its own ttl, so a crashed reader frees its share without anyone's help.
     ///
+    /// The write lock *is* the lock `name` ([`RedLock::acquire`] and its variants): a write
+    /// is any acquire of that lock, and while readers hold, every acquire of it is refused
+    /// (including other Redlock clients' plain `SET NX` on the same key). So code that takes
+    /// the lock needs no change to exclude new readers, and `redquorum run` without
+    /// `--shared` is a writer.
+    ///
     /// A writer waiting for readers to go blocks new readers, so a stream of overlapping
-    /// readers cannot starve it; queued writers take turns in arrival order and are handed the
-    /// lock by the writer before them, as a lock's waiters are. Readers do not queue yet: a
+    /// readers cannot starve it; queued writers take turns in arrival order, and the last
+    /// reader's release hands the lock to the first of them, as a lock's release does. Readers
+    /// do not queue yet: a
     /// writer that takes the lock again at once after its release can keep them waiting, and
     /// of one client's waiting readers a release wakes the longest waiting, the others on
     /// their retry delays. With fencing on
@@ -30,9 +37,6 @@ impl RedLock {
     /// observe: at least every earlier write's and below every later write's, so a store that
     /// refuses a read whose token is below the last write it accepted refuses a reader that may
     /// act on data a later write replaced.
-    ///
-    /// A read-write lock is not the lock of the same name ([`RedLock::acquire`]): its keys
-    /// are its own.
     ///
     /// # Errors
     /// [`Error::Config`](crate::Error::Config) for an empty or oversized name, or under the shared key layout
@@ -119,10 +123,11 @@ impl RwLock {
     /// # Cancel safety
     /// As [`try_read`](Self::try_read).
     pub async fn read_with(&self, ttl: Duration, policy: &RetryPolicy) -> Result<Lock> {
-        self.side(RwSide::Read, ttl, policy).await
+        self.side(true, ttl, policy).await
     }
 
-    /// Takes the write lock for `ttl`: one round, no waiting.
+    /// Takes the write lock for `ttl`: one round, no waiting. The same as
+    /// [`RedLock::try_acquire`] of the name.
     ///
     /// # Errors
     /// As [`RedLock::try_acquire`]: [`Error::Conflict`](crate::Error::Conflict) while a reader or a writer holds.
@@ -168,7 +173,7 @@ impl RwLock {
     /// # Cancel safety
     /// As [`write`](Self::write).
     pub async fn write_with(&self, ttl: Duration, policy: &RetryPolicy) -> Result<Lock> {
-        self.side(RwSide::Write, ttl, policy).await
+        self.side(false, ttl, policy).await
     }
 
     /// Runs `work` under a read lock held as a [`Lease`](crate::Lease), as
@@ -216,18 +221,15 @@ impl RwLock {
         Fut: Future<Output = T>,
     {
         let lease = lock.into_lease(crate::LeaseOptions::default());
-        let key = self.keys().writer;
+        let key = self.redlock.lock_key(&self.name);
         crate::api::lease::work_under(lease, self.redlock.client_address(), key, work).await
     }
 
-    fn keys(&self) -> resource::RwKeys {
-        resource::rw_keys(&self.redlock.shared().config.key_prefix, &self.name)
-    }
-
-    async fn side(&self, side: RwSide, ttl: Duration, policy: &RetryPolicy) -> Result<Lock> {
+    /// A read lock (`read`), or the write lock, which is the lock on the name.
+    async fn side(&self, read: bool, ttl: Duration, policy: &RetryPolicy) -> Result<Lock> {
         let fencing = self.redlock.shared().config.fencing;
         self.redlock
-            .acquire_checked(&self.name, ttl, policy, fencing, Some(side))
+            .acquire_checked(&self.name, ttl, policy, fencing, read)
             .await
     }
 }

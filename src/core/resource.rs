@@ -236,32 +236,15 @@ pub(crate) fn leader_key(prefix: &[u8], resource: &[u8]) -> Vec<u8> {
     key
 }
 
-/// The keys of a read-write lock on `resource`: its writer key, `prefix{resource}:rw` (a lock
-/// key in every way: its queue, release channel and fence counter are a lock's, beside it),
-/// and its readers, `prefix{resource}:rw:readers` (a sorted set of reader tokens scored by
-/// the server's millisecond each share expires at). Not the mutex's key: a mutex and a
-/// read-write lock of one name are two locks. No lock key (they end with their closing
-/// brace) nor permit key is either.
-pub(crate) fn rw_keys(prefix: &[u8], resource: &[u8]) -> RwKeys {
-    let mut writer = lock_key(prefix, resource);
-    writer.extend_from_slice(b":rw");
-    let mut readers = writer.clone();
-    readers.extend_from_slice(b":readers");
-    RwKeys { writer, readers }
-}
-
-/// Which side of a read-write lock a lock is: one reader's share, or the writer's key.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum RwSide {
-    Read,
-    Write,
-}
-
-/// The keys of a read-write lock ([`rw_keys`]).
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) struct RwKeys {
-    pub(crate) writer: Vec<u8>,
-    pub(crate) readers: Vec<u8>,
+/// The readers of the read-write lock on `resource`: `prefix{resource}:readers`, a sorted set
+/// of reader tokens scored by the server's millisecond each share expires at. Its writer is
+/// the lock on `resource` itself (`prefix{resource}`): a write lock is the lock, and while any
+/// share is live the lock key holds the readers' mark (`scripts::ACQUIRE_READ`). No lock key
+/// (they end with their closing brace) nor permit key is this.
+pub(crate) fn readers_key(prefix: &[u8], resource: &[u8]) -> Vec<u8> {
+    let mut key = lock_key(prefix, resource);
+    key.extend_from_slice(b":readers");
+    key
 }
 
 /// What follows a semaphore's lock key in the key of each of its permits.

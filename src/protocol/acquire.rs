@@ -20,7 +20,7 @@ use crate::core::clock::Deadline;
 use crate::core::config::Timing;
 use crate::core::quorum::Tally;
 use crate::core::report::{NodeOutcome, NodeReport, Report};
-use crate::core::resource::{self, KeyLayout, RwSide};
+use crate::core::resource::{self, KeyLayout};
 use crate::core::retry::RetryPolicy;
 use crate::core::token::Token;
 use crate::core::verdict::Rejection;
@@ -57,34 +57,20 @@ pub(crate) struct Acquired {
     pub(crate) waiter: Option<String>,
 }
 
-/// What an acquire takes: a lock, or one side of a read-write lock (`key` is then its writer
-/// key, `readers` its readers' set, see `resource::rw_keys`).
+/// What an acquire takes: the lock (which is also the write lock of the read-write lock of
+/// the same name), or a read lock, its share in `readers` (`resource::readers_key`).
 #[derive(Debug, Clone, Copy)]
 pub(crate) enum Taking<'a> {
     Lock,
-    Side { side: RwSide, readers: &'a [u8] },
+    Read { readers: &'a [u8] },
 }
 
 impl<'a> Taking<'a> {
-    /// A writer's readers: what its rounds must find empty.
-    fn writer_of(self) -> Option<&'a [u8]> {
-        match self {
-            Taking::Side {
-                side: RwSide::Write,
-                readers,
-            } => Some(readers),
-            _ => None,
-        }
-    }
-
     /// A reader's readers: where its share goes.
     fn reader_of(self) -> Option<&'a [u8]> {
         match self {
-            Taking::Side {
-                side: RwSide::Read,
-                readers,
-            } => Some(readers),
-            _ => None,
+            Taking::Read { readers } => Some(readers),
+            Taking::Lock => None,
         }
     }
 }
@@ -326,31 +312,20 @@ async fn round(
         .and_then(|(slot, _)| slot.as_ref())
         .filter(|q| q.is_joined());
     let through_queue = joined.is_some();
-    let writer_of = taking.writer_of();
     let request = match (&fence_keys, joined, taking.reader_of()) {
         (keys, _, Some(readers)) => read_request(key, &token, readers, keys.as_ref()),
         (Some(keys), Some(queue), None) => {
-            fencing::queued_acquire_request(key, &token, keys, queue, writer_of)
+            fencing::queued_acquire_request(key, &token, keys, queue)
         }
-        (Some(keys), None, None) => fencing::acquire_request(key, &token, keys, writer_of),
-        (None, Some(queue), None) => queued_request(key, &token, queue, writer_of),
-        (None, None, None) => match writer_of {
-            Some(readers) => Request::new(
-                Operation::Acquire,
-                Command::Script(&scripts::ACQUIRE_WRITE),
-                key,
-                &token,
-                NodeOutcome::Granted,
-            )
-            .with_extra_keys(vec![readers.to_vec()]),
-            None => Request::new(
-                Operation::Acquire,
-                Command::SetIfAbsent,
-                key,
-                &token,
-                NodeOutcome::Granted,
-            ),
-        },
+        (Some(keys), None, None) => fencing::acquire_request(key, &token, keys),
+        (None, Some(queue), None) => queued_request(key, &token, queue),
+        (None, None, None) => Request::new(
+            Operation::Acquire,
+            Command::SetIfAbsent,
+            key,
+            &token,
+            NodeOutcome::Granted,
+        ),
     }
     .with_number(timing.ttl_ms)
     .settled_nodes_only();
@@ -406,7 +381,6 @@ async fn round(
     let (undone, still_running) = match queue.as_mut() {
         Some((slot, policy)) if will_retry || others_wait() => {
             let queue = slot.get_or_insert_with(|| Queue::new(shared, key, timing, policy));
-            queue.set_writer_of(writer_of);
             queue.join(shared, &resource::release_channel(key)).await;
             if !fencing {
                 queue.register(&token);
@@ -453,21 +427,13 @@ struct Won {
     through_queue: bool,
 }
 
-/// The acquire of a waiter that joined the lock's queue (`scripts::QUEUED_ACQUIRE`; a
-/// writer's, whose turn also needs its `readers` gone, `scripts::QUEUED_ACQUIRE_WRITE`).
-fn queued_request(key: &[u8], token: &Token, queue: &Queue, writer_of: Option<&[u8]>) -> Request {
-    let (mut keys, mut arguments) = queue.arguments();
+/// The acquire of a waiter that joined the lock's queue (`scripts::QUEUED_ACQUIRE`).
+fn queued_request(key: &[u8], token: &Token, queue: &Queue) -> Request {
+    let (keys, mut arguments) = queue.arguments();
     arguments.extend(queue.nonce_argument());
-    let script = match writer_of {
-        Some(readers) => {
-            keys.push(readers.to_vec());
-            &scripts::QUEUED_ACQUIRE_WRITE
-        }
-        None => &scripts::QUEUED_ACQUIRE,
-    };
     Request::new(
         Operation::Acquire,
-        Command::Script(script),
+        Command::Script(&scripts::QUEUED_ACQUIRE),
         key,
         token,
         NodeOutcome::Granted,
@@ -477,7 +443,7 @@ fn queued_request(key: &[u8], token: &Token, queue: &Queue, writer_of: Option<&[
 }
 
 /// A reader's acquire (`scripts::ACQUIRE_READ`): its share in `readers`, refused by the
-/// writer key or a live waiting writer in the writer key's queue. With fencing
+/// lock's holder or a live waiter in the lock's queue. With fencing
 /// (`scripts::ACQUIRE_READ_FENCED`), the fence keys too: each grant names the counter.
 fn read_request(
     key: &[u8],

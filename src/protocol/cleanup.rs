@@ -67,7 +67,6 @@ impl Cleanup {
                 keys,
                 arguments,
                 registration: queue.registration_arguments(),
-                writer_of: queue.writer_of().map(<[u8]>::to_vec),
             },
         };
     }

@@ -2,7 +2,6 @@
 
 use crate::core::config::Timing;
 use crate::core::report::{NodeOutcome, Report};
-use crate::core::resource::RwSide;
 use crate::core::token::Token;
 use crate::core::verdict::Rejection;
 use crate::engine::request::{Command, Native, Request};
@@ -42,7 +41,7 @@ pub(crate) async fn extend(
         companions,
         set,
         permits,
-        rw,
+        read_share_in,
         natively,
     } = keys;
     let readd_on: Vec<bool> = granted
@@ -58,13 +57,10 @@ pub(crate) async fn extend(
         Wait::UntilDecided
     };
     let mut companions = companions;
-    let script = match (set, permits, rw) {
-        (_, _, Some((side, readers))) => {
+    let script = match (set, permits, read_share_in) {
+        (_, _, Some(readers)) => {
             companions = vec![readers.to_vec()];
-            match side {
-                RwSide::Read => &scripts::EXTEND_READ,
-                RwSide::Write => &scripts::EXTEND_WRITE,
-            }
+            &scripts::EXTEND_READ
         }
         (true, _, None) => &scripts::EXTEND_MANY,
         (false, Some(_), None) => &scripts::EXTEND_PERMIT,
@@ -116,9 +112,8 @@ pub(crate) struct Renewal<'a> {
     /// A semaphore's permit, of this many permits: the one companion is the semaphore's
     /// record of that number, kept beside the key (`scripts::EXTEND_PERMIT`).
     pub(crate) permits: Option<u32>,
-    /// One side of a read-write lock, and its readers' set (`scripts::EXTEND_READ`,
-    /// `scripts::EXTEND_WRITE`).
-    pub(crate) rw: Option<(RwSide, &'a [u8])>,
+    /// A read lock's share, in this readers' set (`scripts::EXTEND_READ`).
+    pub(crate) read_share_in: Option<&'a [u8]>,
     /// The server's own compare-and-renew may be tried first (the client uses native
     /// commands, and nobody is known to wait for the lock: a marked value would miss it).
     pub(crate) natively: bool,

@@ -28,32 +28,16 @@ use crate::protocol::shared::Shared;
 use crate::scripts;
 
 /// The fenced acquire of `key` under `token`: the lock key, then the slot's counter and
-/// marker (and the per-resource counter). A read-write lock's writer (`writer_of`, its
-/// readers) names its readers before them (`scripts::ACQUIRE_WRITE_FENCED`).
-pub(crate) fn acquire_request(
-    key: &[u8],
-    token: &Token,
-    keys: &FenceKeys,
-    writer_of: Option<&[u8]>,
-) -> Request {
-    let script = match writer_of {
-        Some(_) => &scripts::ACQUIRE_WRITE_FENCED,
-        None => &scripts::ACQUIRE_FENCED,
-    };
+/// marker (and the per-resource counter).
+pub(crate) fn acquire_request(key: &[u8], token: &Token, keys: &FenceKeys) -> Request {
     Request::new(
         Operation::Acquire,
-        Command::Script(script),
+        Command::Script(&scripts::ACQUIRE_FENCED),
         key,
         token,
         NodeOutcome::Granted,
     )
-    .with_extra_keys(
-        writer_of
-            .map(<[u8]>::to_vec)
-            .into_iter()
-            .chain(taking_keys(keys))
-            .collect(),
-    )
+    .with_extra_keys(taking_keys(keys).collect())
 }
 
 /// What a fenced acquire names besides the lock (and the queue): the slot's counter, its
@@ -71,20 +55,12 @@ pub(crate) fn queued_acquire_request(
     token: &Token,
     keys: &FenceKeys,
     queue: &Queue,
-    writer_of: Option<&[u8]>,
 ) -> Request {
     let (mut extra, arguments) = queue.arguments();
-    let script = match writer_of {
-        Some(readers) => {
-            extra.push(readers.to_vec());
-            &scripts::QUEUED_ACQUIRE_WRITE_FENCED
-        }
-        None => &scripts::QUEUED_ACQUIRE_FENCED,
-    };
     extra.extend(taking_keys(keys));
     Request::new(
         Operation::Acquire,
-        Command::Script(script),
+        Command::Script(&scripts::QUEUED_ACQUIRE_FENCED),
         key,
         token,
         NodeOutcome::Granted,

@@ -34,9 +34,6 @@ pub(crate) struct Queue {
     key: Vec<u8>,
     /// A semaphore's queue: its permits, which its leaving round passes on.
     permits: Option<Arc<PermitKeys>>,
-    /// A read-write lock's writer: its readers' set, which its cleanup must find empty before
-    /// it hands a gone key over (`scripts::UNDO_AND_QUEUE_WRITE`).
-    writer_of: Option<Vec<u8>>,
     /// `<client>.<random>`, drawn when it first listens. Not secret: release messages name it.
     waiter: String,
     /// How long a registration stays live without another round.
@@ -125,7 +122,6 @@ impl Queue {
             shared: shared.clone(),
             key: key.to_vec(),
             permits: None,
-            writer_of: None,
             // Both drawn when it first listens: an acquire that wins its first round (the
             // common case) never pays for them.
             waiter: String::new(),
@@ -151,17 +147,6 @@ impl Queue {
         let mut queue = Self::new(shared, &permits.queue_base, timing, policy);
         queue.permits = Some(permits.clone());
         queue
-    }
-
-    /// Makes it a read-write lock's writer's, whose readers are `readers` (or a lock's, with
-    /// `None`).
-    pub(crate) fn set_writer_of(&mut self, readers: Option<&[u8]>) {
-        self.writer_of = readers.map(<[u8]>::to_vec);
-    }
-
-    /// A writer's readers (see [`set_writer_of`](Self::set_writer_of)).
-    pub(crate) fn writer_of(&self) -> Option<&[u8]> {
-        self.writer_of.as_deref()
     }
 
     /// Listens for the hand-offs to this waiter (and, as its client's waiter with this

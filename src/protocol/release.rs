@@ -80,15 +80,14 @@ pub(crate) enum Delete {
     /// The cleanup of a failed round whose acquire waits on: deletes silently and joins the
     /// lock's queue (`scripts::UNDO_AND_QUEUE`), with the queue's keys and the waiter's id
     /// and liveness, and (an unfenced waiter) its registration for a hand-off: ttl and nonce.
-    /// A read-write lock's writer's (`writer_of`, its readers) is `scripts::UNDO_AND_QUEUE_WRITE`.
     SilentAndQueue {
         keys: Vec<Vec<u8>>,
         arguments: Vec<Vec<u8>>,
         registration: Vec<Vec<u8>>,
-        writer_of: Option<Vec<u8>>,
     },
-    /// A reader's release of its share (`scripts::RELEASE_READ`), published on the lock's
-    /// channel, or, `silent`, the cleanup of a failed read round (no message).
+    /// A reader's release of its share (`scripts::RELEASE_READ`): the last share's hands the
+    /// lock over as a release does; or, `silent`, the cleanup of a failed read round (no
+    /// message, no hand-over).
     ReleaseRead { readers: Vec<u8>, silent: bool },
     /// The release of a multi-resource lock: every key of the set (the delete's key and
     /// these), compare-and-delete on the first, publishing on each key's channel
@@ -213,27 +212,21 @@ async fn delete_everywhere(
             keys,
             arguments,
             registration,
-            writer_of,
-        } => match writer_of {
-            // A writer's: never in parts (the script needs its readers beside the key).
-            Some(readers) => compare_and_delete(&scripts::UNDO_AND_QUEUE_WRITE)
-                .with_extra_keys(keys.iter().chain([readers]).cloned().collect()),
-            None => compare_and_delete(&scripts::UNDO_AND_QUEUE)
-                .with_extra_keys(keys.clone())
-                .in_parts(InParts::LockKeyAlone),
-        }
-        .with_payload(
-            arguments
-                .iter()
-                .cloned()
-                .chain(hand_over_arguments_on(
-                    channel.clone(),
-                    &release_id,
-                    per_node_timeout,
-                ))
-                .chain(registration.iter().cloned())
-                .collect(),
-        ),
+        } => compare_and_delete(&scripts::UNDO_AND_QUEUE)
+            .with_extra_keys(keys.clone())
+            .in_parts(InParts::LockKeyAlone)
+            .with_payload(
+                arguments
+                    .iter()
+                    .cloned()
+                    .chain(hand_over_arguments_on(
+                        channel.clone(),
+                        &release_id,
+                        per_node_timeout,
+                    ))
+                    .chain(registration.iter().cloned())
+                    .collect(),
+            ),
         // The release id, then one channel per key.
         Delete::ReleaseMany { others } => compare_and_delete(&scripts::RELEASE_MANY)
             .with_extra_keys(others.clone())
@@ -260,10 +253,18 @@ async fn delete_everywhere(
                     .chain(record.as_ref().map(|_| b"1".to_vec()))
                     .collect(),
             ),
-        // The reader's share in the readers' set; the channel (empty: silent) and release id.
-        Delete::ReleaseRead { readers, .. } => compare_and_delete(&scripts::RELEASE_READ)
-            .with_extra_keys(vec![readers.clone()])
-            .with_payload(vec![channel.clone(), release_id.as_bytes().to_vec()]),
+        // The readers' set and the lock's queue; the channel (empty: silent), release id and
+        // reservation.
+        Delete::ReleaseRead { readers, .. } => {
+            let [queue, waiters] = resource::queue_keys(key);
+            compare_and_delete(&scripts::RELEASE_READ)
+                .with_extra_keys(vec![readers.clone(), queue, waiters])
+                .with_payload(hand_over_arguments_on(
+                    channel.clone(),
+                    &release_id,
+                    per_node_timeout,
+                ))
+        }
         // The record, every permit, then the semaphore's queue (a semaphore exists only under
         // the tagged layout), and what a hand-over needs.
         Delete::ReleasePermit(permits) => compare_and_delete(&scripts::RELEASE_PERMIT)

@@ -130,17 +130,13 @@ impl std::fmt::Debug for LuaScript {
 
 /// Every script sent by hash, for loading them all on a new connection (`QUEUED_ACQUIRE` is
 /// sent whole).
-pub(crate) fn all() -> [&'static LuaScript; 31] {
+pub(crate) fn all() -> [&'static LuaScript; 27] {
     [
         &ACQUIRE_READ,
         &ACQUIRE_READ_FENCED,
         &CONFIRM_FENCE_READ,
-        &ACQUIRE_WRITE,
-        &ACQUIRE_WRITE_FENCED,
-        &UNDO_AND_QUEUE_WRITE,
         &RELEASE_READ,
         &EXTEND_READ,
-        &EXTEND_WRITE,
         &GIVE_BACK_AND_QUEUE,
         &DEQUEUE_PERMIT,
         &ACQUIRE_MANY,
@@ -411,19 +407,22 @@ pub(crate) static UNDO_AND_QUEUE: LuaScript = LuaScript::new(lua!(
     "undo_and_queue"
 ));
 
-/// `KEYS[1]` a read-write lock's writer key (`resource::rw_keys`), `KEYS[2]` its readers (a
-/// sorted set of reader tokens scored by the server's millisecond each share expires at),
-/// `KEYS[3]` and `KEYS[4]` the writer key's queue and its waiters' liveness; `ARGV[1]` token,
-/// `ARGV[2]` ttl in ms.
+/// `KEYS[1]` the lock key (a read-write lock's writer holds it as any lock's holder does),
+/// `KEYS[2]` its readers (`resource::readers_key`: a sorted set of reader tokens scored by the
+/// server's millisecond each share expires at), `KEYS[3]` and `KEYS[4]` the lock's queue and
+/// its waiters' liveness; `ARGV[1]` token, `ARGV[2]` ttl in ms.
 ///
-/// A read (`DESIGN.md` §7c): refused while the writer key exists (a writer's token, or a
-/// reservation or hand-off for a queued writer), answering its ttl and marking a markable
-/// token as waited for (`lua/mark_waited.lua`: its release then publishes, waking the
-/// readers, where the server's own compare-and-delete would wake nobody); refused while a writer
-/// waits in the queue and is live, answering how long it stays live (a waiting writer blocks
-/// new readers, so a stream of overlapping readers cannot starve it); else drops expired
-/// shares, adds ours with its own expiry, keeps the set alive for at least our ttl, and
-/// answers `-1`. Many readers hold at once; each share expires by itself.
+/// A read (`DESIGN.md` §7c): refused while the lock key holds anything but the readers' mark
+/// (a holder's token, or a reservation or hand-off for a queued waiter), answering its ttl and
+/// marking a markable token as waited for (`lua/mark_waited.lua`: its release then publishes,
+/// waking the readers, where the server's own compare-and-delete would wake nobody); refused
+/// while a waiter for the lock is queued and live, answering how long it stays live (a waiting
+/// writer blocks new readers, so a stream of overlapping readers cannot starve it); else
+/// drops expired shares, adds ours with its own expiry, and keeps the lock key held for the
+/// readers (`readers`, `lua/readers_live.lua`'s `hold_for_readers`) for at least as long as
+/// any share: a write, which is any acquire of the lock, then finds the key taken, the
+/// server's own `SET NX` included. Answers `-1`. Many readers hold at once; each share expires
+/// by itself, and the mark with the last of them.
 pub(crate) static ACQUIRE_READ: LuaScript = LuaScript::new(lua!(
     "mark_waited",
     "readers_live",
@@ -431,7 +430,7 @@ pub(crate) static ACQUIRE_READ: LuaScript = LuaScript::new(lua!(
     "acquire_read"
 ));
 
-/// `KEYS[1]` writer key, `KEYS[2]` readers, `KEYS[3]` and `KEYS[4]` the writer key's queue and
+/// `KEYS[1]` lock key, `KEYS[2]` readers, `KEYS[3]` and `KEYS[4]` the lock's queue and
 /// liveness, `KEYS[5]` fence counter, `KEYS[6]` its marker, optional `KEYS[7]` the
 /// per-resource counter; `ARGV[1]` token, `ARGV[2]` ttl, `ARGV[3]` the server's `run_id`.
 /// `ACQUIRE_READ` with a reader's token: first the term check of `ACQUIRE_FENCED` (`-6`);
@@ -447,77 +446,24 @@ pub(crate) static ACQUIRE_READ_FENCED: LuaScript = LuaScript::with_run_id(lua!(
     "acquire_read_fenced"
 ));
 
-/// `KEYS[1]` a read-write lock's writer key, `KEYS[2]` its readers; `ARGV[1]` token, `ARGV[2]`
-/// ttl in ms. A write: refused while any reader's share is live (answering how long the last
-/// lasts), else `SET NX PX` as a lock's acquire (`-1`, or the holder's ttl).
-pub(crate) static ACQUIRE_WRITE: LuaScript = LuaScript::new(lua!("readers_live", "acquire_write"));
+/// `KEYS[1]` lock key, `KEYS[2]` readers, `KEYS[3]` and `KEYS[4]` the lock's queue and
+/// liveness; `ARGV[1]` the reader's token, `ARGV[2]` the release channel or empty (a failed
+/// round's silent cleanup), `ARGV[3]` release id, `ARGV[4]` the reservation in ms (as
+/// `RELEASE`'s). Removes our share: `-1` when it was live, `-2` when it had expired or was
+/// never here. When no live share is left and the lock key still holds the readers' mark, the
+/// lock is free here as after a holder's release: a release hands it to the first live queued
+/// waiter (a writer) or deletes it and publishes (`lua/hand_over.lua`); the silent cleanup
+/// only deletes it. Another reader's release wakes nobody: readers are never held up by
+/// readers.
+pub(crate) static RELEASE_READ: LuaScript =
+    LuaScript::new(lua!("readers_live", "hand_over", "release_read"));
 
-/// `KEYS[1]` writer key, `KEYS[2]` readers, `KEYS[3]` fence counter, `KEYS[4]` its marker,
-/// optional `KEYS[5]` the per-resource counter; `ARGV[1]` token, `ARGV[2]` ttl, `ARGV[3]` the
-/// server's `run_id`. `ACQUIRE_FENCED` for a writer: the same term check and counter, refused
-/// while any reader's share is live.
-pub(crate) static ACQUIRE_WRITE_FENCED: LuaScript = LuaScript::with_run_id(lua!(
-    "fence_term",
-    "fence_take",
-    "readers_live",
-    "acquire_write_fenced"
-));
-
-/// `QUEUED_ACQUIRE` for a read-write lock's writer, with its readers in `KEYS[4]`: a writer's
-/// turn comes only where no reader's share is live (else it keeps its place and answers how
-/// long the last share lasts). Sent whole, as `QUEUED_ACQUIRE` is.
-pub(crate) static QUEUED_ACQUIRE_WRITE: LuaScript = LuaScript::sent_whole(lua!(
-    "mark_waited",
-    "join_queue",
-    "handed",
-    "take_turn",
-    "readers_live",
-    "queued_acquire_write"
-));
-
-/// `QUEUED_ACQUIRE_FENCED` for a writer, with its readers in `KEYS[4]` and the fence keys from
-/// `KEYS[5]`; the same turn rule as `QUEUED_ACQUIRE_WRITE`.
-pub(crate) static QUEUED_ACQUIRE_WRITE_FENCED: LuaScript = LuaScript::sent_whole_with_run_id(lua!(
-    "fence_term",
-    "fence_take",
-    "mark_waited",
-    "join_queue",
-    "handed",
-    "take_turn",
-    "readers_live",
-    "queued_acquire_write_fenced"
-));
-
-/// `UNDO_AND_QUEUE` for a writer, with its readers in `KEYS[4]`: a writer key found gone is
-/// handed over only where no reader's share is live. (`UNDO_AND_QUEUE` would hand the free key
-/// to the first waiting writer while readers hold: a grant over live shares.)
-pub(crate) static UNDO_AND_QUEUE_WRITE: LuaScript = LuaScript::new(lua!(
-    "ours",
-    "handed",
-    "mark_waited",
-    "join_queue",
-    "hand_over",
-    "readers_live",
-    "undo_and_queue_write"
-));
-
-/// `KEYS[1]` writer key, `KEYS[2]` readers; `ARGV[1]` the reader's token, `ARGV[2]` the release
-/// channel or empty (a failed round's silent cleanup), `ARGV[3]` release id. Removes our
-/// share: `-1` when it was live, `-2` when it had expired or was never here. Publishes only
-/// when no live share is left (only then can a writer come in; readers are never held up by
-/// readers). Nothing is handed over: readers hold no key to hand.
-pub(crate) static RELEASE_READ: LuaScript = LuaScript::new(lua!("readers_live", "release_read"));
-
-/// `KEYS[1]` writer key, `KEYS[2]` readers; `ARGV[1]` token, `ARGV[2]` new ttl in ms,
-/// `ARGV[3]` `1` to re-add a missing share. Renews our share (`-1`); re-adds it (`-5`) only
-/// where asked and no writer key exists; else answers `-2` (no writer either) or the writer
-/// key's ttl. Never touches another reader's share.
+/// `KEYS[1]` lock key, `KEYS[2]` readers; `ARGV[1]` token, `ARGV[2]` new ttl in ms, `ARGV[3]`
+/// `1` to re-add a missing share. Where the lock key holds anything but the readers' mark,
+/// answers its ttl and touches nothing. Else renews our share (`-1`) or, asked, re-adds it
+/// (`-5`), keeping the mark for at least the ttl; else `-2`. Never touches another reader's
+/// share.
 pub(crate) static EXTEND_READ: LuaScript = LuaScript::new(lua!("readers_live", "extend_read"));
-
-/// `KEYS[1]` writer key, `KEYS[2]` readers; `ARGV[1]` token, `ARGV[2]` new ttl in ms, `ARGV[3]`
-/// `1` to re-add. `EXTEND` for a writer, whose re-add also needs no reader's share live.
-pub(crate) static EXTEND_WRITE: LuaScript =
-    LuaScript::new(lua!("ours", "readers_live", "extend_write"));
 
 /// `KEYS[1]` lock key, `KEYS[2]` its waiters' queue, `KEYS[3]` their liveness; `ARGV[1]` the
 /// waiter's id, then as `RELEASE`: `ARGV[2]` release channel, `ARGV[3]` a release id, `ARGV[4]`
@@ -1590,35 +1536,61 @@ mod tests {
             assert!(permit_waiters(&cluster).is_empty());
         }
 
-        /// A read-write lock's writer: its key, its queue, and its readers' set.
-        const RW_KEY: &str = "w:{c}:rw";
-        const RW_QUEUE: &str = "w:{c}:rw:queue";
-        const RW_WAITERS: &str = "w:{c}:rw:waiters";
-        const RW_READERS: &str = "w:{c}:rw:readers";
+        /// A read-write lock on server 0: its lock key (the writer's), the lock's queue, and
+        /// its readers' set.
+        const RW_KEY: &str = "w:{c}";
+        const RW_QUEUE: &str = "w:{c}:queue";
+        const RW_WAITERS: &str = "w:{c}:waiters";
+        const RW_READERS: &str = "w:{c}:readers";
 
-        /// A reader's live share on server 0, for `ms` more.
-        fn live_share(cluster: &Cluster, token: &str, ms: u64) {
-            let time: Vec<String> = cluster.run(0, &redis::cmd("TIME"));
-            let now = time[0].parse::<u64>().expect("s") * 1000
-                + time[1].parse::<u64>().expect("us") / 1000;
-            let _: i64 = cluster.run(
-                0,
-                redis::cmd("ZADD").arg(RW_READERS).arg(now + ms).arg(token),
-            );
+        fn read(cluster: &Cluster, token: &str, ttl: &str) -> i64 {
+            run_script(
+                cluster,
+                &super::super::ACQUIRE_READ,
+                &[RW_KEY, RW_READERS, RW_QUEUE, RW_WAITERS],
+                &[token, ttl],
+            )
         }
 
-        /// With a reader's share live and the writer key gone, a writer's cleanup does not
-        /// hand the key to the first waiting writer (a grant over a live share), and a waiting
-        /// writer's own round is refused for as long as the share lasts, keeping its place.
+        fn release_read(cluster: &Cluster, token: &str) -> i64 {
+            run_script(
+                cluster,
+                &super::super::RELEASE_READ,
+                &[RW_KEY, RW_READERS, RW_QUEUE, RW_WAITERS],
+                &[token, "ch", "r", "5000"],
+            )
+        }
+
+        /// While any reader's share is live the lock key holds the readers' mark, for as long
+        /// as the longest share, so a write (any acquire of the lock, the server's own `SET NX`
+        /// included) is refused there; a queued writer blocks new readers; the last reader's
+        /// release hands the lock to that writer with its own token, as a release does.
         ///
-        /// Mutations: the writer's cleanup as a lock's (`UNDO_AND_QUEUE_WRITE` without its
-        /// `readers_live` check): the key is handed to `c.w` (`h-tw|c.w`) over the share;
-        /// `QUEUED_ACQUIRE_WRITE` taking its turn whatever the readers (`token = take_turn()`
-        /// unguarded): the writer is granted over the share.
+        /// Mutations: `hold_for_readers` not setting the mark (the `SET NX` is granted beside
+        /// live shares); `RELEASE_READ` deleting the mark without handing it over (the writer
+        /// is not handed the lock).
         #[test]
-        fn a_writer_is_never_handed_or_granted_the_key_over_a_live_share() {
+        fn readers_hold_the_lock_key_and_the_last_one_hands_it_over() {
             let cluster = Cluster::start(1);
-            live_share(&cluster, "reader", 60_000);
+            assert_eq!(read(&cluster, "r1", "60000"), -1);
+            assert_eq!(read(&cluster, "r2", "20000"), -1);
+            assert_eq!(value_of(&cluster, RW_KEY).as_deref(), Some("readers"));
+            let left: i64 = cluster.run(0, redis::cmd("PTTL").arg(RW_KEY));
+            assert!(
+                left > 20_000,
+                "the mark shortened by a shorter share: {left}"
+            );
+            let write: Option<String> = cluster.run(
+                0,
+                redis::cmd("SET")
+                    .arg(RW_KEY)
+                    .arg("w")
+                    .arg("NX")
+                    .arg("PX")
+                    .arg(10_000),
+            );
+            assert_eq!(write, None, "a write granted beside live shares");
+            // A registered writer queues (as `UNDO_AND_QUEUE` queues it): new readers wait.
             let _: i64 = cluster.run(0, redis::cmd("ZADD").arg(RW_QUEUE).arg(1).arg("c.w"));
             let _: i64 = cluster.run(
                 0,
@@ -1629,34 +1601,47 @@ mod tests {
                     .arg("c.w:h")
                     .arg("10000 n1 tw"),
             );
-            // Another writer's refused round cleans up (it never got the key here).
-            let undone: i64 = run_script(
-                &cluster,
-                &super::super::UNDO_AND_QUEUE_WRITE,
-                &[RW_KEY, RW_QUEUE, RW_WAITERS, RW_READERS],
-                &["tv", "c.v", "60000", "2", "ch", "r1", "5000", "10000", "n2"],
+            assert!(
+                read(&cluster, "r3", "60000") > 0,
+                "a reader beside a waiting writer"
             );
-            assert_eq!(undone, -2);
-            assert_eq!(value_of(&cluster, RW_KEY), None, "handed over a live share");
-            // The first writer's queued round: refused for as long as the share lasts.
-            let answer: i64 = run_script(
+            assert_eq!(release_read(&cluster, "r1"), -1);
+            assert_eq!(value_of(&cluster, RW_KEY).as_deref(), Some("readers"));
+            assert_eq!(release_read(&cluster, "r2"), -1);
+            assert_eq!(value_of(&cluster, RW_KEY).as_deref(), Some("h-tw|c.w"));
+            let shares: i64 = cluster.run(0, redis::cmd("ZCARD").arg(RW_READERS));
+            assert_eq!(shares, 0);
+        }
+
+        /// A reader that renews for less than it had shortens the readers' mark with its share
+        /// (the mark lasts as long as the longest live share, no longer), so writers are not
+        /// kept out after every share expired.
+        ///
+        /// Mutation: `EXTEND_READ` only raising the mark (`hold_for_readers`, as an acquire
+        /// does): the mark stays for the old 60 s.
+        #[test]
+        fn a_shorter_renewal_shortens_the_readers_mark() {
+            let cluster = Cluster::start(1);
+            assert_eq!(read(&cluster, "r", "60000"), -1);
+            let renewed: i64 = run_script(
                 &cluster,
-                &super::super::QUEUED_ACQUIRE_WRITE,
-                &[RW_KEY, RW_QUEUE, RW_WAITERS, RW_READERS],
-                &["tw", "10000", "c.w", "60000", "1", "n3"],
+                &super::super::EXTEND_READ,
+                &[RW_KEY, RW_READERS],
+                &["r", "5000", "0"],
             );
-            assert!((1..=60_000).contains(&answer), "{answer}");
-            assert_eq!(value_of(&cluster, RW_KEY), None);
-            let queued: Vec<String> =
-                cluster.run(0, redis::cmd("ZRANGE").arg(RW_QUEUE).arg(0).arg(-1));
-            assert_eq!(queued, ["c.w", "c.v"]);
+            assert_eq!(renewed, -1);
+            for key in [RW_KEY, RW_READERS] {
+                let left: i64 = cluster.run(0, redis::cmd("PTTL").arg(key));
+                assert!((1..=5_001).contains(&left), "{key} left for {left} ms");
+            }
         }
 
         /// A renewal re-adds a missing entry only where the other side is absent: a reader's
-        /// share not beside a writer's key, a writer's key not beside a live share.
+        /// share not beside a writer's key, a writer's key (a lock's re-add) not beside the
+        /// readers' mark.
         ///
-        /// Mutations: `EXTEND_READ` re-adding whatever the writer key (`writer == -2`
-        /// dropped); `EXTEND_WRITE` re-adding whatever the readers (`readers_live` dropped).
+        /// Mutation: `EXTEND_READ` without its check of the lock key (the share is re-added,
+        /// and the mark written, over the writer's key).
         #[test]
         fn renewals_re_add_only_where_the_other_side_is_absent() {
             let cluster = Cluster::start(1);
@@ -1664,33 +1649,37 @@ mod tests {
                 0,
                 redis::cmd("SET").arg(RW_KEY).arg("x").arg("PX").arg(60_000),
             );
-            let read: i64 = run_script(
+            let renewed: i64 = run_script(
                 &cluster,
                 &super::super::EXTEND_READ,
                 &[RW_KEY, RW_READERS],
                 &["r", "10000", "1"],
             );
-            assert!((1..=60_000).contains(&read), "{read}");
+            assert!((1..=60_000).contains(&renewed), "{renewed}");
             let shares: i64 = cluster.run(0, redis::cmd("ZCARD").arg(RW_READERS));
             assert_eq!(shares, 0, "a share re-added beside the writer's key");
+            assert_eq!(value_of(&cluster, RW_KEY).as_deref(), Some("x"));
             let _: () = cluster.run(0, redis::cmd("DEL").arg(RW_KEY));
-            live_share(&cluster, "s", 60_000);
-            let write: i64 = run_script(
+            assert_eq!(read(&cluster, "s", "60000"), -1);
+            let rewritten: i64 = run_script(
                 &cluster,
-                &super::super::EXTEND_WRITE,
-                &[RW_KEY, RW_READERS],
+                &super::super::EXTEND,
+                &[RW_KEY],
                 &["w", "10000", "1"],
             );
-            assert_eq!(write, -2);
-            assert_eq!(value_of(&cluster, RW_KEY), None, "re-added beside a share");
-            // Where the other side is absent, both re-add.
-            let read: i64 = run_script(
+            assert!(
+                rewritten > 0,
+                "a writer's re-add beside the readers: {rewritten}"
+            );
+            assert_eq!(value_of(&cluster, RW_KEY).as_deref(), Some("readers"));
+            // Where the other side is absent, a reader re-adds.
+            let readded: i64 = run_script(
                 &cluster,
                 &super::super::EXTEND_READ,
                 &[RW_KEY, RW_READERS],
                 &["r", "10000", "1"],
             );
-            assert_eq!(read, -5);
+            assert_eq!(readded, -5);
         }
 
         /// The run id and the fence term (`run_id/master_replid`) of server 0.

@@ -15,15 +15,16 @@ const TTL: Duration = Duration::from_secs(10);
 
 /// The readers' set of the read-write lock "catalog".
 fn readers_key() -> Vec<u8> {
-    [crate::lock_key(b"catalog"), b":rw:readers".to_vec()].concat()
+    [crate::lock_key(b"catalog"), b":readers".to_vec()].concat()
 }
 
-/// Two readers of two clients hold at once; a writer is refused while either does and takes
-/// the lock once both are gone; while it holds, a reader is refused. Nothing is left after.
+/// Two readers of two clients hold at once; a writer is refused while either does, and so is
+/// the lock of the same name (the write lock is that lock); the writer takes the lock once both
+/// are gone; while it holds, a reader is refused. Nothing is left after.
 ///
-/// Mutations: `ACQUIRE_READ` without its writer-key check (the reader is granted over the
-/// writer's key); `ACQUIRE_WRITE` without `readers_live` (the writer is granted over the
-/// readers' shares).
+/// Mutations: `ACQUIRE_READ` without its lock-key check (the reader is granted over the
+/// writer's key); `hold_for_readers` not setting the readers' mark (the writer is granted
+/// beside the readers' shares).
 #[tokio::test]
 async fn readers_hold_together_and_a_writer_holds_alone() {
     let cluster = Cluster::start(5);
@@ -44,6 +45,11 @@ async fn readers_hold_together_and_a_writer_holds_alone() {
     assert!(
         refused.as_ref().is_err_and(Error::is_conflict),
         "a writer beside readers: {refused:?}"
+    );
+    let refused = b.try_acquire("catalog", TTL).await;
+    assert!(
+        refused.as_ref().is_err_and(Error::is_conflict),
+        "the lock of the same name beside readers: {refused:?}"
     );
     first.release().await.expect("release");
     let refused = ra.try_write(TTL).await;
@@ -104,7 +110,7 @@ async fn a_waiting_writer_blocks_new_readers_and_is_woken_by_the_last_release() 
             (lock, Instant::now())
         })
     };
-    let queue = [crate::lock_key(b"catalog"), b":rw:queue".to_vec()].concat();
+    let queue = [crate::lock_key(b"catalog"), b":queue".to_vec()].concat();
     assert!(
         crate::eventually(Duration::from_secs(5), || (0..cluster.len()).all(|i| {
             cluster.run::<usize>(i, redis::cmd("ZCARD").arg(&queue)) == 1
@@ -139,11 +145,11 @@ async fn a_waiting_writer_blocks_new_readers_and_is_woken_by_the_last_release() 
     cluster.assert_no_keys_under(PREFIX);
 }
 
-/// With fencing, every write lock gets a token from the lock's counters, rising from one
-/// writer to the next and past the lock of the same name's; a reader gets the last one's.
+/// With fencing, every write lock gets a token from the lock's counters (it is the lock of the
+/// same name), rising from one holder to the next; a reader gets the last one's.
 ///
-/// Mutation: the writer's fenced round as the plain write (`ACQUIRE_WRITE` for
-/// `ACQUIRE_WRITE_FENCED` in `fencing::acquire_request`): no token.
+/// Mutation: `ACQUIRE_READ_FENCED` answering the counter plus one: the reader's token is above
+/// the last write's.
 #[tokio::test]
 async fn fenced_writers_get_rising_tokens() {
     let cluster = Cluster::start(3);
@@ -169,17 +175,21 @@ async fn fenced_writers_get_rising_tokens() {
 }
 
 /// A reader that dies frees its share by its own expiry: a writer is refused while it lasts
-/// and granted right after, though nobody released it; a live reader renews and releases its
-/// own share beside it.
+/// and granted right after, though nobody released it. A live reader with a longer share
+/// renews and releases its own beside it; its release leaves the dead share's hold on the
+/// lock, for that share's time only.
 ///
-/// Mutation: `readers_live` not dropping expired shares (no `ZREMRANGEBYSCORE`): the writer
-/// stays refused.
+/// Mutations: `RELEASE_READ` handing the lock over whatever shares are live (`readers_live`
+/// not asked): the writer is granted beside the dead reader's live share; `RELEASE_READ`
+/// not shortening the readers' mark to the live shares: the writer stays refused for the
+/// released share's 3 s.
 #[tokio::test]
 async fn a_dead_readers_share_expires_by_itself() {
     let cluster = Cluster::start(3);
     let rl = client(&cluster, Duration::from_millis(50));
     let catalog = rl.rw_lock("catalog").expect("rw");
-    // A reader that died: its share, written as ACQUIRE_READ writes it, with 600 ms left.
+    // A reader that died: its share and the readers' mark, written as ACQUIRE_READ writes
+    // them, with 600 ms left.
     for i in 0..cluster.len() {
         let time: Vec<String> = cluster.run(i, &redis::cmd("TIME"));
         let now_ms =
@@ -190,6 +200,14 @@ async fn a_dead_readers_share_expires_by_itself() {
                 .arg(readers_key())
                 .arg(now_ms + 600)
                 .arg("dead"),
+        );
+        let _: () = cluster.run(
+            i,
+            redis::cmd("SET")
+                .arg(crate::lock_key(b"catalog"))
+                .arg("readers")
+                .arg("PX")
+                .arg(600),
         );
     }
     let refused = catalog.try_write(TTL).await;
@@ -203,6 +221,11 @@ async fn a_dead_readers_share_expires_by_itself() {
         .expect("read");
     live.extend(Duration::from_secs(3)).await.expect("extend");
     live.release().await.expect("release");
+    let refused = catalog.try_write(TTL).await;
+    assert!(
+        refused.as_ref().is_err_and(Error::is_conflict),
+        "a writer beside the dead reader's live share: {refused:?}"
+    );
     tokio::time::sleep(Duration::from_millis(700)).await;
     let w = catalog.try_write(TTL).await.expect("the share expired");
     w.release().await.expect("release");
@@ -213,8 +236,7 @@ async fn a_dead_readers_share_expires_by_itself() {
 /// Readers and writers of three clients, while one master is killed and another paused: never
 /// a writer beside anyone (by the holders' own validity windows), and readers really share.
 ///
-/// Mutation: `ACQUIRE_WRITE` without `readers_live` (and the fenced and queued writes
-/// alike): writers overlap readers.
+/// Mutation: `hold_for_readers` not setting the readers' mark: writers overlap readers.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn never_a_writer_beside_anyone_while_masters_fail() {
     #[derive(Debug, Clone, Copy)]

@@ -701,10 +701,10 @@ async fn apply(
         Action::Expire(i) => {
             let c = cluster.lock().expect("cluster");
             if c.server(i).is_running() {
-                // The lock's key, or a read-write lock's writer key and readers.
+                // The lock's key, and a read-write lock's readers.
                 let key = format!("redquorum:{{{RESOURCE}}}");
-                let (writer, readers) = (format!("{key}:rw"), format!("{key}:rw:readers"));
-                let _: i64 = c.run(i, redis::cmd("DEL").arg(key).arg(writer).arg(readers));
+                let readers = format!("{key}:readers");
+                let _: i64 = c.run(i, redis::cmd("DEL").arg(key).arg(readers));
             }
         }
         Action::Failover(g) => {
@@ -813,9 +813,8 @@ impl Held {
     fn key(&self) -> String {
         match (self.index(), self.write()) {
             (Some(index), _) => format!("redquorum:{{{RESOURCE}}}:permit:{index}"),
-            (None, Some(true)) => format!("redquorum:{{{RESOURCE}}}:rw"),
-            (None, Some(false)) => format!("redquorum:{{{RESOURCE}}}:rw:readers"),
-            (None, None) => format!("redquorum:{{{RESOURCE}}}"),
+            (None, Some(false)) => format!("redquorum:{{{RESOURCE}}}:readers"),
+            (None, _) => format!("redquorum:{{{RESOURCE}}}"),
         }
     }
 

@@ -13,3 +13,12 @@ local function server_ms()
   local t = redis.call('TIME')
   return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 end
+-- Keeps the lock key (KEYS[1]) held for the readers, `readers` as its value, for at least
+-- `ms` more (and 1 ms, since a script's expiries count from its start and the shares' scores
+-- from its `TIME`): while any share is live the lock key exists, so a write (any acquire of
+-- the lock, the server's own `SET NX` included) is refused there. Never shortened here.
+local function hold_for_readers(ms)
+  if redis.call('PTTL', KEYS[1]) < ms + 1 then
+    redis.call('SET', KEYS[1], 'readers', 'PX', ms + 1)
+  end
+end
