@@ -333,6 +333,15 @@ pub(crate) struct RunArgs {
     /// never the same for two commands at once) instead of a fencing token.
     #[arg(long, value_parser = clap::value_parser!(u32).range(1..=i64::from(redquorum::MAX_PERMITS)))]
     pub(crate) permits: Option<u32>,
+    /// Hold a read lock of RESOURCE (flock -s): any number of --shared commands run at once,
+    /// but none beside a command without it, which holds the lock RESOURCE itself, the write
+    /// lock (flock -x). A waiting exclusive command keeps new --shared ones out. The command
+    /// gets in REDQUORUM_FENCING_TOKEN the token of the last exclusive run it may observe.
+    #[arg(short = 's', long, conflicts_with_all = ["permits", "exclusive"])]
+    pub(crate) shared: bool,
+    /// Hold the lock RESOURCE alone (flock -x): the default, accepted for flock's scripts.
+    #[arg(short = 'x', long)]
+    pub(crate) exclusive: bool,
     /// The lock's name.
     pub(crate) resource: String,
     /// The command and its arguments, after `--`.

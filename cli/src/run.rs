@@ -42,7 +42,12 @@ async fn run_with(
     };
     let taken = async {
         client::connect_first(rl).await?;
-        acquire(rl, &args.resource, args.permits, args.ttl, wait).await
+        let what = match (args.permits, args.shared) {
+            (Some(permits), _) => Taken::Permit(permits),
+            (None, true) => Taken::Shared,
+            (None, false) => Taken::Exclusive,
+        };
+        acquire(rl, &args.resource, what, args.ttl, wait).await
     };
     let taken = tokio::select! {
         lock = taken => Ok(lock),
@@ -151,27 +156,52 @@ async fn hold_until(lease: &Lease, resource: &str, until: Option<Instant>, signa
     }
 }
 
-/// Acquires the lock `resource`, or with `permits` one permit of the semaphore `resource`,
-/// waiting up to `wait` for one, and says on stderr what it waits for. The permit is held as
-/// the lock on its key, with its number.
+/// What `run` takes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Taken {
+    /// The lock: the write lock of the read-write lock of the name (flock -x).
+    Exclusive,
+    /// A read lock (flock -s).
+    Shared,
+    /// One permit of the semaphore of this many permits.
+    Permit(u32),
+}
+
+/// Acquires the lock `resource` (a read lock of it, or one permit of the semaphore
+/// `resource`, as `what` says), waiting up to `wait` for one, and says on stderr what it waits
+/// for. The permit is held as the lock on its key, with its number.
 ///
 /// # Cancel safety
 /// Cancel safe: a dropped acquire cleans up its keys.
 pub(crate) async fn acquire(
     rl: &RedLock,
     resource: &str,
-    permits: Option<u32>,
+    what: Taken,
     ttl: Duration,
     wait: WaitLimit,
 ) -> Result<(Lock, Option<u32>), CliError> {
     let start = Instant::now();
+    let permits = match what {
+        Taken::Permit(permits) => Some(permits),
+        _ => None,
+    };
     let semaphore = match permits {
         Some(permits) => Some(rl.semaphore(resource, permits)?),
         None => None,
     };
+    let shared = match what {
+        Taken::Shared => Some(rl.rw_lock(resource)?),
+        _ => None,
+    };
     let forever = RetryPolicy::default().max_attempts(None).max_wait(None);
     let attempt = async {
         match (&semaphore, wait) {
+            (None, wait) if let Some(rw) = &shared => match wait {
+                WaitLimit::For(limit) if limit.is_zero() => rw.try_read(ttl).await,
+                WaitLimit::For(limit) => rw.read_within(ttl, limit).await,
+                WaitLimit::Forever => rw.read_with(ttl, &forever).await,
+            }
+            .map(|lock| (None, lock)),
             (Some(semaphore), wait) => {
                 let permit = match wait {
                     WaitLimit::For(limit) if limit.is_zero() => semaphore.try_acquire(ttl).await,
@@ -215,11 +245,13 @@ pub(crate) async fn acquire(
     drop(progress);
     // Who holds, when the holder describes itself (one more read, on a skip only).
     let about = match &result {
-        Err(e) if e.is_conflict() && permits.is_none() => rl
-            .inspect(resource)
-            .await
-            .ok()
-            .and_then(|seen| crate::status::about(&seen)),
+        // Readers hold the lock as `readers` (their mark), with no description of their own.
+        Err(e) if e.is_conflict() && permits.is_none() => {
+            rl.inspect(resource).await.ok().and_then(|seen| {
+                crate::status::about(&seen)
+                    .or_else(|| seen.majority_holder().filter(|who| who == "readers"))
+            })
+        }
         _ => None,
     };
     result.map_err(|e| {

@@ -2970,3 +2970,112 @@ async fn fence_seeds_every_master_and_status_and_check_show_it() {
         output(redquorum(&cluster, dir.path()).args(["run", "never-used-before", "--", "true"]));
     assert_eq!(code, 0, "{out}{err}");
 }
+
+/// `run --shared` is `flock -s`: two shared runs of one name run at once, each with a fencing
+/// token (the last exclusive run's); an exclusive run (`-x`, or no flag) of the name is
+/// refused while they run, saying readers hold it, and runs once they are done with a higher
+/// token than theirs; a shared run is refused while it runs. Nothing is left after.
+///
+/// Mutation: `run` ignoring `--shared` (taking the lock): run, fails (the two shared runs do
+/// not overlap).
+#[test]
+fn shared_runs_run_together_and_an_exclusive_one_alone() {
+    let cluster = Cluster::start(3);
+    let dir = tempfile::tempdir().expect("tempdir");
+    let log = dir.path().join("log");
+    let script = format!(
+        "echo \"start ${{REDQUORUM_FENCING_TOKEN:-none}} $(date +%s%N)\" >> {log}; \
+         sleep 1.5; echo \"end x $(date +%s%N)\" >> {log}",
+        log = log.display()
+    );
+    let mut runs: Vec<Child> = (0..2)
+        .map(|_| {
+            redquorum(&cluster, dir.path())
+                .args([
+                    "run", "--shared", "--wait", "20s", "catalog", "--", "sh", "-c",
+                ])
+                .arg(&script)
+                .spawn()
+                .expect("spawn")
+        })
+        .collect();
+    assert!(wait_until(Duration::from_secs(10), || {
+        std::fs::read_to_string(&log).is_ok_and(|l| l.matches("start").count() >= 2)
+    }));
+    let ran = dir.path().join("exclusive-ran");
+    let (code, _, err) = output(
+        redquorum(&cluster, dir.path())
+            .args(["run", "-n", "-x", "catalog", "--", "touch"])
+            .arg(&ran),
+    );
+    // (A shared run may have ended in between; then the exclusive one legitimately ran.)
+    if code == 75 {
+        assert!(err.contains("catalog is held by readers"), "{err}");
+        assert!(!ran.exists());
+    } else {
+        assert_eq!(code, 0, "{err}");
+    }
+    for run in &mut runs {
+        assert_eq!(wait_exit(run, Duration::from_secs(20)), 0);
+    }
+    let log = std::fs::read_to_string(&log).expect("log");
+    let starts: Vec<(u128, u64)> = log
+        .lines()
+        .filter(|l| l.starts_with("start"))
+        .map(|l| {
+            let parts: Vec<&str> = l.split_whitespace().collect();
+            (
+                parts[2].parse().expect("ns"),
+                parts[1].parse().expect("a reader's fencing token"),
+            )
+        })
+        .collect();
+    let first_end: u128 = log
+        .lines()
+        .filter(|l| l.starts_with("end"))
+        .map(|l| {
+            l.split_whitespace()
+                .nth(2)
+                .expect("ns")
+                .parse()
+                .expect("ns")
+        })
+        .min()
+        .expect("an end");
+    assert!(
+        starts.iter().all(|(at, _)| *at < first_end),
+        "the shared runs did not overlap: {log}"
+    );
+    // An exclusive run now: its token is above the readers'.
+    let token_file = dir.path().join("token");
+    let (code, _, err) = output(
+        redquorum(&cluster, dir.path())
+            .args(["run", "catalog", "--", "sh", "-c"])
+            .arg(format!(
+                "echo $REDQUORUM_FENCING_TOKEN > {}",
+                token_file.display()
+            )),
+    );
+    assert_eq!(code, 0, "{err}");
+    let token: u64 = std::fs::read_to_string(&token_file)
+        .expect("token")
+        .trim()
+        .parse()
+        .expect("a writer's token");
+    assert!(
+        starts.iter().all(|(_, read)| *read < token),
+        "a writer's token {token} not above the readers': {starts:?}"
+    );
+    // --shared with --permits is a usage error.
+    let (code, _, _) = output(redquorum(&cluster, dir.path()).args([
+        "run",
+        "--shared",
+        "--permits",
+        "2",
+        "catalog",
+        "--",
+        "true",
+    ]));
+    assert_eq!(code, 64);
+    assert!(lock_keys(&cluster).is_empty(), "{:?}", lock_keys(&cluster));
+}
