@@ -134,6 +134,54 @@ pub trait LockService: Send + Sync {
         F: FnOnce(LeaseSignal) -> Fut + Send,
         Fut: Future<Output = T> + Send,
         T: Send;
+
+    /// Takes a read lock of `resource` for `ttl` in one round, without retrying
+    /// ([`RwLock::try_read`](crate::RwLock::try_read)): many readers at once, none beside the
+    /// lock `resource` itself, which is its write lock ([`try_acquire`](Self::try_acquire)).
+    fn try_read(
+        &self,
+        resource: impl AsRef<[u8]> + Send,
+        ttl: Duration,
+    ) -> impl Future<Output = Result<Self::Lock>> + Send;
+
+    /// Takes a read lock of `resource`, retrying as the service's policy says
+    /// ([`RwLock::read`](crate::RwLock::read)).
+    fn read(
+        &self,
+        resource: impl AsRef<[u8]> + Send,
+        ttl: Duration,
+    ) -> impl Future<Output = Result<Self::Lock>> + Send;
+
+    /// Takes a read lock of `resource`, waiting up to `max_wait`
+    /// ([`RwLock::read_within`](crate::RwLock::read_within)).
+    fn read_within(
+        &self,
+        resource: impl AsRef<[u8]> + Send,
+        ttl: Duration,
+        max_wait: Duration,
+    ) -> impl Future<Output = Result<Self::Lock>> + Send;
+
+    /// Takes a read lock of `resource`, retrying as `policy` says
+    /// ([`RwLock::read_with`](crate::RwLock::read_with)).
+    fn read_with(
+        &self,
+        resource: impl AsRef<[u8]> + Send,
+        ttl: Duration,
+        policy: &RetryPolicy,
+    ) -> impl Future<Output = Result<Self::Lock>> + Send;
+
+    /// Runs `work` under a read lock of `resource` held as a lease
+    /// ([`RwLock::with_read_lock`](crate::RwLock::with_read_lock)).
+    fn with_read_lock<F, Fut, T>(
+        &self,
+        resource: impl AsRef<[u8]> + Send,
+        ttl: Duration,
+        work: F,
+    ) -> impl Future<Output = Result<T>> + Send
+    where
+        F: FnOnce(LeaseSignal) -> Fut + Send,
+        Fut: Future<Output = T> + Send,
+        T: Send;
 }
 
 /// What code needs of a lock it holds: the deadline, extend, release and the lease of
@@ -245,6 +293,46 @@ impl LockService for RedLock {
         T: Send,
     {
         RedLock::with_lock_using(self, resource, ttl, policy, lease, work)
+    }
+
+    async fn try_read(&self, resource: impl AsRef<[u8]> + Send, ttl: Duration) -> Result<Lock> {
+        self.rw_lock(resource)?.try_read(ttl).await
+    }
+
+    async fn read(&self, resource: impl AsRef<[u8]> + Send, ttl: Duration) -> Result<Lock> {
+        self.rw_lock(resource)?.read(ttl).await
+    }
+
+    async fn read_within(
+        &self,
+        resource: impl AsRef<[u8]> + Send,
+        ttl: Duration,
+        max_wait: Duration,
+    ) -> Result<Lock> {
+        self.rw_lock(resource)?.read_within(ttl, max_wait).await
+    }
+
+    async fn read_with(
+        &self,
+        resource: impl AsRef<[u8]> + Send,
+        ttl: Duration,
+        policy: &RetryPolicy,
+    ) -> Result<Lock> {
+        self.rw_lock(resource)?.read_with(ttl, policy).await
+    }
+
+    async fn with_read_lock<F, Fut, T>(
+        &self,
+        resource: impl AsRef<[u8]> + Send,
+        ttl: Duration,
+        work: F,
+    ) -> Result<T>
+    where
+        F: FnOnce(LeaseSignal) -> Fut + Send,
+        Fut: Future<Output = T> + Send,
+        T: Send,
+    {
+        self.rw_lock(resource)?.with_read_lock(ttl, work).await
     }
 }
 

@@ -15,6 +15,8 @@ pub struct MemoryLock {
     pub(super) deadline: Instant,
     pub(super) fencing_token: Option<u64>,
     pub(super) released: bool,
+    /// A read lock: a share of the resource, not its key.
+    pub(super) read: bool,
 }
 
 impl MemoryLock {
@@ -47,6 +49,33 @@ impl MemoryLock {
         if state.outage {
             drop(state);
             return Err(self.failure(Rejection::Outage, Operation::Extend, timed_out(&timing)));
+        }
+        if self.read {
+            // A share renews only while live and no writer holds the key.
+            let writer = state
+                .live(&self.resource, now)
+                .is_some_and(|key| key.owner != READERS);
+            let share = state
+                .shares
+                .get_mut(&self.resource)
+                .and_then(|shares| shares.get_mut(&self.owner))
+                .filter(|expires| **expires >= now);
+            if let (false, Some(expires)) = (writer, share) {
+                *expires = now + timing.ttl;
+                state.hold_for_readers(&self.resource, now);
+                drop(state);
+                self.ttl = timing.ttl;
+                self.deadline = now + timing.validity_span();
+                return Ok(());
+            }
+            let gone = match state.live(&self.resource, now) {
+                Some(key) if key.owner != READERS => NodeOutcome::HeldByOther {
+                    expires_in: Some(key.expires.saturating_duration_since(now)),
+                },
+                _ => NodeOutcome::Missing,
+            };
+            drop(state);
+            return Err(self.failure(Rejection::Gone, Operation::Extend, one_line(gone)));
         }
         match state.live(&self.resource, now) {
             Some(key) if key.owner == self.owner => {
@@ -88,7 +117,7 @@ impl MemoryLock {
             };
             return Err(self.failure(rejection, Operation::Release, timed_out(&timing)));
         }
-        let outcome = self.store.delete(&self.resource, self.owner);
+        let outcome = self.delete();
         let deleted = matches!(outcome, NodeOutcome::Released);
         let report = one_line(outcome);
         if expired_before || !deleted {
@@ -100,6 +129,15 @@ impl MemoryLock {
     fn expired(&self) -> bool {
         Instant::now() >= self.deadline
     }
+
+    /// Deletes its key, or its share.
+    fn delete(&self) -> NodeOutcome {
+        if self.read {
+            self.store.delete_share(&self.resource, self.owner)
+        } else {
+            self.store.delete(&self.resource, self.owner)
+        }
+    }
 }
 
 impl Drop for MemoryLock {
@@ -107,7 +145,7 @@ impl Drop for MemoryLock {
         // During an outage the real lock's background release reaches no master either: the
         // key stays until its ttl.
         if !self.released && !self.store.state().outage {
-            self.store.delete(&self.resource, self.owner);
+            self.delete();
         }
     }
 }

@@ -16,14 +16,18 @@
 //!   outage, which is never reported as an expiry);
 //! - the same typed errors for bad input, [`Error::HeldByCaller`] for an acquire from within
 //!   `with_lock` of the same resource, fencing tokens that strictly increase per resource
-//!   when asked for, and leases and `with_lock` that are the real ones.
+//!   when asked for, and leases and `with_lock` that are the real ones;
+//! - **read locks** ([`LockService::try_read`] and the rest): many readers at once, the lock
+//!   of the name (its write lock) refused beside them and they beside it, each share expiring
+//!   by its own ttl; a reader's fencing token is the last write's.
 //!
 //! What it is not: a simulation of the protocol. It has one "node" (reports name it
 //! `memory`), no clock drift, no network and no partial failures; safety under those is what
 //! the real client's own tests are for. Nor does it queue waiters: the real client hands a
 //! released lock to the first waiter queued for it (so the releaser's own immediate
 //! re-acquire is refused while someone waits), where the double's woken waiters and the
-//! releaser race for it. Code that relies on that order is not tested by the double.
+//! releaser race for it. Code that relies on that order is not tested by the double; nor on a
+//! waiting writer keeping new readers out, which the real client does and the double does not.
 //!
 //! Time is tokio's: under `#[tokio::test(start_paused = true)]` (tokio's `test-util` feature)
 //! expiries and lease renewals happen as virtual time advances. Read a deadline through
@@ -115,7 +119,7 @@ mod service;
 mod store;
 
 pub use memory_lock::MemoryLock;
-use store::{Client, ClientId, Key, Store};
+use store::{Client, ClientId, Key, READERS, Store};
 
 impl MemoryLocks {
     /// A new double with the real client's default settings (retry policy, drift factor), no
@@ -175,6 +179,7 @@ impl MemoryLocks {
         let resource = resource.as_ref();
         let mut state = self.store.state();
         let forgotten = state.keys.remove(resource).is_some();
+        state.shares.remove(resource);
         state.wake(resource);
         forgotten
     }
@@ -205,11 +210,13 @@ impl MemoryLocks {
         Arc::as_ptr(&self.id).addr()
     }
 
+    /// An acquire of the lock `resource`, or (`read`) of a read lock of it.
     async fn acquire_checked(
         &self,
         resource: &[u8],
         ttl: Duration,
         policy: &RetryPolicy,
+        read: bool,
     ) -> Result<MemoryLock> {
         resource::validate(resource)?;
         let timing = self.client.config.timing(ttl)?;
@@ -232,7 +239,7 @@ impl MemoryLocks {
             attempts = attempts.saturating_add(1);
             // Listening before trying: a release between the try and the wait is not missed.
             let released = waiters.notified();
-            let (rejection, report, holder_left) = match self.attempt(resource, &timing) {
+            let (rejection, report, holder_left) = match self.attempt(resource, &timing, read) {
                 Ok(lock) => return Ok(lock),
                 Err(refused) => refused,
             };
@@ -252,38 +259,57 @@ impl MemoryLocks {
         }
     }
 
-    /// One acquire round on the map.
+    /// One acquire round on the map: a write (the lock) only where no key is live (a key held
+    /// for readers included), a read (`read`) only where none or the readers' is.
     fn attempt(
         &self,
         resource: &[u8],
         timing: &Timing,
+        read: bool,
     ) -> Result<MemoryLock, (Rejection, Report, Option<Duration>)> {
         let now = Instant::now();
         let mut state = self.store.state();
         if state.outage {
             return Err((Rejection::Outage, timed_out(timing), None));
         }
-        if let Some(key) = state.live(resource, now) {
+        if let Some(key) = state
+            .live(resource, now)
+            .filter(|key| !(read && key.owner == READERS))
+        {
             let left = key.expires.saturating_duration_since(now);
             let held = NodeOutcome::HeldByOther {
                 expires_in: Some(left),
             };
             return Err((Rejection::Busy, one_line(held), Some(left)));
         }
-        state.owners = state.owners.wrapping_add(1);
+        state.owners = state.owners.wrapping_add(1).max(READERS + 1);
         let owner = state.owners;
-        state.keys.insert(
-            resource.to_vec(),
-            Key {
-                owner,
-                expires: now + timing.ttl,
-            },
-        );
-        let fencing_token = self.client.config.fencing.then(|| {
-            let fence = state.fences.entry(resource.to_vec()).or_insert(0);
-            *fence = fence.saturating_add(1);
-            *fence
-        });
+        let fencing_token = if read {
+            state
+                .shares
+                .entry(resource.to_vec())
+                .or_default()
+                .insert(owner, now + timing.ttl);
+            state.hold_for_readers(resource, now);
+            // The last write's token: every later write's is higher.
+            self.client
+                .config
+                .fencing
+                .then(|| state.fences.get(resource).copied().unwrap_or(0))
+        } else {
+            state.keys.insert(
+                resource.to_vec(),
+                Key {
+                    owner,
+                    expires: now + timing.ttl,
+                },
+            );
+            self.client.config.fencing.then(|| {
+                let fence = state.fences.entry(resource.to_vec()).or_insert(0);
+                *fence = fence.saturating_add(1);
+                *fence
+            })
+        };
         Ok(MemoryLock {
             store: self.store.clone(),
             client: self.client.clone(),
@@ -293,6 +319,7 @@ impl MemoryLocks {
             deadline: now + timing.validity_span(),
             fencing_token,
             released: false,
+            read,
         })
     }
 }

@@ -10,7 +10,7 @@ impl LockService for MemoryLocks {
         resource: impl AsRef<[u8]> + Send,
         ttl: Duration,
     ) -> Result<MemoryLock> {
-        self.acquire_checked(resource.as_ref(), ttl, &RetryPolicy::once())
+        self.acquire_checked(resource.as_ref(), ttl, &RetryPolicy::once(), false)
             .await
     }
 
@@ -19,7 +19,7 @@ impl LockService for MemoryLocks {
         resource: impl AsRef<[u8]> + Send,
         ttl: Duration,
     ) -> Result<MemoryLock> {
-        self.acquire_checked(resource.as_ref(), ttl, &self.client.config.retry)
+        self.acquire_checked(resource.as_ref(), ttl, &self.client.config.retry, false)
             .await
     }
 
@@ -30,7 +30,8 @@ impl LockService for MemoryLocks {
         max_wait: Duration,
     ) -> Result<MemoryLock> {
         let policy = self.client.config.retry.within(max_wait);
-        self.acquire_checked(resource.as_ref(), ttl, &policy).await
+        self.acquire_checked(resource.as_ref(), ttl, &policy, false)
+            .await
     }
 
     async fn acquire_with(
@@ -39,7 +40,8 @@ impl LockService for MemoryLocks {
         ttl: Duration,
         policy: &RetryPolicy,
     ) -> Result<MemoryLock> {
-        self.acquire_checked(resource.as_ref(), ttl, policy).await
+        self.acquire_checked(resource.as_ref(), ttl, policy, false)
+            .await
     }
 
     async fn with_lock<F, Fut, T>(
@@ -73,9 +75,64 @@ impl LockService for MemoryLocks {
     {
         let resource = resource.as_ref();
         let lease = self
-            .acquire_checked(resource, ttl, policy)
+            .acquire_checked(resource, ttl, policy, false)
             .await?
             .into_lease(lease);
+        lease::work_under(lease, self.client_address(), resource.to_vec(), work).await
+    }
+
+    async fn try_read(
+        &self,
+        resource: impl AsRef<[u8]> + Send,
+        ttl: Duration,
+    ) -> Result<MemoryLock> {
+        self.acquire_checked(resource.as_ref(), ttl, &RetryPolicy::once(), true)
+            .await
+    }
+
+    async fn read(&self, resource: impl AsRef<[u8]> + Send, ttl: Duration) -> Result<MemoryLock> {
+        self.acquire_checked(resource.as_ref(), ttl, &self.client.config.retry, true)
+            .await
+    }
+
+    async fn read_within(
+        &self,
+        resource: impl AsRef<[u8]> + Send,
+        ttl: Duration,
+        max_wait: Duration,
+    ) -> Result<MemoryLock> {
+        let policy = self.client.config.retry.within(max_wait);
+        self.acquire_checked(resource.as_ref(), ttl, &policy, true)
+            .await
+    }
+
+    async fn read_with(
+        &self,
+        resource: impl AsRef<[u8]> + Send,
+        ttl: Duration,
+        policy: &RetryPolicy,
+    ) -> Result<MemoryLock> {
+        self.acquire_checked(resource.as_ref(), ttl, policy, true)
+            .await
+    }
+
+    async fn with_read_lock<F, Fut, T>(
+        &self,
+        resource: impl AsRef<[u8]> + Send,
+        ttl: Duration,
+        work: F,
+    ) -> Result<T>
+    where
+        F: FnOnce(LeaseSignal) -> Fut + Send,
+        Fut: Future<Output = T> + Send,
+        T: Send,
+    {
+        let resource = resource.as_ref();
+        let policy = self.client.config.retry.clone();
+        let lease = self
+            .acquire_checked(resource, ttl, &policy, true)
+            .await?
+            .into_lease(LeaseOptions::default());
         lease::work_under(lease, self.client_address(), resource.to_vec(), work).await
     }
 }

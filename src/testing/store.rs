@@ -27,7 +27,14 @@ pub(super) struct State {
     pub(super) waiters: HashMap<Vec<u8>, Arc<Notify>>,
     pub(super) outage: bool,
     pub(super) owners: u64,
+    /// Per resource, its readers' shares: owner → expiry. While any is live, the resource's
+    /// key is held by [`READERS`] until the last of them, as the real masters keep the
+    /// readers' mark on the lock key.
+    pub(super) shares: HashMap<Vec<u8>, HashMap<u64, Instant>>,
 }
+
+/// The owner of a key held for readers (owners are numbered from 1).
+pub(super) const READERS: u64 = 0;
 
 /// The identity of one client of the double.
 #[derive(Debug, Default)]
@@ -95,6 +102,24 @@ impl Store {
         self.state.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
+    /// Removes `owner`'s share of `resource`, the key then held for the live shares only;
+    /// what the node said (`Released` for a live share).
+    pub(super) fn delete_share(&self, resource: &[u8], owner: u64) -> NodeOutcome {
+        let mut state = self.state();
+        let now = Instant::now();
+        let live = state
+            .shares
+            .get_mut(resource)
+            .and_then(|shares| shares.remove(&owner))
+            .is_some_and(|expires| expires >= now);
+        state.hold_for_readers(resource, now);
+        if live {
+            NodeOutcome::Released
+        } else {
+            NodeOutcome::Missing
+        }
+    }
+
     /// Deletes `resource`'s key if `owner` holds it, waking its waiters; what the node said.
     pub(super) fn delete(&self, resource: &[u8], owner: u64) -> NodeOutcome {
         let mut state = self.state();
@@ -119,6 +144,44 @@ impl Store {
 }
 
 impl State {
+    /// The latest expiry of `resource`'s live shares (expired ones dropped), if any.
+    pub(super) fn shares_until(&mut self, resource: &[u8], now: Instant) -> Option<Instant> {
+        let shares = self.shares.get_mut(resource)?;
+        shares.retain(|_, expires| *expires >= now);
+        let last = shares.values().max().copied();
+        if shares.is_empty() {
+            self.shares.remove(resource);
+        }
+        last
+    }
+
+    /// Keeps `resource`'s key held for its readers until the last live share, no longer; with
+    /// none left, frees it and wakes its waiters. Only a key held for readers is touched.
+    pub(super) fn hold_for_readers(&mut self, resource: &[u8], now: Instant) {
+        if self
+            .live(resource, now)
+            .is_some_and(|key| key.owner != READERS)
+        {
+            return;
+        }
+        match self.shares_until(resource, now) {
+            Some(until) => {
+                self.keys.insert(
+                    resource.to_vec(),
+                    Key {
+                        owner: READERS,
+                        expires: until,
+                    },
+                );
+            }
+            None => {
+                if self.keys.remove(resource).is_some() {
+                    self.wake(resource);
+                }
+            }
+        }
+    }
+
     /// Wakes the waiters of `resource`.
     pub(super) fn wake(&self, resource: &[u8]) {
         if let Some(waiters) = self.waiters.get(resource) {

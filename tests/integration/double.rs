@@ -187,6 +187,95 @@ async fn the_double_meets_the_outcomes_of_five_real_masters() {
     }
 }
 
+/// The read-write scenario, written once against the traits: readers together, the lock (the
+/// write lock) refused beside them, readers refused beside it, the caller's own lock from
+/// within `with_read_lock`, renewals and releases, and bad input.
+async fn read_write_scenario<S: LockService>(a: &S, b: &S) -> Vec<(&'static str, &'static str)> {
+    let mut seen = Vec::new();
+    let first = a.try_read("shelf", TTL).await;
+    seen.push(("read", kind(&first)));
+    let second = b.try_read("shelf", TTL).await;
+    seen.push(("another client's read", kind(&second)));
+    seen.push((
+        "write beside readers",
+        kind(&b.try_acquire("shelf", TTL).await),
+    ));
+    let mut first = first.expect("read");
+    seen.push(("extend a read", kind(&first.extend(TTL).await)));
+    seen.push(("release a read", kind(&first.release().await)));
+    seen.push((
+        "write beside a reader",
+        kind(&a.try_acquire("shelf", TTL).await),
+    ));
+    seen.push((
+        "release the last read",
+        kind(&second.expect("read").release().await),
+    ));
+    let write = a.try_acquire("shelf", TTL).await;
+    seen.push(("write", kind(&write)));
+    seen.push((
+        "read beside the writer",
+        kind(&b.try_read("shelf", TTL).await),
+    ));
+    seen.push((
+        "release the write",
+        kind(&write.expect("write").release().await),
+    ));
+    let inner = a
+        .with_read_lock("shelf", TTL, async |_signal| {
+            (
+                kind(&b.try_read("shelf", TTL).await.map(drop::<S::Lock>)),
+                kind(&a.try_acquire("shelf", TTL).await),
+            )
+        })
+        .await;
+    seen.push(("with_read_lock", kind(&inner)));
+    let (read, write) = inner.unwrap_or(("-", "-"));
+    seen.push(("another read from within with_read_lock", read));
+    seen.push(("the lock from within with_read_lock", write));
+    seen.push((
+        "bad input",
+        kind(&a.try_read("", TTL).await.map(drop::<S::Lock>)),
+    ));
+    seen
+}
+
+/// Mutations (in `src/testing/`): the double's write not refused by a key held for readers
+/// (`attempt` filtering out every readers' key): "ok" where the real client says "conflict";
+/// a read's release not freeing the key once no share is left (`hold_for_readers` keeping
+/// it): the write after the last release is a "conflict" where the real one is "ok".
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_double_meets_the_read_write_outcomes_of_five_real_masters() {
+    let cluster = Cluster::start(5);
+    let a = client(&cluster, NODE_TIMEOUT);
+    let b = client(&cluster, NODE_TIMEOUT);
+    let real = read_write_scenario(&a, &b).await;
+    let memory = MemoryLocks::new();
+    let double = read_write_scenario(&memory, &memory.another_client()).await;
+    assert_eq!(real, double, "real:\n{real:#?}\ndouble:\n{double:#?}");
+    let expected = [
+        ("read", "ok"),
+        ("another client's read", "ok"),
+        ("write beside readers", "conflict"),
+        ("extend a read", "ok"),
+        ("release a read", "ok"),
+        ("write beside a reader", "conflict"),
+        ("release the last read", "ok"),
+        ("write", "ok"),
+        ("read beside the writer", "conflict"),
+        ("release the write", "ok"),
+        ("with_read_lock", "ok"),
+        ("another read from within with_read_lock", "ok"),
+        ("the lock from within with_read_lock", "held by caller"),
+        ("bad input", "config"),
+    ];
+    assert_eq!(real, expected);
+    crate::settled(&a).await;
+    crate::settled(&b).await;
+    cluster.assert_no_keys_under(PREFIX);
+    assert!(!memory.is_held("shelf"), "shelf left behind in the double");
+}
+
 /// A user's function written against `LockService`, as the `testing` module's documentation
 /// shows one.
 async fn nightly_report(locks: &impl LockService) -> redquorum::Result<bool> {
