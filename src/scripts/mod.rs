@@ -427,6 +427,7 @@ pub(crate) static ACQUIRE_READ: LuaScript = LuaScript::new(lua!(
     "mark_waited",
     "readers_live",
     "writer_waits",
+    "take_share",
     "acquire_read"
 ));
 
@@ -443,6 +444,7 @@ pub(crate) static ACQUIRE_READ_FENCED: LuaScript = LuaScript::with_run_id(lua!(
     "mark_waited",
     "readers_live",
     "writer_waits",
+    "take_share",
     "acquire_read_fenced"
 ));
 
@@ -623,15 +625,24 @@ pub(crate) static MARK_SEEDED: LuaScript = LuaScript::new(lua!("fence_term", "ma
 /// whose grant landed after the decision holds our key too, but its counter never entered T;
 /// counting it would let two holders share a token, or a later one get a lower token (`DESIGN.md`
 /// §5; `crate::model` finds it with the old rule).
-pub(crate) static CONFIRM_FENCE: LuaScript =
-    LuaScript::with_run_id(lua!("ours", "not_ours", "fence_term", "confirm_fence"));
+pub(crate) static CONFIRM_FENCE: LuaScript = LuaScript::with_run_id(lua!(
+    "ours",
+    "not_ours",
+    "fence_term",
+    "raise_fence",
+    "confirm_fence"
+));
 
 /// `KEYS[1]` a read-write lock's readers, `KEYS[2]` fence counter, `KEYS[3]` its marker;
 /// `ARGV` as `CONFIRM_FENCE`'s, `ARGV[1]` the reader's token. `CONFIRM_FENCE` for a reader:
 /// only while our share is live (else `-2`), raises the counter to at least the reader's
 /// token, so every later write's token is above it (`DESIGN.md` §7c).
-pub(crate) static CONFIRM_FENCE_READ: LuaScript =
-    LuaScript::with_run_id(lua!("fence_term", "readers_live", "confirm_fence_read"));
+pub(crate) static CONFIRM_FENCE_READ: LuaScript = LuaScript::with_run_id(lua!(
+    "fence_term",
+    "readers_live",
+    "raise_fence",
+    "confirm_fence_read"
+));
 
 /// `KEYS[1]` lock key, `KEYS[2]` leader-info key, `ARGV[1]` token, `ARGV[2]` info.
 /// Only while the lock key holds our token: stores the leader's info, expiring with the lock
