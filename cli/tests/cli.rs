@@ -276,17 +276,7 @@ async fn run_waits_for_the_holder_to_release() {
     assert_eq!(wait_exit(&mut waiting, Duration::from_secs(15)), 0);
 }
 
-/// libfaketime's preload library (Debian's `libfaketime`, which `.ci/ensure-tools` installs):
-/// under it a process sees its wall clock moved, its monotonic clock left alone.
-fn libfaketime() -> PathBuf {
-    let found = std::fs::read_dir("/usr/lib")
-        .into_iter()
-        .flatten()
-        .flatten()
-        .map(|dir| dir.path().join("faketime/libfaketime.so.1"))
-        .find(|path| path.exists());
-    found.expect("libfaketime is installed (apt-get install libfaketime; .ci/ensure-tools does)")
-}
+use redquorum_testkit::libfaketime;
 
 /// A waiter's place in a lock's queue comes from the servers' clocks, never its host's
 /// (`DESIGN.md` §7): a `redquorum run --wait` on a host whose wall clock is an hour ahead

@@ -54,6 +54,8 @@ pub struct Server {
     /// given on the command line, so the file's own settings are what runs.
     config: Option<PathBuf>,
     paused: bool,
+    /// Environment variables of the server process (a preloaded fake clock).
+    env: Vec<(String, String)>,
 }
 
 /// N independent masters.
@@ -99,6 +101,7 @@ impl Server {
                 admin_port: tls.map(|_| free_port()),
                 config: config.map(std::path::Path::to_path_buf),
                 paused: false,
+                env: Vec::new(),
             };
             match server.spawn() {
                 Ok(()) => return server,
@@ -162,6 +165,7 @@ impl Server {
 
     /// Spawns `cmd` and waits until the server answers.
     fn launch(&mut self, mut cmd: Command) -> Result<(), String> {
+        cmd.envs(self.env.iter().map(|(k, v)| (k, v)));
         let mut child = cmd
             .stdin(Stdio::null())
             .stdout(Stdio::null())
@@ -365,6 +369,59 @@ impl Cluster {
                 .map(|kind| Server::start(*kind, persistence, extra_args, None, None))
                 .collect(),
         }
+    }
+
+    /// Starts `n` Valkey masters whose wall clocks can be jumped while they run: each runs
+    /// with libfaketime (`libfaketime`, the preload library's path) reading its offset from a
+    /// file of its own at every call, its monotonic clock left real, so `PX` expiries and
+    /// `TIME` follow the jumps ([`jump_clock`](Self::jump_clock)). Valkey only: Debian's
+    /// `redis-server` (jemalloc) does not start under libfaketime.
+    pub fn start_with_fake_clocks(n: usize, libfaketime: &std::path::Path) -> Self {
+        let servers = (0..n)
+            .map(|_| {
+                let mut last_error = String::new();
+                for _ in 0..START_ATTEMPTS {
+                    let dir = tempfile::tempdir().expect("temp dir");
+                    let clock = dir.path().join("faketime");
+                    std::fs::write(&clock, "+0").expect("the clock's file");
+                    let mut server = Server {
+                        kind: ServerKind::Valkey,
+                        port: free_port(),
+                        child: None,
+                        dir,
+                        persistence: Persistence::None,
+                        extra_args: Vec::new(),
+                        tls: None,
+                        admin_port: None,
+                        config: None,
+                        paused: false,
+                        env: vec![
+                            ("LD_PRELOAD".into(), libfaketime.display().to_string()),
+                            (
+                                "FAKETIME_TIMESTAMP_FILE".into(),
+                                clock.display().to_string(),
+                            ),
+                            ("FAKETIME_NO_CACHE".into(), "1".into()),
+                            ("FAKETIME_DONT_FAKE_MONOTONIC".into(), "1".into()),
+                        ],
+                    };
+                    match server.spawn() {
+                        Ok(()) => return server,
+                        Err(e) => last_error = e,
+                    }
+                }
+                panic!("could not start valkey-server under libfaketime: {last_error}");
+            })
+            .collect();
+        Self { servers }
+    }
+
+    /// Sets server `i`'s wall clock to `offset` from the real one (libfaketime's syntax:
+    /// `+20s`, `-5m`, `+0`), at once; only for a cluster of
+    /// [`start_with_fake_clocks`](Self::start_with_fake_clocks).
+    pub fn jump_clock(&self, i: usize, offset: &str) {
+        std::fs::write(self.servers[i].dir.path().join("faketime"), offset)
+            .expect("the clock's file");
     }
 
     /// Adds one more server, with its own extra arguments, of the first server's kind (a
@@ -600,6 +657,7 @@ mod tests {
             admin_port: None,
             config: None,
             paused: false,
+            env: Vec::new(),
         };
         let started = second.spawn();
         assert!(started.is_err(), "started on a port already taken");

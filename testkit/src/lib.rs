@@ -53,3 +53,18 @@ pub fn holds_token(value: &[u8], token: &str) -> bool {
         _ => false,
     }
 }
+
+/// libfaketime's preload library (Debian's `libfaketime`, which `.ci/ensure-tools` installs):
+/// under it a process sees its wall clock moved, its monotonic clock left alone.
+///
+/// # Panics
+/// When it is not installed, with the command that installs it: never skip silently.
+pub fn libfaketime() -> std::path::PathBuf {
+    let found = std::fs::read_dir("/usr/lib")
+        .into_iter()
+        .flatten()
+        .flatten()
+        .map(|dir| dir.path().join("faketime/libfaketime.so.1"))
+        .find(|path| path.exists());
+    found.expect("libfaketime is installed (apt-get install libfaketime; .ci/ensure-tools does)")
+}

@@ -2,6 +2,7 @@
 
 mod acl;
 mod acquire;
+mod clock;
 mod cluster_voters;
 mod deploy;
 #[cfg(feature = "testing")]
