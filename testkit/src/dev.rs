@@ -308,7 +308,20 @@ impl DevCluster {
             return Ok((cluster, false));
         }
         let kind = kind.unwrap_or(ServerKind::Redis);
-        let cluster = Self::create(dir.to_path_buf(), preferred_ports(count)?, REDIS_CONF, kind)?;
+        let preferred = preferred_ports(count)?;
+        let cluster = match Self::create(dir.to_path_buf(), preferred.clone(), REDIS_CONF, kind) {
+            Ok(cluster) => cluster,
+            // Another process bound a preferred port between the check and the start (two dev
+            // clusters starting at once: the CLI's tests found it, one failing with "Address
+            // already in use" on 7101): any free ports then. `create` stopped what it started.
+            Err(_) if preferred.first() == Some(&FIRST_PORT) => Self::create(
+                dir.to_path_buf(),
+                crate::free_ports(count)?,
+                REDIS_CONF,
+                kind,
+            )?,
+            Err(e) => return Err(e),
+        };
         Ok((cluster, true))
     }
 
