@@ -294,17 +294,13 @@ async fn round(
         silent,
     );
     let fence_keys = fencing.then(|| resource::fence_keys(&shared.config.key_prefix, resource));
-    // A waiter's round goes, on each node, behind its last cleanup still running there (a
-    // script sent by hash waits for the answer of the round it cleans up): landing after this
-    // round, or after the leaving round behind it, the cleanup would queue the waiter again.
+    // A waiter's round goes, on each node, behind its last cleanup still running there
+    // (`Queue::prepare_round`).
     let mut behind = None;
     if let Some((Some(queue), _)) = queue.as_mut() {
-        queue.before_round(shared);
-        if queue.is_joined() {
-            behind = queue.behind();
-            if !fencing {
-                queue.register(&token);
-            }
+        behind = queue.prepare_round(shared);
+        if !fencing && queue.is_joined() {
+            queue.register(&token);
         }
     }
     let joined = queue

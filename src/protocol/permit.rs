@@ -239,15 +239,11 @@ async fn permit_round(
     let mut keys_and_record = in_order;
     keys_and_record.push(permits.record.clone());
     let numbers = order.iter().map(|i| i.to_string().into_bytes());
-    // Behind the waiter's last give-back still running on a node, as a lock's queued round
-    // (`crate::protocol::acquire`).
-    let mut behind = None;
-    if let Some((Some(queue), _)) = queue.as_mut() {
-        queue.before_round(shared);
-        if queue.is_joined() {
-            behind = queue.behind();
-        }
-    }
+    // Behind the waiter's last give-back still running on a node (`Queue::prepare_round`).
+    let behind = match queue.as_mut() {
+        Some((Some(queue), _)) => queue.prepare_round(shared),
+        _ => None,
+    };
     let joined = queue
         .as_ref()
         .and_then(|(slot, _)| slot.as_ref())
@@ -306,25 +302,19 @@ async fn permit_round(
             // A waiter that will try again (not one whose semaphore counts other permits: it
             // gives up) joins the queue, or keeps its place, as it gives its grants back
             // silently. Whichever cleanup ran, a waiter that may have joined leaves behind it.
-            let still_running = match queue {
-                Some((slot, policy)) if will_retry && count_differs.is_none() => {
-                    let queue = slot
-                        .get_or_insert_with(|| Queue::for_permits(shared, permits, timing, policy));
-                    queue.join(shared, &permits.channel).await;
-                    cleanup.queue_as(queue);
-                    let (_undone, still_running) = cleanup.run().await;
-                    still_running.map(|s| (queue, s))
-                }
-                Some((slot, _)) => {
-                    let (_undone, still_running) = cleanup.run().await;
-                    slot.as_mut().zip(still_running)
-                }
-                None => {
-                    let _undone = cleanup.run().await;
-                    None
-                }
-            };
-            if let Some((queue, stragglers)) = still_running {
+            if let Some((slot, policy)) = queue.as_mut()
+                && will_retry
+                && count_differs.is_none()
+            {
+                let queue =
+                    slot.get_or_insert_with(|| Queue::for_permits(shared, permits, timing, policy));
+                queue.join(shared, &permits.channel).await;
+                cleanup.queue_as(queue);
+            }
+            let (_undone, still_running) = cleanup.run().await;
+            if let (Some(queue), Some(stragglers)) =
+                (queue.and_then(|(slot, _)| slot.as_mut()), still_running)
+            {
                 queue.leave_behind(stragglers);
             }
             let split = round

@@ -193,7 +193,7 @@ impl Queue {
     /// Before a round: a place the host's wall clock stood in for is drawn again, from the
     /// voters' clocks once one is known. (A round that carried the stand-in may have queued it
     /// on a master that connected meanwhile: there it keeps that place, an order only.)
-    pub(crate) fn before_round(&mut self, shared: &Shared) {
+    fn before_round(&mut self, shared: &Shared) {
         if self.place_is_a_stand_in {
             self.draw_place(shared);
         }
@@ -294,12 +294,16 @@ impl Queue {
         self.after.take()
     }
 
-    /// Its requests still running on some node, for its next round to go behind. Kept, not
-    /// taken: should that round's request to such a node never be sent (the acquire dropped
-    /// while it waited), whatever comes after, its leaving included, must still go behind
-    /// them; the round's cleanup replaces them with its own, which go behind the round.
-    pub(crate) fn behind(&self) -> Option<Stragglers> {
-        self.after.clone()
+    /// Before a round ([`before_round`](Self::before_round)), and, once joined, its requests
+    /// still running on some node, for the round to go behind: a cleanup sent by hash waits
+    /// for the answer of the round it cleans up, so on a hung node it would otherwise land
+    /// after this round, and after the leaving round behind it, and queue the waiter again.
+    /// Kept, not taken: should the round's request to such a node never be sent (the acquire
+    /// dropped while it waited), whatever comes after, its leaving included, must still go
+    /// behind them; the round's cleanup replaces them with its own, which go behind the round.
+    pub(crate) fn prepare_round(&mut self, shared: &Shared) -> Option<Stragglers> {
+        self.before_round(shared);
+        self.after.clone().filter(|_| self.joined)
     }
 
     /// The queue's keys, and the waiter's id and liveness, as a queued script's arguments.
