@@ -164,7 +164,7 @@ pub(crate) fn all() -> [&'static LuaScript; 27] {
 
 /// The script made of these files of `src/scripts/lua/`, in order: the functions it shares
 /// with other scripts first (`not_ours`, `hand_over`, `join_queue`, `fence_term`,
-/// `delete_ours`, `forget_permit_count`), then its own code. Each file is plain Lua; the docs below say what
+/// `delete_ours`, `forget_permit_count`, `permit_count`), then its own code. Each file is plain Lua; the docs below say what
 /// each script's arguments are and why it does what it does. The scripts sent whole with every
 /// call (`QUEUED_ACQUIRE`, `QUEUED_ACQUIRE_FENCED`) are sent without their comment lines
 /// ([`LuaScript::code`]).
@@ -278,7 +278,8 @@ pub(crate) static RELEASE_MANY: LuaScript = LuaScript::new(lua!("release_many"))
 /// Each permit is a lock of its own: the client trusts a permit only when a majority of
 /// masters granted *that* permit, never by adding grants of different ones (see
 /// `crate::protocol::permit`). O(P) per call; the number of permits is bounded (`MAX_PERMITS`).
-pub(crate) static ACQUIRE_PERMIT: LuaScript = LuaScript::new(lua!("acquire_permit"));
+pub(crate) static ACQUIRE_PERMIT: LuaScript =
+    LuaScript::new(lua!("permit_count", "acquire_permit"));
 
 /// `KEYS[1..]` permit keys, then (with `ARGV[4]` = `1`) the semaphore's record of its number
 /// of permits; `ARGV[1]` token, `ARGV[2]` the semaphore's release channel, `ARGV[3]` a
@@ -341,6 +342,7 @@ pub(crate) static RELEASE_PERMIT: LuaScript = LuaScript::new(lua!(
 /// permits (`-3` when none expires). Sent whole (`EVAL`), as `QUEUED_ACQUIRE` is and for its
 /// reason.
 pub(crate) static QUEUED_ACQUIRE_PERMIT: LuaScript = LuaScript::sent_whole(lua!(
+    "permit_count",
     "mark_waited",
     "join_queue",
     "hand_over",
@@ -503,7 +505,7 @@ pub(crate) static EXTEND: LuaScript = LuaScript::new(lua!("ours", "extend"));
 /// as `EXTEND` does, and sets the record for at least the ttl. A re-added permit without its
 /// record would be a master of the holder's majority where a client of another number is
 /// granted (re-added after an outage, then the first masters lost).
-pub(crate) static EXTEND_PERMIT: LuaScript = LuaScript::new(lua!("extend_permit"));
+pub(crate) static EXTEND_PERMIT: LuaScript = LuaScript::new(lua!("permit_count", "extend_permit"));
 
 /// `KEYS[1]` lock key, `KEYS[2]` fence counter (one per hash slot, see
 /// `resource::fence_key`), `KEYS[3]` its re-seed marker (`resource::FenceKeys::marker`),

@@ -1,16 +1,12 @@
 local permits = #KEYS - 1
 local record = KEYS[#KEYS]
-local declared = redis.call('GET', record)
-if declared and declared ~= tostring(permits) then
-  return {-8, tonumber(declared) or -1, 0}
-end
+local other = other_permit_count(record, permits)
+if other then return other end
 local shortest = -1
 for i = 1, permits do
   local key = KEYS[i]
   if redis.call('SET', key, ARGV[1], 'NX', 'PX', ARGV[2]) then
-    if redis.call('PTTL', record) < tonumber(ARGV[2]) then
-      redis.call('SET', record, permits, 'PX', ARGV[2])
-    end
+    keep_permit_count(record, permits, ARGV[2])
     return {-1, tonumber(ARGV[i + 2]), 0}
   end
   local ttl = redis.call('PTTL', key)

@@ -1,10 +1,8 @@
 local permits = #KEYS - 3
 local record, queue, waiters = KEYS[permits + 1], KEYS[permits + 2], KEYS[permits + 3]
 local id, live, place = ARGV[permits + 3], ARGV[permits + 4], ARGV[permits + 5]
-local declared = redis.call('GET', record)
-if declared and declared ~= tostring(permits) then
-  return {-8, tonumber(declared) or -1, 0}
-end
+local other = other_permit_count(record, permits)
+if other then return other end
 -- The permits a release reserved for this waiter here.
 local mine = 'handoff:' .. id
 local reserved = {}
@@ -35,9 +33,7 @@ for i = 1, permits do
       end
     end
     redis.call('SET', key, ARGV[1], 'PX', ARGV[2])
-    if redis.call('PTTL', record) < tonumber(ARGV[2]) then
-      redis.call('SET', record, permits, 'PX', ARGV[2])
-    end
+    keep_permit_count(record, permits, ARGV[2])
     return {-1, tonumber(ARGV[i + 2]), 0}
   end
   local ttl = redis.call('PTTL', key)
