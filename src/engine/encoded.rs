@@ -48,20 +48,50 @@ async fn query_loading(
     conn: &mut MultiplexedConnection,
     asking: bool,
 ) -> redis::RedisResult<Value> {
-    match (query(cmd, conn, asking).await, script) {
-        (Err(err), Some(script))
-            if err.kind() == redis::ErrorKind::Server(ServerErrorKind::NoScript) =>
-        {
-            // Boxed: rare (a restarted server, a `SCRIPT FLUSH`), and it would size every
-            // request's future.
-            Box::pin(async move {
-                script.load_async(conn).await?;
-                query(cmd, conn, asking).await
-            })
-            .await
+    // The first answer's scope ends here, so it is not kept beside the loading below.
+    let script = {
+        let answer = query(cmd, conn, asking).await;
+        match (&answer, script) {
+            (Err(err), Some(script))
+                if err.kind() == redis::ErrorKind::Server(ServerErrorKind::NoScript) =>
+            {
+                script
+            }
+            _ => return answer,
         }
-        (answer, _) => answer,
+    };
+    // Boxed: rare (a restarted server, a `SCRIPT FLUSH`), and it would size every request's
+    // future.
+    Box::pin(async move {
+        script.load_async(conn).await?;
+        query(cmd, conn, asking).await
+    })
+    .await
+}
+
+/// `cmd` with the script's last arguments for one node, if it takes any: the node's own value
+/// (`per_node`, by node index; empty when it has none), then the server's `run_id`.
+fn extended(
+    cmd: &redis::Cmd,
+    per_node: Option<&[Option<u64>]>,
+    node: usize,
+    server_run: Option<&str>,
+) -> Option<redis::Cmd> {
+    let mut extended: Option<redis::Cmd> = None;
+    if let Some(values) = per_node {
+        let mut with_value = cmd.clone();
+        match values.get(node).copied().flatten() {
+            Some(value) => with_value.arg(value),
+            None => with_value.arg(""),
+        };
+        extended = Some(with_value);
     }
+    if let Some(server_run) = server_run {
+        let mut with_run_id = extended.take().unwrap_or_else(|| cmd.clone());
+        with_run_id.arg(server_run);
+        extended = Some(with_run_id);
+    }
+    extended
 }
 
 /// `lua` on `key` and then `extra_keys`, with the request's token, number and then `payload`
@@ -429,23 +459,15 @@ impl EncodedRequest {
                     Some((nodes, marked)) if nodes.get(node) == Some(&true) => marked,
                     _ => evalsha,
                 };
-                // This node's own value first, then the server's `run_id`, as the script's
-                // last arguments.
-                let mut extended: Option<redis::Cmd> = None;
-                if let Some(values) = per_node {
-                    let mut with_value = cmd.clone();
-                    match values.get(node).copied().flatten() {
-                        Some(value) => with_value.arg(value),
-                        None => with_value.arg(""),
-                    };
-                    extended = Some(with_value);
+                let server_run = server_run.filter(|_| *run_id);
+                if let Some(extended) = extended(cmd, per_node.as_deref(), node, server_run) {
+                    // Boxed: only fenced requests take arguments of their own per node, and
+                    // keeping their command here would size every request's future.
+                    return Box::pin(async move {
+                        query_loading(&extended, Some(script), conn, asking).await
+                    })
+                    .await;
                 }
-                if let Some(server_run) = server_run.filter(|_| *run_id) {
-                    let mut with_run_id = extended.take().unwrap_or_else(|| cmd.clone());
-                    with_run_id.arg(server_run);
-                    extended = Some(with_run_id);
-                }
-                let cmd = extended.as_ref().unwrap_or(cmd);
                 query_loading(cmd, Some(script), conn, asking).await
             }
             Encoding::SetIfAbsent(set) => query(set, conn, asking).await,

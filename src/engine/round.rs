@@ -8,7 +8,6 @@ use std::time::{Duration, Instant};
 
 use futures::StreamExt;
 use futures::stream::FuturesUnordered;
-use tokio::sync::watch;
 use tokio_util::task::TaskTracker;
 
 use crate::core::clock::{Awake, Deadline};
@@ -23,7 +22,7 @@ pub(crate) use crate::engine::heard::Wait;
 use crate::engine::heard::{Answer, Heard, timed_out};
 use crate::engine::request::Request;
 pub(crate) use crate::engine::stragglers::Stragglers;
-use crate::engine::stragglers::{LateAnswers, MarkOnDrop, Ordered};
+use crate::engine::stragglers::{LateAnswers, MarkOnDrop, Ordered, Raised};
 use crate::engine::voter::Voter;
 use crate::errors::node_error::NodeError;
 
@@ -293,19 +292,19 @@ impl<V: Voter> Fanout<'_, V> {
         mut flight: InFlight<F>,
         answers: &[Option<(NodeOutcome, Duration)>],
         prepared: &Arc<EncodedRequest>,
-        ordered: &Ordered,
+        ordered: &Arc<Ordered>,
         deadline: tokio::time::Instant,
     ) -> Stragglers
     where
         F: Future<Output = Answer> + Send + 'static,
     {
         let pending_nodes: Box<[bool]> = answers.iter().map(Option::is_none).collect();
-        let (finished, done) = watch::channel(false);
         let mut unanswered = pending_nodes.to_vec();
         let late = Arc::new(LateAnswers {
             nodes: pending_nodes,
             unseeded: AtomicBool::new(false),
             not_done: AtomicBool::new(false),
+            finished: Raised::new(1),
         });
         let answers_late = late.clone();
         let prepared = prepared.clone();
@@ -313,6 +312,9 @@ impl<V: Voter> Fanout<'_, V> {
         let tracker = self.background.clone();
         crate::core::telemetry::task_spawned();
         self.background.spawn(async move {
+            // Finished when the loop ends, or when the task is dropped (the runtime shutting
+            // down): either way nothing is left to wait for.
+            let _finished = RaiseOnDrop(&answers_late.finished);
             let expiry = tokio::time::sleep_until(deadline);
             tokio::pin!(expiry);
             loop {
@@ -345,11 +347,9 @@ impl<V: Voter> Fanout<'_, V> {
                     answers_late.not_done.store(true, Ordering::Release);
                 }
             }
-            finished.send_replace(true);
         });
         Stragglers {
-            ordered: ordered.nodes.subscribe(),
-            done,
+            ordered: ordered.clone(),
             late,
         }
     }
@@ -396,33 +396,48 @@ fn ask_one<V: Voter>(
         let asked = match (voters.get(index), &after) {
             (None, _) => (NodeOutcome::NoReply, None),
             (Some(voter), None) => voter.ask(&prepared, queued).await,
+            // Boxed: waiting behind a straggler is the rare case, and its future (a second
+            // request's, a timer) would size every request's, which the round allocates once
+            // per node.
             (Some(voter), Some(after)) => {
-                after.ordered(index).await;
-                let answer = if prepared.deliver_anyway {
-                    // Owned, so that when the timeout stops the waiting (or the round is
-                    // dropped) the request goes on in a task of its own until its connection
-                    // has taken it; answered in time (the common case), it needs no task.
-                    let (voters, prepared) = (voters.clone(), prepared.clone());
-                    let delivery = DeliverOnDrop {
-                        delivery: Some(Box::pin(async move {
-                            match voters.get(index) {
-                                Some(voter) => voter.ask(&prepared, || {}).await,
-                                None => (NodeOutcome::NoReply, None),
-                            }
-                        })),
-                        background: background.clone(),
+                Box::pin(async {
+                    after.ordered(index).await;
+                    let answer = if prepared.deliver_anyway {
+                        // Owned, so that when the timeout stops the waiting (or the round is
+                        // dropped) the request goes on in a task of its own until its connection
+                        // has taken it; answered in time (the common case), it needs no task.
+                        let (voters, prepared) = (voters.clone(), prepared.clone());
+                        let delivery = DeliverOnDrop {
+                            delivery: Some(Box::pin(async move {
+                                match voters.get(index) {
+                                    Some(voter) => voter.ask(&prepared, || {}).await,
+                                    None => (NodeOutcome::NoReply, None),
+                                }
+                            })),
+                            background: background.clone(),
+                        };
+                        delivery.answer_within(per_node_timeout).await
+                    } else {
+                        tokio::time::timeout(per_node_timeout, voter.ask(&prepared, queued))
+                            .await
+                            .ok()
                     };
-                    delivery.answer_within(per_node_timeout).await
-                } else {
-                    tokio::time::timeout(per_node_timeout, voter.ask(&prepared, queued))
-                        .await
-                        .ok()
-                };
-                answer.unwrap_or_else(|| timed_out(per_node_timeout))
+                    answer.unwrap_or_else(|| timed_out(per_node_timeout))
+                })
+                .await
             }
         };
         drop(mark);
         (index, asked.0, asked.1, start.elapsed())
+    }
+}
+
+/// Raises its one flag when dropped.
+struct RaiseOnDrop<'a>(&'a Raised);
+
+impl Drop for RaiseOnDrop<'_> {
+    fn drop(&mut self) {
+        self.0.raise(0);
     }
 }
 

@@ -2,8 +2,68 @@
 //! request is ordered on its connection, so a later delete on that node lands behind it.
 
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 
-use tokio::sync::watch;
+use tokio::sync::Notify;
+
+/// Flags that are only ever raised, and a wait for one of them: what a watch channel would do
+/// here, without its lock and wake-ups for a flag nobody waits for. Every request of every
+/// round raises one, and almost never does anyone wait for it.
+#[derive(Debug)]
+pub(super) struct Raised {
+    flags: Box<[AtomicBool]>,
+    /// Someone waited for a flag: raising one must wake the waiters.
+    watched: AtomicBool,
+    notify: Notify,
+}
+
+impl Raised {
+    pub(super) fn new(count: usize) -> Self {
+        Self {
+            flags: (0..count).map(|_| AtomicBool::new(false)).collect(),
+            watched: AtomicBool::new(false),
+            notify: Notify::new(),
+        }
+    }
+
+    /// Raises flag `index` (no flag: nothing to do).
+    pub(super) fn raise(&self, index: usize) {
+        let Some(flag) = self.flags.get(index) else {
+            return;
+        };
+        // Sequentially consistent with `wait`'s store and load: either the waiter sees the
+        // flag raised, or this sees `watched` and wakes it.
+        if !flag.swap(true, Ordering::SeqCst) && self.watched.load(Ordering::SeqCst) {
+            self.notify.notify_waiters();
+        }
+    }
+
+    /// Whether flag `index` is raised (a flag that does not exist is).
+    pub(super) fn is_raised(&self, index: usize) -> bool {
+        self.flags
+            .get(index)
+            .is_none_or(|flag| flag.load(Ordering::SeqCst))
+    }
+
+    /// Waits until flag `index` is raised.
+    ///
+    /// # Cancel safety
+    /// Cancel safe: it only waits.
+    pub(super) async fn wait(&self, index: usize) {
+        loop {
+            let notified = self.notify.notified();
+            tokio::pin!(notified);
+            // Registered before `watched` is set and the flag read, so a raise after the read
+            // wakes it.
+            notified.as_mut().enable();
+            self.watched.store(true, Ordering::SeqCst);
+            if self.is_raised(index) {
+                return;
+            }
+            notified.await;
+        }
+    }
+}
 
 /// Per node, whether a request of a round is *ordered*: handed to the node's connection (a
 /// command nothing will send again), or finished, or abandoned. Anything sent on that
@@ -11,25 +71,18 @@ use tokio::sync::watch;
 /// queue (the redis crate's bounded channel, whose waiting senders are served in order).
 #[derive(Debug)]
 pub(super) struct Ordered {
-    pub(super) nodes: watch::Sender<Vec<bool>>,
+    pub(super) nodes: Raised,
 }
 
 impl Ordered {
     pub(super) fn new(count: usize) -> Arc<Self> {
         Arc::new(Self {
-            nodes: watch::Sender::new(vec![false; count]),
+            nodes: Raised::new(count),
         })
     }
 
     pub(super) fn mark(&self, index: usize) {
-        self.nodes
-            .send_if_modified(|nodes| match nodes.get_mut(index) {
-                Some(ordered) if !*ordered => {
-                    *ordered = true;
-                    true
-                }
-                _ => false,
-            });
+        self.nodes.raise(index);
     }
 }
 
@@ -56,8 +109,8 @@ impl Drop for MarkOnDrop {
 /// waits for other nodes' stragglers.
 #[derive(Debug, Clone)]
 pub(crate) struct Stragglers {
-    pub(super) ordered: watch::Receiver<Vec<bool>>,
-    pub(super) done: watch::Receiver<bool>,
+    /// Marked for every request of the round, each when its future ends at the latest.
+    pub(super) ordered: Arc<Ordered>,
     /// Which nodes' requests were still running, and what they answered late: one allocation
     /// per round that has stragglers, which most rounds decided at the majority have.
     pub(super) late: Arc<LateAnswers>,
@@ -73,21 +126,21 @@ pub(super) struct LateAnswers {
     pub(super) unseeded: std::sync::atomic::AtomicBool,
     /// A straggler did not do what was asked (refused, failed or timed out).
     pub(super) not_done: std::sync::atomic::AtomicBool,
+    /// One flag, raised once every straggler has finished (or their task was dropped).
+    pub(super) finished: Raised,
 }
 
 impl Stragglers {
     /// Whether the request to `index` was still running at the decision and is not yet
     /// ordered on its connection.
     pub(super) fn unordered(&self, index: usize) -> bool {
-        self.late.nodes.get(index).copied().unwrap_or(false)
-            && !self.ordered.borrow().get(index).copied().unwrap_or(true)
+        self.late.nodes.get(index).copied().unwrap_or(false) && !self.ordered.nodes.is_raised(index)
     }
 
     /// Waits until every straggler has finished, then says whether one answered that its
     /// fence counter was not re-seeded since its server started.
     pub(crate) async fn unseeded(&self) -> bool {
-        let mut done = self.done.clone();
-        let _ = done.wait_for(|finished| *finished).await;
+        self.late.finished.wait(0).await;
         self.late
             .unseeded
             .load(std::sync::atomic::Ordering::Acquire)
@@ -95,8 +148,7 @@ impl Stragglers {
 
     /// Waits until every straggler has finished, then says whether each did what was asked.
     pub(crate) async fn all_done(&self) -> bool {
-        let mut done = self.done.clone();
-        let _ = done.wait_for(|finished| *finished).await;
+        self.late.finished.wait(0).await;
         !self
             .late
             .not_done
@@ -105,10 +157,7 @@ impl Stragglers {
 
     /// Waits until the request to `index` is ordered on its connection.
     pub(super) async fn ordered(&self, index: usize) {
-        let mut ordered = self.ordered.clone();
-        // An error means every sender is gone (the round's tasks ended): nothing to wait for.
-        let _ = ordered
-            .wait_for(|nodes| nodes.get(index).copied().unwrap_or(true))
-            .await;
+        // Every request's future marks its node when it ends, at the latest: this ends.
+        self.ordered.nodes.wait(index).await;
     }
 }

@@ -15,7 +15,7 @@ use crate::engine::classify::Grant;
 use crate::engine::encoded::{EncodedRequest, Part};
 use crate::errors::node_error::NodeError;
 use crate::voters::node::Node;
-use crate::voters::server_link::breaks_connection;
+use crate::voters::server_link::{Connected, breaks_connection};
 
 /// How often a request a cluster answered `TRYAGAIN` (its slot is being moved) is sent again.
 const TRY_AGAIN_RETRIES: u32 = 10;
@@ -91,17 +91,28 @@ impl Voter for Node {
             // in parts of one key each (see `InParts`), every part tried even when one fails,
             // so as little as possible is left behind.
             tracing::debug!(node = %self.id(), "a slot is half moved: sending the request key by key");
-            let mut answers = Vec::with_capacity(request.parts().len());
-            for part in request.parts() {
-                answers.push(exchange(self, request, Some(part), &mut None::<fn()>).await);
-            }
-            answer = request.combine(answers);
+            // Boxed: rare, and a second `exchange` held beside the first would double the
+            // size of every request's future (3,000 bytes against 1,400 measured), which the
+            // round allocates once per node.
+            answer = Box::pin(in_parts(self, request)).await;
         }
         match answer {
             Err(err) => (NodeOutcome::Failed(err), None),
             Ok(reply) => request.classify(reply),
         }
     }
+}
+
+/// Sends each part of `request` on its own (see `InParts`) and combines their answers.
+///
+/// # Cancel safety
+/// As `Voter::ask`.
+async fn in_parts(node: &Node, request: &EncodedRequest) -> Result<redis::Value, NodeError> {
+    let mut answers = Vec::with_capacity(request.parts().len());
+    for part in request.parts() {
+        answers.push(exchange(node, request, Some(part), &mut None::<fn()>).await);
+    }
+    request.combine(answers)
 }
 
 /// Whether the cluster refused a multi-key request because its slot is half moved.
@@ -125,7 +136,82 @@ async fn exchange(
     queued: &mut Option<impl FnOnce() + Send>,
 ) -> Result<redis::Value, NodeError> {
     let key = part.map_or(request.key(), Part::key);
-    let mut ready = node.connection(key).await?;
+    let ready = node.connection(key).await?;
+    match send_on(node, request, part, (&ready, false), queued).await? {
+        Ok(reply) => Ok(reply),
+        // Boxed: an error answer is rare, and the future that handles it (a cluster's
+        // redirections, `TRYAGAIN`'s waits) would size every request's, which a round
+        // allocates once per node.
+        Err(err) => Box::pin(after_error(node, request, part, ready, err)).await,
+    }
+}
+
+/// Sends `request` (or its `part`) once on `ready` (with `ASKING` first when `asking`), unless
+/// that connection may not carry it; `queued` runs once the command is handed to the
+/// connection. The outer error: not sent; the inner one: the server's (or the connection's).
+///
+/// # Cancel safety
+/// As `Voter::ask`.
+async fn send_on(
+    node: &Node,
+    request: &EncodedRequest,
+    part: Option<&Part>,
+    (ready, asking): (&Connected, bool),
+    queued: &mut Option<impl FnOnce() + Send>,
+) -> Result<redis::RedisResult<redis::Value>, NodeError> {
+    if request.settled_nodes_only {
+        node.check_settled(ready)?;
+    }
+    if request.needs_run_id() && ready.run_id.is_none() {
+        return Err(NodeError::Unidentified);
+    }
+    let mut conn = ready.conn.clone();
+    let send = async {
+        match part {
+            None => {
+                request
+                    .send(
+                        &mut conn,
+                        (node.id().index(), ready.run_id.as_deref()),
+                        asking,
+                        &ready.native,
+                    )
+                    .await
+            }
+            Some(part) => part.send(&mut conn, asking).await,
+        }
+    };
+    tokio::pin!(send);
+    // The first poll hands the command to the connection's queue (or to the line of
+    // senders waiting for room in it, served in order). Polled by hand, so no first answer
+    // is kept beside the request's future while it waits.
+    let mut queued = queued.take();
+    let answer = std::future::poll_fn(|cx| {
+        let poll = send.as_mut().poll(cx);
+        if let Some(queued) = queued.take() {
+            queued();
+        }
+        poll
+    })
+    .await;
+    // Something came back from the server (or the connection broke): not hung.
+    node.set_suspect(false);
+    Ok(answer)
+}
+
+/// What [`exchange`] does once the server answered `err` on `ready`: waits and sends again
+/// while a cluster's slot is half moved (`TRYAGAIN`), follows its redirections, or reports
+/// the error (and a connection it broke, or a server that was demoted).
+///
+/// # Cancel safety
+/// As `Voter::ask`.
+async fn after_error(
+    node: &Node,
+    request: &EncodedRequest,
+    part: Option<&Part>,
+    mut ready: Connected,
+    mut err: redis::RedisError,
+) -> Result<redis::Value, NodeError> {
     let mut asking = false;
     // A slot being moved can take two redirections (`MOVED` to its new master, which answers
     // `ASK` while some keys are still on the way); more mean the cluster is moving it again,
@@ -133,70 +219,40 @@ async fn exchange(
     let mut redirections_left = 2;
     let mut retries_left = TRY_AGAIN_RETRIES;
     loop {
-        if request.settled_nodes_only {
-            node.check_settled(&ready)?;
-        }
-        if request.needs_run_id() && ready.run_id.is_none() {
-            return Err(NodeError::Unidentified);
-        }
-        let answer = {
-            let mut conn = ready.conn.clone();
-            let send = async {
-                match part {
-                    None => {
-                        request
-                            .send(
-                                &mut conn,
-                                (node.id().index(), ready.run_id.as_deref()),
-                                asking,
-                                &ready.native,
-                            )
-                            .await
-                    }
-                    Some(part) => part.send(&mut conn, asking).await,
-                }
-            };
-            tokio::pin!(send);
-            // The first poll hands the command to the connection's queue (or to the line of
-            // senders waiting for room in it, served in order).
-            let first = futures::poll!(send.as_mut());
-            if let Some(queued) = queued.take() {
-                queued();
-            }
-            match first {
-                std::task::Poll::Ready(answer) => answer,
-                std::task::Poll::Pending => send.await,
-            }
-        };
-        // Something came back from the server (or the connection broke): not hung.
-        node.set_suspect(false);
-        let err = match answer {
-            Ok(reply) => return Ok(reply),
-            Err(err) => err,
-        };
         let try_again = is_try_again(&err);
         if try_again && part.is_none() && request.has_parts() {
             // Sent in parts instead, by the caller.
             return Err(NodeError::Redis(err));
         }
-        if try_again && retries_left > 0 {
+        let again = if try_again && retries_left > 0 {
             // A multi-key script on a slot whose keys are half moved: not run, and runnable
             // once the keys have moved (a migration moves them in batches).
             retries_left -= 1;
             tokio::time::sleep(TRY_AGAIN_DELAY).await;
-            continue;
-        }
-        if redirections_left > 0 {
+            true
+        } else if redirections_left > 0 {
             redirections_left -= 1;
             // A redirected request was not run: sent again to the master named.
-            // Boxed: a cluster's redirection is rare, and its future would size every
-            // request's.
-            if let Some(redirected) = Box::pin(node.redirect(&err, &ready)).await {
-                let redirected = redirected?;
-                tracing::debug!(node = %node.id(), error = %err, "following the cluster's redirection");
-                ready = redirected.ready;
-                asking = redirected.asking;
-                continue;
+            match node.redirect(&err, &ready).await {
+                Some(redirected) => {
+                    let redirected = redirected?;
+                    tracing::debug!(node = %node.id(), error = %err, "following the cluster's redirection");
+                    ready = redirected.ready;
+                    asking = redirected.asking;
+                    true
+                }
+                None => false,
+            }
+        } else {
+            false
+        };
+        if again {
+            match send_on(node, request, part, (&ready, asking), &mut None::<fn()>).await? {
+                Ok(reply) => return Ok(reply),
+                Err(next) => {
+                    err = next;
+                    continue;
+                }
             }
         }
         let read_only = err.kind() == redis::ErrorKind::Server(ServerErrorKind::ReadOnly);

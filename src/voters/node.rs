@@ -187,18 +187,32 @@ impl Node {
     /// # Cancel safety
     /// Cancel safe: it only waits for a connection (or the cluster's slot map).
     pub(crate) async fn connection(&self, key: &[u8]) -> Result<Connected, NodeError> {
+        if let Some(ready) = self.ready_to_send(key) {
+            return Ok(ready);
+        }
+        // Boxed: waiting for a connection (or, on a Cluster voter, for the slot map) is rare,
+        // and its future would size every request's, which the round allocates once per node.
+        Box::pin(self.wait_for_connection(key)).await
+    }
+
+    /// What [`Node::connection`] answers at once, without waiting: the connection to the
+    /// server of `key`, when there is one now (on a Cluster voter, this keeps the slot map
+    /// read, as every request does).
+    fn ready_to_send(&self, key: &[u8]) -> Option<Connected> {
+        match &self.route {
+            Route::One(link) => link.ready_now(),
+            Route::Cluster(shards) => shards.ready_now(slot_of(key)),
+        }
+    }
+
+    /// [`Node::connection`] when no connection is ready.
+    ///
+    /// # Cancel safety
+    /// As [`Node::connection`].
+    async fn wait_for_connection(&self, key: &[u8]) -> Result<Connected, NodeError> {
         match &self.route {
             Route::One(link) => link.connection().await,
-            Route::Cluster(shards) => {
-                let slot = slot_of(key);
-                match shards.ready_now(slot) {
-                    Some(ready) => Ok(ready),
-                    // Boxed: the cluster's routing would make every request's future as large
-                    // as its own, a standalone voter's too. Only while the slot's master is
-                    // not connected (or not known): not an allocation per request.
-                    None => Box::pin(shards.connection(slot)).await,
-                }
-            }
+            Route::Cluster(shards) => shards.connection(slot_of(key)).await,
         }
     }
 
@@ -293,7 +307,7 @@ impl Node {
     /// What the server that serves `key` said it runs (`valkey 9.1.2`, `redis 7.0.15`) on the
     /// connection this node has now; `None` while not connected, or when it would not say.
     pub(crate) fn software(&self, key: &[u8]) -> Option<Arc<str>> {
-        self.ready_now(key)?.software
+        self.ready_now(key)?.software.clone()
     }
 
     /// The wall clock of the server that serves `key`, as read on the connection this node

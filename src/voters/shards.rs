@@ -285,7 +285,7 @@ impl Shards {
         let live = known.iter().find_map(|master| {
             let ready = self.existing_link(master)?.ready_now()?;
             let (host, _) = host_and_port(master)?;
-            Some((ready.conn, host.to_owned()))
+            Some((ready.conn.clone(), host.to_owned()))
         });
         if let Some((mut conn, host)) = live {
             let read = tokio::time::timeout(self.connect_timeout, read_map_on(&mut conn, &host));

@@ -37,9 +37,22 @@ pub(super) enum Link {
     Down(NodeError),
 }
 
-/// A usable connection to a server.
+/// A usable connection to a server, shared: every request on it takes a clone, one atomic
+/// count rather than a copy of each field's handle (a request's future keeps it, and a round
+/// allocates one such future per node).
 #[derive(Clone)]
-pub(crate) struct Connected {
+pub(crate) struct Connected(Arc<ServerConnection>);
+
+impl std::ops::Deref for Connected {
+    type Target = ServerConnection;
+
+    fn deref(&self) -> &ServerConnection {
+        &self.0
+    }
+}
+
+/// What [`Connected`] shares: the connection, and what it learnt of its server.
+pub(crate) struct ServerConnection {
     pub(crate) conn: MultiplexedConnection,
     /// Counts connections, so a report about an old one is ignored.
     pub(crate) generation: u64,
@@ -135,7 +148,7 @@ pub(crate) enum ServerRole {
     Shard,
 }
 
-impl Connected {
+impl ServerConnection {
     /// Tells the supervisor that this connection failed, so it reconnects (once, however many
     /// requests on it report it).
     pub(crate) fn report_broken(&self) {
@@ -348,7 +361,7 @@ impl Supervisor {
         self.delay = RECONNECT_MIN_DELAY;
         tracing::debug!(node = %id, generation = self.generation, up_for = ?up_since.map(|t| t.elapsed()), "connected");
         let serves = self.fixed.serves;
-        Connected {
+        Connected(Arc::new(ServerConnection {
             conn,
             generation: self.generation,
             up_since,
@@ -360,7 +373,7 @@ impl Supervisor {
             native: NativeLink::new(software.as_deref()),
             software,
             clock,
-        }
+        }))
     }
 
     /// Waits while the link serves: until a caller reports this connection broken, or the
