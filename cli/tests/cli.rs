@@ -2615,6 +2615,15 @@ fn the_deploy_examples_for_redquorum_run_as_written() {
 /// delays every chunk 400 ms, so its delete is still on the way when an unsettled redquorum
 /// would have exited. Mutation: skip `client::settle` and the key is still on master 2 when
 /// redquorum has exited (run: fails).
+///
+/// Master 1 was paused before `run` started, so `run` never connects to it: its one connection
+/// attempt hangs for the connect timeout, and once that attempt has failed, a request to master
+/// 1 fails at once (a master known to be down costs a round nothing, `ServerLink`). With the
+/// default 1 s connect timeout, `run`'s first round came just as that attempt failed, and
+/// every round after it was lost in under a millisecond (seen with `MONITOR` on master 2: each
+/// round's key lived 0.2-0.6 ms), too briefly for this test to see it, which failed the test
+/// about once in six. A connect timeout longer than the test keeps master 1's attempt under
+/// way, so each round waits its whole per-node timeout on master 1, as the test means it to.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_signal_during_an_acquire_leaves_no_key_behind() {
     use redquorum_testkit::{Fault, Proxy};
@@ -2632,6 +2641,7 @@ async fn a_signal_during_an_acquire_leaves_no_key_behind() {
     let mut run = Reaped(
         bare(dir.path())
             .args(["--nodes", &urls, "--node-timeout", "1500ms"])
+            .args(["--connect-timeout", "60s"])
             .args(["run", "--wait", "forever", "busy", "--", "true"])
             .stderr(Stdio::piped())
             .spawn()
