@@ -77,7 +77,7 @@ fn print_table(resource: &str, seen: &Inspection) {
                 address,
                 "yes",
                 n.server().unwrap_or("-"),
-                h.holder().unwrap_or_else(|| "-".into()),
+                holder_cell(h),
                 h.ttl()
                     .map_or("-".into(), |t| format!("{:.1}s", t.as_secs_f64())),
                 h.fence().map_or("-".into(), |f| f.to_string()),
@@ -108,6 +108,10 @@ fn print_table(resource: &str, seen: &Inspection) {
                 String::from_utf8_lossy(l.value()),
                 l.term()
             ),
+            None if who == READERS => match seen.readers_on_majority() {
+                1 => "held by 1 reader (shared)".to_owned(),
+                n => format!("held by {n} readers (shared)"),
+            },
             None => format!("held by {who}"),
         }
     } else if seen.free_on_majority() {
@@ -124,6 +128,20 @@ fn print_table(resource: &str, seen: &Inspection) {
 
 /// Each master's permits ("0:1a2b3c4d 29.1s" for a held one, "1:-" for a free one), then the
 /// majority's view: which permits one holder holds on a majority.
+/// What the lock key holds while readers of the read-write lock of the name hold: their mark
+/// (see `redquorum::RwLock`).
+const READERS: &str = "readers";
+
+/// A node's holder as the table shows it: with its number of live read shares when readers
+/// hold there.
+fn holder_cell(h: &redquorum::Holding) -> String {
+    match h.holder() {
+        Some(who) if who == READERS => format!("{READERS}:{}", h.readers()),
+        Some(who) => who,
+        None => "-".into(),
+    }
+}
+
 fn print_permits(resource: &str, seen: &SemaphoreInspection) {
     say!(
         "{:<4} {:<24} {:<11} permits",
@@ -213,6 +231,7 @@ fn to_json(resource: &str, seen: &Inspection, seeding: Option<&FenceSeeding>) ->
                 "reachable": true,
                 "server": n.server(),
                 "holder": h.holder(),
+                "readers": h.readers(),
                 "ttl_ms": h.ttl().map(|t| t.as_millis() as u64),
                 "fence": h.fence(),
                 "leader": h.leader().map(leader_json),
@@ -229,6 +248,7 @@ fn to_json(resource: &str, seen: &Inspection, seeding: Option<&FenceSeeding>) ->
         "majority_holder": seen.majority_holder(),
         "majority_holder_about": about(seen),
         "majority_leader": seen.majority_leader().map(leader_json),
+        "readers_on_majority": seen.readers_on_majority(),
         "free": seen.free_on_majority(),
         "highest_fence": seen.highest_fence(),
         "fencing_seeded": seeding.map(FenceSeeding::is_complete),

@@ -2974,10 +2974,11 @@ async fn fence_seeds_every_master_and_status_and_check_show_it() {
 /// `run --shared` is `flock -s`: two shared runs of one name run at once, each with a fencing
 /// token (the last exclusive run's); an exclusive run (`-x`, or no flag) of the name is
 /// refused while they run, saying readers hold it, and runs once they are done with a higher
-/// token than theirs; a shared run is refused while it runs. Nothing is left after.
+/// token than theirs; a shared run is refused while it runs. `status` counts the two readers.
+/// Nothing is left after.
 ///
-/// Mutation: `run` ignoring `--shared` (taking the lock): run, fails (the two shared runs do
-/// not overlap).
+/// Mutations: `run` ignoring `--shared` (taking the lock): run, fails (the two shared runs do
+/// not overlap); `status` not counting readers (`readers_on_majority` answering 0): run, fails.
 #[test]
 fn shared_runs_run_together_and_an_exclusive_one_alone() {
     let cluster = Cluster::start(3);
@@ -2985,7 +2986,7 @@ fn shared_runs_run_together_and_an_exclusive_one_alone() {
     let log = dir.path().join("log");
     let script = format!(
         "echo \"start ${{REDQUORUM_FENCING_TOKEN:-none}} $(date +%s%N)\" >> {log}; \
-         sleep 1.5; echo \"end x $(date +%s%N)\" >> {log}",
+         sleep 3; echo \"end x $(date +%s%N)\" >> {log}",
         log = log.display()
     );
     let mut runs: Vec<Child> = (0..2)
@@ -3002,6 +3003,21 @@ fn shared_runs_run_together_and_an_exclusive_one_alone() {
     assert!(wait_until(Duration::from_secs(10), || {
         std::fs::read_to_string(&log).is_ok_and(|l| l.matches("start").count() >= 2)
     }));
+    let (code, out, err) = output(redquorum(&cluster, dir.path()).args(["status", "catalog"]));
+    assert_eq!(code, 0, "{err}");
+    let (code, json, err) =
+        output(redquorum(&cluster, dir.path()).args(["--json", "status", "catalog"]));
+    assert_eq!(code, 0, "{err}");
+    assert!(
+        !std::fs::read_to_string(&log).expect("log").contains("end"),
+        "a shared run ended before `status` was asked (each holds 3 s)"
+    );
+    assert!(out.contains("catalog: held by 2 readers (shared)"), "{out}");
+    assert_eq!(out.matches("readers:2").count(), 3, "{out}");
+    let json: serde_json::Value = serde_json::from_str(&json).expect("JSON");
+    assert_eq!(json["majority_holder"], "readers", "{json}");
+    assert_eq!(json["readers_on_majority"], 2, "{json}");
+    assert_eq!(json["nodes"][0]["readers"], 2, "{json}");
     let ran = dir.path().join("exclusive-ran");
     let (code, _, err) = output(
         redquorum(&cluster, dir.path())

@@ -38,6 +38,8 @@ pub struct Holding {
     leader: Option<Leader>,
     permits: Option<u32>,
     about: Option<(SystemTime, String)>,
+    /// The read-write lock's readers whose share on this node is live: their tokens.
+    readers: Vec<Vec<u8>>,
 }
 
 impl Holding {
@@ -101,6 +103,13 @@ impl Holding {
     /// [`Semaphore::inspect`](crate::Semaphore::inspect) shows its permits.
     pub fn semaphore_permits(&self) -> Option<u32> {
         self.permits
+    }
+
+    /// How many readers of the read-write lock of this name have a live share on this node
+    /// (see [`RwLock`](crate::RwLock)): each share lasts its reader's ttl on the node's own
+    /// clock, as the node judges it. While any does, [`holder`](Self::holder) is `readers`.
+    pub fn readers(&self) -> usize {
+        self.readers.len()
     }
 }
 
@@ -219,6 +228,27 @@ impl Inspection {
         self.holdings().filter_map(|h| h.permits).max()
     }
 
+    /// How many readers of the read-write lock of this name hold a live share on at least a
+    /// majority of nodes: the readers that hold it now. Each node's own count
+    /// ([`Holding::readers`]) can be higher: a reader that took its share on a majority and
+    /// failed, or released it where it could, leaves shares that last their ttl.
+    pub fn readers_on_majority(&self) -> usize {
+        let mut seen: Vec<&[u8]> = self
+            .holdings()
+            .flat_map(|h| h.readers.iter().map(Vec::as_slice))
+            .collect();
+        seen.sort_unstable();
+        seen.dedup();
+        seen.iter()
+            .filter(|reader| {
+                self.holdings()
+                    .filter(|h| h.readers.iter().any(|r| r.as_slice() == **reader))
+                    .count()
+                    >= self.quorum
+            })
+            .count()
+    }
+
     fn holdings(&self) -> impl Iterator<Item = &Holding> {
         self.nodes.iter().filter_map(|n| n.state.as_ref().ok())
     }
@@ -258,13 +288,14 @@ impl RedLock {
             resource::fence_key(prefix, resource),
             resource::leader_key(prefix, resource),
             resource::permit_count_key(prefix, resource),
+            resource::readers_key(prefix, resource),
         ];
         let grace_floor = config.node_timeout_without_ttl();
         let timeout = config.connect_timeout.saturating_add(grace_floor);
         // Once the answers settle what the lock is (held by one owner on a majority, or free on
         // one), the others get a grace, not their whole timeout: a hung master costs that.
         let quorum = self.quorum();
-        let [lock_key, fence_key, leader_key, permits_key] = &keys;
+        let [lock_key, fence_key, leader_key, permits_key, readers_key] = &keys;
         let nodes = &self.shared().nodes;
         let answers = if config.key_layout == KeyLayout::Shared {
             // No fence counter or leader info in the shared layout, and the lock key has no
@@ -278,7 +309,8 @@ impl RedLock {
                 .await
                 .into_iter()
                 .map(|(node, answer, latency)| {
-                    let answer = answer.map(|(token, pttl)| ((token, None, None, None), pttl));
+                    let answer = answer
+                        .map(|(token, pttl)| ((token, None, None, None), pttl, (0, 0), Vec::new()));
                     (node, answer, latency)
                 })
                 .collect()
@@ -291,9 +323,17 @@ impl RedLock {
                 .arg(leader_key)
                 .arg(permits_key)
                 .cmd("PTTL")
-                .arg(lock_key);
+                .arg(lock_key)
+                // The server's own time, to tell its live read shares from expired ones (each
+                // share's score is the server's millisecond it expires at).
+                .cmd("TIME")
+                .cmd("ZRANGE")
+                .arg(readers_key)
+                .arg(0)
+                .arg(-1)
+                .arg("WITHSCORES");
             let decided = |answers: &[_]| {
-                settles(answers, quorum, |((token, ..), _): &Tagged| {
+                settles(answers, quorum, |((token, ..), ..): &Tagged| {
                     token.as_deref()
                 })
             };
@@ -304,9 +344,10 @@ impl RedLock {
             .zip(nodes.iter())
             .map(|((node, answer, latency), voter)| NodeInspection {
                 node,
-                state: answer.map(|((token, fence, info, permits), pttl)| {
+                state: answer.map(|((token, fence, info, permits), pttl, now, shares)| {
                     let mut held = holding(token, fence, info, pttl);
                     held.permits = permits;
+                    held.readers = live_shares(now, shares);
                     held
                 }),
                 latency,
@@ -323,8 +364,20 @@ impl RedLock {
 /// A shared-layout node's answer: its lock key's value and `PTTL`.
 type Plain = (Option<Vec<u8>>, i64);
 /// A tagged-layout node's answer: its lock key, fence counter, leader info and semaphore
-/// record, and `PTTL`.
-type Tagged = (Keys, i64);
+/// record, `PTTL`, the server's `TIME` (seconds, microseconds) and the readers' shares (token,
+/// the server's millisecond it expires at).
+type Tagged = (Keys, i64, (u64, u64), Vec<(Vec<u8>, f64)>);
+
+/// The tokens of the shares that are live at the server's time `now` (`TIME`'s seconds and
+/// microseconds), as the scripts judge them: a share lives while its expiry is after now.
+fn live_shares((secs, micros): (u64, u64), shares: Vec<(Vec<u8>, f64)>) -> Vec<Vec<u8>> {
+    let now_ms = secs.saturating_mul(1000).saturating_add(micros / 1000);
+    shares
+        .into_iter()
+        .filter(|(_, expires)| *expires > now_ms as f64)
+        .map(|(token, _)| token)
+        .collect()
+}
 
 /// Whether the answers so far settle what an inspection says of the lock: one owner's key on
 /// a majority, a majority holding none, or too many nodes failed for either.
@@ -370,5 +423,6 @@ pub(crate) fn holding(
         fence,
         leader,
         permits: None,
+        readers: Vec::new(),
     }
 }

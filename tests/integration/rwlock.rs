@@ -77,6 +77,79 @@ async fn readers_hold_together_and_a_writer_holds_alone() {
     cluster.assert_no_keys_under(PREFIX);
 }
 
+/// `RedLock::inspect` (what `redquorum status` shows) counts the readers: each master's live
+/// shares, and the readers whose share is live on a majority, who are the readers that hold.
+/// A share on one master only (a reader that failed elsewhere) counts on that master and not
+/// as a holding reader; an expired share counts nowhere.
+///
+/// Mutations: `live_shares` keeping expired shares (the masters count 4, 3, 3); the majority
+/// count taking a token seen on any master (4 readers).
+#[tokio::test]
+async fn inspection_counts_the_readers_that_hold() {
+    let cluster = Cluster::start(3);
+    let (a, b) = (
+        client(&cluster, NODE_TIMEOUT),
+        client(&cluster, NODE_TIMEOUT),
+    );
+    let first = a
+        .rw_lock("catalog")
+        .expect("rw")
+        .try_read(TTL)
+        .await
+        .expect("a reader");
+    let second = b
+        .rw_lock("catalog")
+        .expect("rw")
+        .try_read(TTL)
+        .await
+        .expect("a second reader");
+    // Each read decided at the majority: its share on the third master may still be on its
+    // way.
+    settled(&a).await;
+    settled(&b).await;
+    let (secs, micros): (u64, u64) = cluster.run(0, &redis::cmd("TIME"));
+    let in_a_minute = secs * 1000 + micros / 1000 + 60_000;
+    let _: i64 = cluster.run(
+        0,
+        redis::cmd("ZADD")
+            .arg(readers_key())
+            .arg(in_a_minute)
+            .arg("stray"),
+    );
+    for i in 0..cluster.len() {
+        let _: i64 = cluster.run(
+            i,
+            redis::cmd("ZADD").arg(readers_key()).arg(1).arg("lapsed"),
+        );
+    }
+    let seen = a.inspect("catalog").await.expect("inspect");
+    assert_eq!(seen.majority_holder().as_deref(), Some("readers"));
+    assert_eq!(seen.readers_on_majority(), 2);
+    let each: Vec<usize> = seen
+        .nodes()
+        .iter()
+        .map(|n| n.state().expect("answered").readers())
+        .collect();
+    assert_eq!(each, [3, 2, 2]);
+    first.release().await.expect("release");
+    second.release().await.expect("release");
+    let seen = a.inspect("catalog").await.expect("inspect");
+    assert_eq!(seen.readers_on_majority(), 0);
+    assert!(seen.free_on_majority());
+    // The stray share keeps its master's mark for its minute: cleaned up by hand.
+    for i in 0..cluster.len() {
+        let _: i64 = cluster.run(
+            i,
+            redis::cmd("DEL")
+                .arg(readers_key())
+                .arg(crate::lock_key(b"catalog")),
+        );
+    }
+    settled(&a).await;
+    settled(&b).await;
+    cluster.assert_no_keys_under(PREFIX);
+}
+
 /// A writer that waits for a reader blocks new readers (so overlapping readers cannot starve
 /// it), is woken by the reader's release rather than its timer, and takes the lock; readers
 /// come back after it.
