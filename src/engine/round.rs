@@ -310,11 +310,12 @@ impl<V: Voter> Fanout<'_, V> {
         let prepared = prepared.clone();
         let voters = self.voters.clone();
         let tracker = self.background.clone();
+        // Finished when the loop ends, or when the task is dropped, even before its first poll
+        // (the runtime shutting down): either way nothing is left to wait for.
+        let finished = FinishOnDrop(late.clone());
         crate::core::telemetry::task_spawned();
         self.background.spawn(async move {
-            // Finished when the loop ends, or when the task is dropped (the runtime shutting
-            // down): either way nothing is left to wait for.
-            let _finished = RaiseOnDrop(&answers_late.finished);
+            let _finished = finished;
             let expiry = tokio::time::sleep_until(deadline);
             tokio::pin!(expiry);
             loop {
@@ -432,12 +433,12 @@ fn ask_one<V: Voter>(
     }
 }
 
-/// Raises its one flag when dropped.
-struct RaiseOnDrop<'a>(&'a Raised);
+/// Raises a round's stragglers' `finished` flag when dropped.
+struct FinishOnDrop(Arc<LateAnswers>);
 
-impl Drop for RaiseOnDrop<'_> {
+impl Drop for FinishOnDrop {
     fn drop(&mut self) {
-        self.0.raise(0);
+        self.0.finished.raise(0);
     }
 }
 
