@@ -26,8 +26,9 @@
 //! the real client's own tests are for. Nor does it queue waiters: the real client hands a
 //! released lock to the first waiter queued for it (so the releaser's own immediate
 //! re-acquire is refused while someone waits), where the double's woken waiters and the
-//! releaser race for it. Code that relies on that order is not tested by the double; nor on a
-//! waiting writer keeping new readers out, which the real client does and the double does not.
+//! releaser race for it. Code that relies on that order is not tested by the double. A
+//! waiting writer does keep new readers out, as with the real client, from its first refused
+//! attempt until its acquire ends.
 //!
 //! Time is tokio's: under `#[tokio::test(start_paused = true)]` (tokio's `test-util` feature)
 //! expiries and lease renewals happen as virtual time advances. Read a deadline through
@@ -234,6 +235,9 @@ impl MemoryLocks {
             .wait_limit()
             .and_then(|wait| started.checked_add(wait));
         let waiters = self.store.waiters(resource);
+        // A write that waits for its turn keeps new readers out until it ends, however it
+        // ends (taken, given up, or dropped).
+        let mut waiting_writer: Option<WaitingWriter> = None;
         let mut attempts = 0u32;
         loop {
             attempts = attempts.saturating_add(1);
@@ -249,6 +253,9 @@ impl MemoryLocks {
                 let elapsed = now.saturating_duration_since(started);
                 let failure = Failure::new(Operation::Acquire, resource, attempts, elapsed, report);
                 return Err(rejection.error(failure));
+            }
+            if !read && waiting_writer.is_none() {
+                waiting_writer = Some(WaitingWriter::new(&self.store, resource));
             }
             let wait_left = give_up_at.map(|at| at.saturating_duration_since(now));
             let delay = policy.delay_before_next(&self.client.jitter, holder_left, wait_left);
@@ -281,6 +288,11 @@ impl MemoryLocks {
                 expires_in: Some(left),
             };
             return Err((Rejection::Busy, one_line(held), Some(left)));
+        }
+        if read && state.writers_waiting.contains_key(resource) {
+            // A writer waits for its turn: readers wait behind it.
+            let held = NodeOutcome::HeldByOther { expires_in: None };
+            return Err((Rejection::Busy, one_line(held), None));
         }
         state.owners = state.owners.wrapping_add(1).max(READERS + 1);
         let owner = state.owners;
@@ -324,6 +336,31 @@ impl MemoryLocks {
     }
 }
 
+/// A write acquire waiting for its turn: counted in the store while it lives; its end wakes
+/// the readers it kept out.
+struct WaitingWriter {
+    store: Arc<Store>,
+    resource: Vec<u8>,
+}
+
+impl WaitingWriter {
+    fn new(store: &Arc<Store>, resource: &[u8]) -> Self {
+        store.state().writer_waits(resource);
+        Self {
+            store: store.clone(),
+            resource: resource.to_vec(),
+        }
+    }
+}
+
+impl Drop for WaitingWriter {
+    fn drop(&mut self) {
+        let mut state = self.store.state();
+        state.writer_done(&self.resource);
+        state.wake(&self.resource);
+    }
+}
+
 impl fmt::Debug for MemoryLocks {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let state = self.store.state();
@@ -361,6 +398,61 @@ mod tests {
     const TTL: Duration = Duration::from_secs(10);
     /// `ttl × 1 % + 2 ms`, the default drift.
     const DRIFT: Duration = Duration::from_millis(102);
+
+    /// A writer that waits for a reader keeps new readers out (so readers cannot starve it),
+    /// takes the lock when the reader releases, and readers come back after it, as with the
+    /// real client (`integration::rwlock::a_waiting_writer_blocks_new_readers_and_is_woken_by_the_last_release`).
+    ///
+    /// Mutations: `attempt` without its waiting-writer check: the second reader is granted
+    /// while the writer waits; a waiting writer never counted out (`WaitingWriter::drop`
+    /// without `writer_done`): readers are refused after the writer is done.
+    #[tokio::test(start_paused = true)]
+    async fn a_waiting_writer_keeps_new_readers_out() {
+        let readers = MemoryLocks::new();
+        let first = readers.try_read("catalog", TTL).await.expect("a reader");
+        let writer = {
+            let writer = readers.another_client();
+            tokio::spawn(async move {
+                writer
+                    .acquire_within("catalog", TTL, Duration::from_secs(60))
+                    .await
+            })
+        };
+        tokio::time::sleep(Duration::from_millis(1)).await;
+        let refused = readers.try_read("catalog", TTL).await;
+        assert!(
+            refused.as_ref().is_err_and(Error::is_conflict),
+            "a reader while a writer waits: {refused:?}"
+        );
+        first.release().await.expect("release");
+        let lock = writer
+            .await
+            .expect("the writer's task")
+            .expect("the writer's turn");
+        let refused = readers.try_read("catalog", TTL).await;
+        assert!(
+            refused.as_ref().is_err_and(Error::is_conflict),
+            "a reader beside the writer: {refused:?}"
+        );
+        lock.release().await.expect("release");
+        let again = readers
+            .try_read("catalog", TTL)
+            .await
+            .expect("readers again");
+        // A writer that gives up waiting lets readers in again.
+        let impatient = readers
+            .another_client()
+            .acquire_within("catalog", TTL, Duration::from_secs(1))
+            .await;
+        assert!(impatient.is_err_and(|e| e.is_conflict()));
+        let beside = readers
+            .try_read("catalog", TTL)
+            .await
+            .expect("a reader once the writer gave up");
+        again.release().await.expect("release");
+        beside.release().await.expect("release");
+        assert!(!readers.is_held("catalog"));
+    }
 
     /// Mutation: a lock valid for the whole ttl (no drift taken off) is not expired yet at
     /// `ttl − drift`. Mutation: a key freed at its expiry (`<=`), 1 ms before Redis frees it.

@@ -31,6 +31,10 @@ pub(super) struct State {
     /// key is held by [`READERS`] until the last of them, as the real masters keep the
     /// readers' mark on the lock key.
     pub(super) shares: HashMap<Vec<u8>, HashMap<u64, Instant>>,
+    /// Per resource, how many acquires of its lock (its write lock) wait for their turn: while
+    /// any does, new readers are refused, as a live waiter in the real lock's queue refuses
+    /// them, so readers cannot starve a writer.
+    pub(super) writers_waiting: HashMap<Vec<u8>, usize>,
 }
 
 /// The owner of a key held for readers (owners are numbered from 1).
@@ -178,6 +182,21 @@ impl State {
                 if self.keys.remove(resource).is_some() {
                     self.wake(resource);
                 }
+            }
+        }
+    }
+
+    /// Counts one more waiting writer of `resource`.
+    pub(super) fn writer_waits(&mut self, resource: &[u8]) {
+        *self.writers_waiting.entry(resource.to_vec()).or_insert(0) += 1;
+    }
+
+    /// Counts one waiting writer of `resource` less.
+    pub(super) fn writer_done(&mut self, resource: &[u8]) {
+        if let Some(n) = self.writers_waiting.get_mut(resource) {
+            *n = n.saturating_sub(1);
+            if *n == 0 {
+                self.writers_waiting.remove(resource);
             }
         }
     }
