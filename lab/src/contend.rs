@@ -438,12 +438,12 @@ pub async fn worker(args: Worker) -> Result<u8, LabError> {
     Ok(0)
 }
 
-fn nanos(d: Duration) -> u64 {
+pub(crate) fn nanos(d: Duration) -> u64 {
     u64::try_from(d.as_nanos()).unwrap_or(u64::MAX)
 }
 
 /// `CLOCK_MONOTONIC` in nanoseconds: one clock for every process of the host.
-fn monotonic_ns() -> Result<u64, LabError> {
+pub(crate) fn monotonic_ns() -> Result<u64, LabError> {
     let now = nix::time::clock_gettime(nix::time::ClockId::CLOCK_MONOTONIC)
         .map_err(|e| LabError::new(format!("CLOCK_MONOTONIC: {e}")))?;
     let secs = u64::try_from(now.tv_sec()).unwrap_or(0);
@@ -451,7 +451,7 @@ fn monotonic_ns() -> Result<u64, LabError> {
     Ok(secs.saturating_mul(1_000_000_000).saturating_add(nanos))
 }
 
-async fn sleep_until_ns(at: u64) -> Result<(), LabError> {
+pub(crate) async fn sleep_until_ns(at: u64) -> Result<(), LabError> {
     let now = monotonic_ns()?;
     tokio::time::sleep(Duration::from_nanos(at.saturating_sub(now))).await;
     Ok(())

@@ -9,6 +9,8 @@
 //!   and Cluster voters, in one run.
 //! - [`contend()`]: one lock handed around between separate processes, optionally next to
 //!   another client's workers on the same masters.
+//! - [`soak()`]: fenced holders in separate processes under a seeded nemesis for as long as
+//!   it is given, every hold checked against the ground truth.
 
 mod bench;
 mod contend;
@@ -18,6 +20,7 @@ mod demo;
 mod error;
 mod report;
 mod scale;
+mod soak;
 mod stop;
 
 pub use bench::bench;
@@ -25,3 +28,4 @@ pub use contend::{Contention, Worker, contend, worker};
 pub use demo::demo;
 pub use error::LabError;
 pub use scale::scale;
+pub use soak::{Soak, SoakWorker, soak, soak_worker};

@@ -72,6 +72,40 @@ enum Experiment {
         #[arg(long)]
         against: Option<std::path::PathBuf>,
     },
+    /// Fenced holders in separate processes take one lock in turn on five local masters for
+    /// --seconds while a seeded nemesis kills, pauses and restarts masters one at a time;
+    /// each holder writes its token to a fenced store. Prints a progress line, then
+    /// acquisitions, overlaps, writes the store rejected, token regressions, false
+    /// `Expired`, keys left and availability by fault kind (--json, or --out FILE, as JSON).
+    /// Exits 1 when a check failed.
+    Soak {
+        #[arg(long, default_value_t = 4)]
+        processes: usize,
+        #[arg(long, default_value_t = 60)]
+        seconds: u64,
+        #[arg(long, default_value_t = 5.0)]
+        hold_max_ms: f64,
+        #[arg(long, default_value_t = 1)]
+        seed: u64,
+        #[arg(long)]
+        out: Option<std::path::PathBuf>,
+    },
+    /// One worker of `soak` (run by it, not by hand).
+    #[command(hide = true)]
+    SoakWorker {
+        #[arg(long, value_delimiter = ',')]
+        nodes: Vec<String>,
+        #[arg(long)]
+        store: String,
+        #[arg(long)]
+        process: usize,
+        #[arg(long)]
+        start_ns: u64,
+        #[arg(long)]
+        seconds: u64,
+        #[arg(long)]
+        hold_max_us: u64,
+    },
     /// One worker of `contend` (run by it, not by hand).
     #[command(hide = true)]
     ContendWorker {
@@ -122,6 +156,41 @@ fn main() -> ExitCode {
                     against,
                 };
                 redquorum_lab::contend(run, lab.json).await
+            }
+            Experiment::Soak {
+                processes,
+                seconds,
+                hold_max_ms,
+                seed,
+                out,
+            } => {
+                let run = redquorum_lab::Soak {
+                    processes,
+                    seconds,
+                    hold_max: std::time::Duration::try_from_secs_f64(hold_max_ms / 1e3)
+                        .unwrap_or_default(),
+                    seed,
+                    out,
+                };
+                redquorum_lab::soak(run, lab.json).await
+            }
+            Experiment::SoakWorker {
+                nodes,
+                store,
+                process,
+                start_ns,
+                seconds,
+                hold_max_us,
+            } => {
+                redquorum_lab::soak_worker(redquorum_lab::SoakWorker {
+                    nodes,
+                    store,
+                    process,
+                    start_ns,
+                    seconds,
+                    hold_max_us,
+                })
+                .await
             }
             Experiment::ContendWorker {
                 nodes,

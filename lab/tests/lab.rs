@@ -257,6 +257,70 @@ fn processes_contending_for_one_lock_never_overlap() {
     );
 }
 
+/// The soak's smoke run (the published soak runs for 30 minutes and more: `docs/testing.md`):
+/// fenced holders in three processes under the seeded nemesis; no check fails, the nemesis
+/// struck, availability is reported per fault kind, the figures file says the same as stdout,
+/// and its masters' state is gone. The checks themselves are tested on made-up holds in
+/// `soak::tests` (each finds the violation it looks for).
+#[test]
+fn a_short_soak_under_the_nemesis_passes_its_checks() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let out = dir.path().join("soak.json");
+    let (code, stdout, err) = output(
+        lab(dir.path())
+            .env("TMPDIR", dir.path())
+            .args([
+                "--json",
+                "soak",
+                "--processes",
+                "3",
+                "--seconds",
+                "6",
+                "--seed",
+                "1",
+            ])
+            .arg("--out")
+            .arg(&out),
+    );
+    assert_eq!(code, 0, "{stdout}{err}");
+    let figures: serde_json::Value = serde_json::from_str(&stdout).expect("JSON figures");
+    assert_eq!(figures["passed"], true, "{figures}");
+    assert!(
+        figures["acquisitions"].as_u64().unwrap_or(0) > 100,
+        "{figures}"
+    );
+    assert_eq!(figures["overlaps_both_writes_accepted"], 0, "{figures}");
+    assert_eq!(figures["token_regressions"], 0, "{figures}");
+    assert_eq!(figures["false_expired"], 0, "{figures}");
+    assert_eq!(figures["keys_left"], 0, "{figures}");
+    assert!(
+        !figures["fault_log"].as_array().expect("faults").is_empty(),
+        "{figures}"
+    );
+    assert!(
+        figures["availability"]
+            .as_array()
+            .expect("availability")
+            .iter()
+            .any(|a| a["fault"] == "none"),
+        "{figures}"
+    );
+    assert!(err.contains("soak: "), "a progress line: {err}");
+    let written: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&out).expect("--out")).expect("JSON");
+    assert_eq!(written, figures);
+    assert!(
+        std::fs::read_dir(dir.path())
+            .expect("read TMPDIR")
+            .flatten()
+            .all(|e| !e
+                .file_name()
+                .to_string_lossy()
+                .starts_with("redquorum-soak-")),
+        "soak left its masters' state behind"
+    );
+}
+
 /// Interrupted mid-way, the bench still stops the masters it started, and exits 130.
 #[test]
 fn an_interrupted_bench_stops_its_masters() {

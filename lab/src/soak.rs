@@ -1,0 +1,731 @@
+//! `redquorum-lab soak`: fenced holders in separate processes against five voters for a set
+//! time, under a seeded nemesis, every hold checked against the ground truth.
+//!
+//! The chaos scenarios of the test suite run for seconds; a soak runs for as long as it is
+//! given (the published one: 30 minutes and more) so that a rare schedule has time to occur.
+//! Worker processes take one fenced lock in a loop, hold it 0..=`hold_max`, write their token
+//! to a fenced store (a sixth server, not a voter, that accepts a write only with a token above
+//! every token it accepted before) and release it, and print each hold as one line, timed on
+//! `CLOCK_MONOTONIC`, which every process of the host shares. Meanwhile the nemesis SIGKILLs
+//! a master and restarts it empty, SIGSTOPs one and resumes it, or restarts one, at seeded
+//! random times, one master at a time; the clients have a restart grace (`Builder::restart_grace`)
+//! longer than the ttl, as `deploy/` asks of memory-only masters.
+//!
+//! What it checks, at the end, from the holds and the faults:
+//! - **overlaps**: two holds whose validity windows (from the acquisition to the release or
+//!   the lock's deadline, whichever is first) intersect (must be 0: no fault of this nemesis
+//!   breaks an assumption), and of those, how many had both store writes accepted;
+//! - **token regressions**: a hold whose token is not above every earlier hold's (must be 0);
+//! - **false `Expired`**: a release that reported the lock expired while it was released
+//!   before its deadline, with at most one master of five faulty (must be 0);
+//! - **keys left**: the lock's keys on the running masters right after the workers ended;
+//! - **availability by fault kind**: the share of the time a holder held, per kind of fault
+//!   in force (none, a killed master, a paused one, a restarted one within its grace).
+//!
+//! Not yet (issue 35): clock jumps and network partitions as faults, Sentinel failovers,
+//! other primitives than the fenced mutex, and the plot.
+
+use std::process::Stdio;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::time::Duration;
+
+use rand::{RngExt, SeedableRng};
+use redquorum::{RedLock, RetryPolicy};
+use serde_json::{Value, json};
+use tokio::io::AsyncBufReadExt;
+
+use crate::contend::{monotonic_ns, nanos};
+use crate::error::LabError;
+use crate::stop::{StopSignals, exit_code};
+use redquorum_testkit::{DevCluster, NodeState};
+
+/// Voters; the fenced store is one more server.
+const VOTERS: usize = 5;
+/// The ttl every worker asks for.
+const TTL: Duration = Duration::from_secs(1);
+/// Longer than the ttl: a master restarted empty does not vote until every lock it may have
+/// granted before has expired (`deploy/README.md`).
+const RESTART_GRACE: Duration = Duration::from_millis(1500);
+/// The per-node timeout of every request.
+const NODE_TIMEOUT: Duration = Duration::from_millis(50);
+/// The resource the workers contend for.
+const RESOURCE: &str = "soak";
+/// How long the workers get to start and connect before the soak's window opens.
+const START_AFTER: Duration = Duration::from_secs(3);
+/// The resolution of the availability figures.
+const BUCKET_NS: u64 = 10_000_000;
+/// The fenced store's write: accepted (1) only with a token above every accepted one.
+const STORE_WRITE: &str = "local last = tonumber(redis.call('GET', KEYS[1]) or '0') \
+     if tonumber(ARGV[1]) > last then redis.call('SET', KEYS[1], ARGV[1]) return 1 end return 0";
+/// The fenced store's key.
+const STORE_KEY: &str = "soak:store";
+
+/// What to run.
+#[derive(Debug, Clone)]
+pub struct Soak {
+    /// How many worker processes hold the lock in turn.
+    pub processes: usize,
+    /// How long the soak lasts.
+    pub seconds: u64,
+    /// Each hold lasts a random 0..=this.
+    pub hold_max: Duration,
+    /// The nemesis's seed: the same seed, the same schedule of faults.
+    pub seed: u64,
+    /// Where to write the figures as JSON too.
+    pub out: Option<std::path::PathBuf>,
+}
+
+/// Runs the soak and prints its figures (`--json`: as JSON on stdout), with a progress line on
+/// stderr every few seconds. Exits 0 when no check failed, 1 when one did. Its masters are
+/// stopped on every way out; SIGINT, SIGTERM or SIGHUP stop it early.
+///
+/// # Errors
+/// When the masters cannot be started or a worker fails.
+pub async fn soak(run: Soak, as_json: bool) -> Result<u8, LabError> {
+    let mut signals = StopSignals::listen()?;
+    let dir = std::env::temp_dir().join(format!("redquorum-soak-{}", std::process::id()));
+    let kind = redquorum_testkit::ServerKind::for_dev()
+        .map_err(LabError::new)?
+        .unwrap_or(redquorum_testkit::ServerKind::Redis);
+    let cluster =
+        tokio::task::spawn_blocking(move || DevCluster::start_memory_only(dir, VOTERS + 1, kind))
+            .await
+            .map_err(|e| LabError::new(e.to_string()))??;
+    let cluster = Arc::new(cluster);
+    let result = tokio::select! {
+        result = soak_on(&cluster, &run) => Ok(result),
+        signal = signals.recv() => Err(signal),
+    };
+    let down = cluster.down();
+    let figures = match result {
+        Ok(figures) => figures?,
+        Err(signal) => return Ok(exit_code(signal)),
+    };
+    down?;
+    let json = figures.to_json(&run);
+    if let Some(out) = &run.out {
+        std::fs::write(out, format!("{json:#}\n"))?;
+    }
+    if as_json {
+        println!("{json:#}");
+    } else {
+        figures.print(&run);
+    }
+    Ok(u8::from(!figures.passed()))
+}
+
+/// One hold, as a worker reports it (monotonic ns).
+#[derive(Debug, Clone, Copy)]
+struct Hold {
+    acquired: u64,
+    valid_until: u64,
+    released: u64,
+    token: u64,
+    accepted: bool,
+    /// 0: released; 1: the release said the lock had expired; 2: it failed otherwise.
+    release: u8,
+}
+
+impl Hold {
+    /// Until when this holder could act on its lock: its release, or its deadline if first.
+    fn end(&self) -> u64 {
+        self.released.min(self.valid_until)
+    }
+}
+
+/// A fault the nemesis caused: `kind` on `node` from `from` until `to` (monotonic ns), `to`
+/// including a restarted master's grace.
+#[derive(Debug, Clone)]
+struct Fault {
+    kind: &'static str,
+    node: usize,
+    from: u64,
+    to: u64,
+}
+
+/// What a soak found.
+#[derive(Debug)]
+struct Figures {
+    window: (u64, u64),
+    holds: Vec<Hold>,
+    /// Acquires that ended in an error (not a busy lock: an outage, or too few voters).
+    failed: u64,
+    faults: Vec<Fault>,
+    keys_left: usize,
+}
+
+async fn soak_on(cluster: &Arc<DevCluster>, run: &Soak) -> Result<Figures, LabError> {
+    let urls = cluster.urls();
+    let (voters, store) = urls.split_at(VOTERS);
+    let store = store.first().cloned().unwrap_or_default();
+    let start_ns = monotonic_ns()?.saturating_add(nanos(START_AFTER));
+    let end_ns = start_ns.saturating_add(run.seconds.saturating_mul(1_000_000_000));
+    let program = std::env::current_exe()?;
+    let mut children = Vec::new();
+    let (lines, mut received) = tokio::sync::mpsc::unbounded_channel::<String>();
+    for process in 0..run.processes {
+        let mut child = tokio::process::Command::new(&program)
+            .arg("soak-worker")
+            .args(["--nodes", &voters.join(",")])
+            .args(["--store", &store])
+            .args(["--process", &process.to_string()])
+            .args(["--start-ns", &start_ns.to_string()])
+            .args(["--seconds", &run.seconds.to_string()])
+            .args(["--hold-max-us", &run.hold_max.as_micros().to_string()])
+            .stdout(Stdio::piped())
+            .kill_on_drop(true)
+            .spawn()?;
+        if let Some(stdout) = child.stdout.take() {
+            let lines = lines.clone();
+            tokio::spawn(async move {
+                let mut reader = tokio::io::BufReader::new(stdout).lines();
+                while let Ok(Some(line)) = reader.next_line().await {
+                    if lines.send(line).is_err() {
+                        break;
+                    }
+                }
+            });
+        }
+        children.push(child);
+    }
+    drop(lines);
+    let halt = Arc::new(AtomicBool::new(false));
+    let faults_seen = Arc::new(AtomicU64::new(0));
+    let nemesis = {
+        let (cluster, halt, seen, seed) =
+            (cluster.clone(), halt.clone(), faults_seen.clone(), run.seed);
+        std::thread::spawn(move || nemesis(&cluster, seed, (start_ns, end_ns), &halt, &seen))
+    };
+    let mut holds = Vec::new();
+    let mut failed = 0u64;
+    let mut progress = tokio::time::interval(Duration::from_secs(5));
+    progress.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tokio::select! {
+            line = received.recv() => match line {
+                Some(line) => match parse(&line) {
+                    Some(Ok(hold)) => holds.push(hold),
+                    Some(Err(())) => failed += 1,
+                    None => {}
+                },
+                None => break,
+            },
+            _ = progress.tick() => {
+                let now = monotonic_ns()?;
+                if now >= start_ns {
+                    eprintln!(
+                        "soak: {:>5} of {} s  holds {:>8}  failed acquires {:>4}  writes rejected {:>3}  faults {:>4}",
+                        (now.min(end_ns) - start_ns) / 1_000_000_000,
+                        run.seconds,
+                        holds.len(),
+                        failed,
+                        holds.iter().filter(|h| !h.accepted).count(),
+                        faults_seen.load(Ordering::Relaxed),
+                    );
+                }
+            }
+        }
+    }
+    halt.store(true, Ordering::Relaxed);
+    for (process, mut child) in children.into_iter().enumerate() {
+        let status = child.wait().await?;
+        if !status.success() {
+            return Err(LabError::new(format!(
+                "soak: worker {process} failed: {status}"
+            )));
+        }
+    }
+    let faults = nemesis
+        .join()
+        .map_err(|_| LabError::new("soak: the nemesis thread panicked"))??;
+    // Right after the workers ended (each settled its clean-ups): before anything is healed.
+    let keys_left = {
+        let cluster = cluster.clone();
+        tokio::task::spawn_blocking(move || keys_left(&cluster))
+            .await
+            .map_err(|e| LabError::new(e.to_string()))??
+    };
+    let cluster_to_heal = cluster.clone();
+    tokio::task::spawn_blocking(move || heal(&cluster_to_heal))
+        .await
+        .map_err(|e| LabError::new(e.to_string()))??;
+    Ok(Figures {
+        window: (start_ns, end_ns),
+        holds,
+        failed,
+        faults,
+        keys_left,
+    })
+}
+
+/// A worker's line: a hold, a failed acquire (`Err`), or something else (`None`).
+fn parse(line: &str) -> Option<Result<Hold, ()>> {
+    let value: Value = serde_json::from_str(line).ok()?;
+    if value.get("failed").is_some() {
+        return Some(Err(()));
+    }
+    let hold = value.get("hold")?.as_array()?;
+    let at = |i: usize| hold.get(i).and_then(Value::as_u64).unwrap_or(0);
+    Some(Ok(Hold {
+        acquired: at(0),
+        valid_until: at(1),
+        released: at(2),
+        token: at(3),
+        accepted: at(4) == 1,
+        release: u8::try_from(at(5)).unwrap_or(2),
+    }))
+}
+
+/// Faults one master at a time at seeded random moments of the window, until it closes (or
+/// `halt`), and heals each before the next: returns what it did.
+fn nemesis(
+    cluster: &DevCluster,
+    seed: u64,
+    (start_ns, end_ns): (u64, u64),
+    halt: &AtomicBool,
+    seen: &AtomicU64,
+) -> Result<Vec<Fault>, LabError> {
+    let mut rng = rand::rngs::StdRng::seed_from_u64(seed);
+    let mut faults = Vec::new();
+    let sleep_until = |at: u64| -> Result<bool, LabError> {
+        loop {
+            let now = monotonic_ns()?;
+            if halt.load(Ordering::Relaxed) || now >= end_ns {
+                return Ok(false);
+            }
+            if now >= at {
+                return Ok(true);
+            }
+            std::thread::sleep(Duration::from_nanos((at - now).min(10_000_000)));
+        }
+    };
+    let mut next = start_ns;
+    loop {
+        // A healthy spell, then one fault.
+        next = next.saturating_add(rng.random_range(1_000_000_000..3_000_000_000u64));
+        if !sleep_until(next)? {
+            break;
+        }
+        let node = rng.random_range(0..VOTERS);
+        let lasts = rng.random_range(300_000_000..2_500_000_000u64);
+        let from = monotonic_ns()?;
+        let kind = match rng.random_range(0..3u8) {
+            0 => {
+                cluster.kill(node)?;
+                sleep_until(from.saturating_add(lasts))?;
+                cluster.restart(node)?;
+                "kill"
+            }
+            1 => {
+                cluster.pause(node)?;
+                sleep_until(from.saturating_add(lasts))?;
+                cluster.resume(node)?;
+                "pause"
+            }
+            _ => {
+                cluster.restart(node)?;
+                "restart"
+            }
+        };
+        // A master restarted empty votes again only after its grace.
+        let healed = monotonic_ns()?;
+        let to = if kind == "pause" {
+            healed
+        } else {
+            healed.saturating_add(nanos(RESTART_GRACE))
+        };
+        faults.push(Fault {
+            kind,
+            node,
+            from,
+            to,
+        });
+        seen.fetch_add(1, Ordering::Relaxed);
+        next = to;
+    }
+    Ok(faults)
+}
+
+/// The lock's keys (the lock, its queue and its waiters) on each running master.
+fn keys_left(cluster: &DevCluster) -> Result<usize, LabError> {
+    let lock_key = format!("redquorum:{{{RESOURCE}}}");
+    let keys = [
+        lock_key.clone(),
+        format!("{lock_key}:queue"),
+        format!("{lock_key}:waiters"),
+    ];
+    let mut left = 0;
+    for node in cluster.nodes.iter().take(VOTERS) {
+        if node.state() != NodeState::Running {
+            continue;
+        }
+        let client = redis::Client::open(node.url()).map_err(|e| LabError::new(e.to_string()))?;
+        let mut conn = client
+            .get_connection_with_timeout(Duration::from_secs(2))
+            .map_err(|e| LabError::new(e.to_string()))?;
+        let n: usize = redis::cmd("EXISTS")
+            .arg(&keys)
+            .query(&mut conn)
+            .map_err(|e| LabError::new(e.to_string()))?;
+        left += n;
+    }
+    Ok(left)
+}
+
+/// Every master running again.
+fn heal(cluster: &DevCluster) -> Result<(), LabError> {
+    for node in &cluster.nodes {
+        match node.state() {
+            NodeState::Paused => cluster.resume(node.index)?,
+            NodeState::Down => cluster.restart(node.index)?,
+            NodeState::Running => {}
+        }
+    }
+    Ok(())
+}
+
+impl Figures {
+    /// Pairs of holds whose validity windows intersect, and of those, the pairs whose store
+    /// writes were both accepted.
+    fn overlaps(&self) -> (usize, usize) {
+        let mut holds = self.holds.clone();
+        holds.sort_by_key(|h| h.acquired);
+        let (mut overlaps, mut accepted) = (0, 0);
+        for (i, a) in holds.iter().enumerate() {
+            for b in holds.iter().skip(i + 1) {
+                if b.acquired >= a.end() {
+                    break;
+                }
+                overlaps += 1;
+                if a.accepted && b.accepted {
+                    accepted += 1;
+                }
+            }
+        }
+        (overlaps, accepted)
+    }
+
+    /// Holds whose token is not above every token of the holds acquired before them.
+    fn token_regressions(&self) -> usize {
+        let mut holds = self.holds.clone();
+        holds.sort_by_key(|h| h.acquired);
+        let mut highest = 0;
+        let mut regressions = 0;
+        for h in &holds {
+            if h.token <= highest {
+                regressions += 1;
+            }
+            highest = highest.max(h.token);
+        }
+        regressions
+    }
+
+    /// Releases that said the lock had expired, made before its deadline.
+    fn false_expired(&self) -> usize {
+        self.holds
+            .iter()
+            .filter(|h| h.release == 1 && h.released < h.valid_until)
+            .count()
+    }
+
+    /// No check failed. No overlap at all, not only none the store let through: none of this
+    /// nemesis's faults breaks an assumption (one master of five at a time, a restart grace
+    /// longer than the ttl), so the lock alone must hold.
+    fn passed(&self) -> bool {
+        self.overlaps().0 == 0
+            && self.token_regressions() == 0
+            && self.false_expired() == 0
+            && self.keys_left == 0
+            && !self.holds.is_empty()
+    }
+
+    /// Per kind of fault in force ("none" when none is): seconds of it, the share of them a
+    /// holder held, and holds acquired per second.
+    fn availability(&self) -> Vec<(&'static str, f64, f64, f64)> {
+        let (start, end) = self.window;
+        let buckets = usize::try_from((end - start) / BUCKET_NS).unwrap_or(0);
+        let mut held = vec![false; buckets];
+        for h in &self.holds {
+            let from = h.acquired.saturating_sub(start) / BUCKET_NS;
+            let to = h.released.saturating_sub(start) / BUCKET_NS;
+            for bucket in from..=to {
+                if let Some(slot) = usize::try_from(bucket).ok().and_then(|b| held.get_mut(b)) {
+                    *slot = true;
+                }
+            }
+        }
+        let kind_at = |at: u64| {
+            self.faults
+                .iter()
+                .find(|f| f.from <= at && at < f.to)
+                .map_or("none", |f| f.kind)
+        };
+        let mut out = Vec::new();
+        for kind in ["none", "kill", "pause", "restart"] {
+            let mut total = 0usize;
+            let mut busy = 0usize;
+            for (i, h) in held.iter().enumerate() {
+                let at = start + (i as u64) * BUCKET_NS;
+                if kind_at(at) == kind {
+                    total += 1;
+                    busy += usize::from(*h);
+                }
+            }
+            let acquired = self
+                .holds
+                .iter()
+                .filter(|h| kind_at(h.acquired) == kind)
+                .count();
+            #[allow(clippy::cast_precision_loss)]
+            let seconds = total as f64 * BUCKET_NS as f64 / 1e9;
+            if total > 0 {
+                #[allow(clippy::cast_precision_loss)]
+                out.push((
+                    kind,
+                    seconds,
+                    busy as f64 / total as f64,
+                    acquired as f64 / seconds,
+                ));
+            }
+        }
+        out
+    }
+
+    fn to_json(&self, run: &Soak) -> Value {
+        let (overlaps, accepted_overlaps) = self.overlaps();
+        let mut by_kind = serde_json::Map::new();
+        for f in &self.faults {
+            let n = by_kind.entry(f.kind.to_owned()).or_insert(json!(0));
+            *n = json!(n.as_u64().unwrap_or(0) + 1);
+        }
+        json!({
+            "command": format!(
+                "redquorum-lab soak --processes {} --seconds {} --hold-max-ms {} --seed {}",
+                run.processes, run.seconds, run.hold_max.as_secs_f64() * 1e3, run.seed
+            ),
+            "seed": run.seed,
+            "seconds": run.seconds,
+            "processes": run.processes,
+            "ttl_ms": TTL.as_millis() as u64,
+            "restart_grace_ms": RESTART_GRACE.as_millis() as u64,
+            "acquisitions": self.holds.len(),
+            "failed_acquires": self.failed,
+            "overlaps": overlaps,
+            "overlaps_both_writes_accepted": accepted_overlaps,
+            "writes_rejected": self.holds.iter().filter(|h| !h.accepted).count(),
+            "token_regressions": self.token_regressions(),
+            "false_expired": self.false_expired(),
+            "releases_failed": self.holds.iter().filter(|h| h.release == 2).count(),
+            "keys_left": self.keys_left,
+            "faults": by_kind,
+            "fault_log": self.faults.iter().map(|f| json!({
+                "fault": f.kind,
+                "node": f.node,
+                "from_s": f.from.saturating_sub(self.window.0) as f64 / 1e9,
+                "to_s": f.to.saturating_sub(self.window.0) as f64 / 1e9,
+            })).collect::<Vec<_>>(),
+            "availability": self.availability().iter().map(|(kind, seconds, busy, rate)| json!({
+                "fault": kind,
+                "seconds": seconds,
+                "held": busy,
+                "acquisitions_per_second": rate,
+            })).collect::<Vec<_>>(),
+            "passed": self.passed(),
+        })
+    }
+
+    fn print(&self, run: &Soak) {
+        let (overlaps, accepted_overlaps) = self.overlaps();
+        println!(
+            "redquorum-lab soak: {} worker processes, one fenced lock (ttl {} ms), {} voters, {} s, seed {}",
+            run.processes,
+            TTL.as_millis(),
+            VOTERS,
+            run.seconds,
+            run.seed
+        );
+        println!(
+            "  acquisitions {}, failed acquires {}, faults {}",
+            self.holds.len(),
+            self.failed,
+            self.faults.len()
+        );
+        println!(
+            "  overlaps {overlaps} (both writes accepted: {accepted_overlaps}), writes rejected {}, token regressions {}, false Expired {}, keys left {}",
+            self.holds.iter().filter(|h| !h.accepted).count(),
+            self.token_regressions(),
+            self.false_expired(),
+            self.keys_left
+        );
+        for (kind, seconds, busy, rate) in self.availability() {
+            println!(
+                "  fault {kind:<8} {seconds:>8.1} s  lock held {:>5.1} %  {rate:>7.1} acquisitions/s",
+                busy * 100.0
+            );
+        }
+        println!(
+            "  verdict: {}",
+            if self.passed() { "passed" } else { "FAILED" }
+        );
+    }
+}
+
+/// The worker's arguments, as `soak` passes them.
+#[derive(Debug, Clone)]
+pub struct SoakWorker {
+    /// The voters' URLs.
+    pub nodes: Vec<String>,
+    /// The fenced store's URL.
+    pub store: String,
+    /// This worker's number.
+    pub process: usize,
+    /// When the window opens, on `CLOCK_MONOTONIC`.
+    pub start_ns: u64,
+    /// How long the window stays open.
+    pub seconds: u64,
+    /// Each hold lasts a random 0..=this many µs.
+    pub hold_max_us: u64,
+}
+
+/// One soak worker: takes the fenced lock in a loop until the window closes, writes its token
+/// to the store at the end of each hold, and prints each hold (and each failed acquire) as one
+/// JSON line.
+///
+/// # Errors
+/// When the client or the store cannot be set up.
+pub async fn soak_worker(args: SoakWorker) -> Result<u8, LabError> {
+    let rl = RedLock::builder(&args.nodes)
+        .per_node_timeout(NODE_TIMEOUT)
+        .restart_grace(RESTART_GRACE)
+        .fencing(true)
+        .build()?;
+    let store =
+        redis::Client::open(args.store.as_str()).map_err(|e| LabError::new(e.to_string()))?;
+    let mut store = store
+        .get_multiplexed_async_connection()
+        .await
+        .map_err(|e| LabError::new(e.to_string()))?;
+    let write = redis::Script::new(STORE_WRITE);
+    let _ = rl.connect().await;
+    let end_ns = args
+        .start_ns
+        .saturating_add(args.seconds.saturating_mul(1_000_000_000));
+    crate::contend::sleep_until_ns(args.start_ns).await?;
+    let mut out = std::io::stdout();
+    loop {
+        let asked = monotonic_ns()?;
+        if asked >= end_ns {
+            break;
+        }
+        let policy = RetryPolicy::default()
+            .max_attempts(None)
+            .max_wait(Some(Duration::from_nanos(end_ns - asked)));
+        let lock = match rl.acquire_with(RESOURCE, TTL, &policy).await {
+            Ok(lock) => lock,
+            Err(e) if e.is_conflict() && monotonic_ns()? >= end_ns => break,
+            Err(e) => {
+                out.flush_line(&json!({ "failed": e.to_string() }).to_string())?;
+                // No spin while too few masters answer: the next attempt after a short wait.
+                tokio::time::sleep(Duration::from_millis(20)).await;
+                continue;
+            }
+        };
+        let acquired = monotonic_ns()?;
+        let left = lock
+            .valid_until()
+            .saturating_duration_since(std::time::Instant::now());
+        let valid_until = monotonic_ns()?.saturating_add(nanos(left));
+        let token = lock.fencing_token().unwrap_or(0);
+        let hold = rand::rng().random_range(0..=args.hold_max_us);
+        tokio::time::sleep(Duration::from_micros(hold)).await;
+        let accepted: i64 = write
+            .key(STORE_KEY)
+            .arg(token)
+            .invoke_async(&mut store)
+            .await
+            .unwrap_or(0);
+        let released = monotonic_ns()?;
+        let release = match lock.release().await {
+            Ok(_) => 0,
+            Err(e) if e.is_expired() => 1,
+            Err(_) => 2,
+        };
+        let line = json!({ "hold": [acquired, valid_until, released, token, accepted, release] });
+        out.flush_line(&line.to_string())?;
+    }
+    rl.settle(Duration::from_secs(5)).await;
+    Ok(0)
+}
+
+/// Writes one line and flushes it, so the soak sees each hold as it happens.
+trait FlushLine {
+    fn flush_line(&mut self, line: &str) -> std::io::Result<()>;
+}
+
+impl<W: std::io::Write> FlushLine for W {
+    fn flush_line(&mut self, line: &str) -> std::io::Result<()> {
+        writeln!(self, "{line}")?;
+        self.flush()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn hold(acquired: u64, released: u64, token: u64) -> Hold {
+        Hold {
+            acquired,
+            valid_until: released + 1_000,
+            released,
+            token,
+            accepted: true,
+            release: 0,
+        }
+    }
+
+    fn figures(holds: Vec<Hold>) -> Figures {
+        Figures {
+            window: (0, 1_000_000_000),
+            holds,
+            failed: 0,
+            faults: Vec::new(),
+            keys_left: 0,
+        }
+    }
+
+    /// The checks find what they look for: an overlap (counted once per pair), a token that
+    /// does not rise, a release that said expired before the deadline.
+    #[test]
+    fn the_checks_find_overlaps_regressions_and_false_expiries() {
+        let clean = figures(vec![hold(0, 10, 1), hold(10, 20, 2), hold(30, 40, 3)]);
+        assert_eq!(clean.overlaps(), (0, 0));
+        assert_eq!(clean.token_regressions(), 0);
+        assert!(clean.passed());
+        let overlapping = figures(vec![hold(0, 10, 1), hold(5, 20, 2), hold(30, 40, 3)]);
+        assert_eq!(overlapping.overlaps(), (1, 1));
+        assert!(!overlapping.passed());
+        let mut stale = hold(5, 20, 2);
+        stale.accepted = false;
+        let rejected = figures(vec![hold(0, 10, 1), stale]);
+        assert_eq!(
+            rejected.overlaps(),
+            (1, 0),
+            "the store refused one of the two"
+        );
+        assert!(
+            !rejected.passed(),
+            "an overlap the store caught is still an overlap"
+        );
+        let regressing = figures(vec![hold(0, 10, 2), hold(20, 30, 2)]);
+        assert_eq!(regressing.token_regressions(), 1);
+        let mut expired = hold(0, 10, 1);
+        expired.release = 1;
+        assert_eq!(figures(vec![expired]).false_expired(), 1);
+        let mut truly = hold(0, 10, 1);
+        truly.release = 1;
+        truly.valid_until = 5;
+        assert_eq!(figures(vec![truly]).false_expired(), 0);
+    }
+}
