@@ -9,8 +9,9 @@
 //!   and Cluster voters, in one run.
 //! - [`contend()`]: one lock handed around between separate processes, optionally next to
 //!   another client's workers on the same masters.
-//! - [`soak()`]: fenced holders in separate processes under a seeded nemesis for as long as
-//!   it is given, every hold checked against the ground truth.
+//! - [`soak()`]: holders of the fenced lock (or of a read-write lock, a semaphore, an
+//!   election) in separate processes under a seeded nemesis for as long as it is given,
+//!   every hold checked against the ground truth.
 
 mod bench;
 mod contend;
@@ -28,4 +29,4 @@ pub use contend::{Contention, Worker, contend, worker};
 pub use demo::demo;
 pub use error::LabError;
 pub use scale::scale;
-pub use soak::{Soak, SoakWorker, soak, soak_worker};
+pub use soak::{Primitive, Soak, SoakWorker, soak, soak_worker};

@@ -87,6 +87,13 @@ enum Experiment {
         hold_max_ms: f64,
         #[arg(long, default_value_t = 1)]
         seed: u64,
+        /// mutex (fenced), rwlock (fenced; three reads in four), semaphore or election (terms
+        /// as tokens).
+        #[arg(long, default_value = "mutex")]
+        primitive: String,
+        /// A semaphore's permits.
+        #[arg(long, default_value_t = 2)]
+        permits: u32,
         #[arg(long)]
         out: Option<std::path::PathBuf>,
     },
@@ -105,6 +112,10 @@ enum Experiment {
         seconds: u64,
         #[arg(long)]
         hold_max_us: u64,
+        #[arg(long)]
+        primitive: String,
+        #[arg(long)]
+        permits: u32,
     },
     /// One worker of `contend` (run by it, not by hand).
     #[command(hide = true)]
@@ -162,9 +173,19 @@ fn main() -> ExitCode {
                 seconds,
                 hold_max_ms,
                 seed,
+                primitive,
+                permits,
                 out,
             } => {
+                let primitive = match redquorum_lab::Primitive::parse(&primitive, permits) {
+                    Ok(primitive) => primitive,
+                    Err(e) => {
+                        eprintln!("redquorum-lab: {e}");
+                        return Ok(64);
+                    }
+                };
                 let run = redquorum_lab::Soak {
+                    primitive,
                     processes,
                     seconds,
                     hold_max: std::time::Duration::try_from_secs_f64(hold_max_ms / 1e3)
@@ -181,6 +202,8 @@ fn main() -> ExitCode {
                 start_ns,
                 seconds,
                 hold_max_us,
+                primitive,
+                permits,
             } => {
                 redquorum_lab::soak_worker(redquorum_lab::SoakWorker {
                     nodes,
@@ -189,6 +212,8 @@ fn main() -> ExitCode {
                     start_ns,
                     seconds,
                     hold_max_us,
+                    primitive,
+                    permits,
                 })
                 .await
             }

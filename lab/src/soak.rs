@@ -1,5 +1,6 @@
-//! `redquorum-lab soak`: fenced holders in separate processes against five voters for a set
-//! time, under a seeded nemesis, every hold checked against the ground truth.
+//! `redquorum-lab soak`: holders in separate processes against five voters for a set time,
+//! under a seeded nemesis, every hold checked against the ground truth. The fenced lock by
+//! default; `--primitive` takes the fenced read-write lock, a semaphore or an election.
 //!
 //! The chaos scenarios of the test suite run for seconds; a soak runs for as long as it is
 //! given (the published one: 30 minutes and more) so that a rare schedule has time to occur.
@@ -22,8 +23,12 @@
 //! - **availability by fault kind**: the share of the time a holder held, per kind of fault
 //!   in force (none, a killed master, a paused one, a restarted one within its grace).
 //!
-//! Not yet (issue 35): clock jumps and network partitions as faults, Sentinel failovers,
-//! other primitives than the fenced mutex, and the plot.
+//! For the read-write lock, readers beside readers are no overlap, and a reader's token must
+//! be at least the last earlier write's and below the next write's; for a semaphore, only one
+//! permit held twice is; an election's terms are its tokens.
+//!
+//! Not yet (issue 35): clock jumps and network partitions as faults, Sentinel failovers, and
+//! the plot.
 
 use std::process::Stdio;
 use std::sync::Arc;
@@ -72,6 +77,8 @@ pub struct Soak {
     pub hold_max: Duration,
     /// The nemesis's seed: the same seed, the same schedule of faults.
     pub seed: u64,
+    /// What the holders take.
+    pub primitive: Primitive,
     /// Where to write the figures as JSON too.
     pub out: Option<std::path::PathBuf>,
 }
@@ -115,6 +122,71 @@ pub async fn soak(run: Soak, as_json: bool) -> Result<u8, LabError> {
     Ok(u8::from(!figures.passed()))
 }
 
+/// What a soak's holders take.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Primitive {
+    /// The fenced lock.
+    Mutex,
+    /// The read-write lock, fenced: three reads in four, writes the rest.
+    RwLock,
+    /// A semaphore of this many permits (no fencing: a permit has no token).
+    Semaphore(u32),
+    /// An election: each term's leader, its term as its token, resigns after its hold.
+    Election,
+}
+
+impl Primitive {
+    /// How it is named on the command line (`--primitive`, with `--permits`).
+    ///
+    /// # Errors
+    /// An unknown name, or a semaphore of no permits.
+    pub fn parse(name: &str, permits: u32) -> Result<Self, LabError> {
+        match name {
+            "mutex" => Ok(Self::Mutex),
+            "rwlock" => Ok(Self::RwLock),
+            "election" => Ok(Self::Election),
+            "semaphore" if permits > 0 => Ok(Self::Semaphore(permits)),
+            "semaphore" => Err(LabError::new(
+                "soak: a semaphore needs --permits of 1 or more",
+            )),
+            other => Err(LabError::new(format!(
+                "soak: --primitive is mutex, rwlock, semaphore or election, not {other}"
+            ))),
+        }
+    }
+
+    fn name(self) -> &'static str {
+        match self {
+            Self::Mutex => "mutex",
+            Self::RwLock => "rwlock",
+            Self::Semaphore(_) => "semaphore",
+            Self::Election => "election",
+        }
+    }
+
+    fn permits(self) -> u32 {
+        match self {
+            Self::Semaphore(n) => n,
+            Self::Mutex | Self::RwLock | Self::Election => 0,
+        }
+    }
+
+    /// Whether two holds may not be held at once: any two of a mutex, two of a read-write lock
+    /// one of which writes, two of one permit.
+    fn conflict(self, a: &Hold, b: &Hold) -> bool {
+        match self {
+            Self::Mutex | Self::Election => true,
+            Self::RwLock => a.kind == WRITE || b.kind == WRITE,
+            Self::Semaphore(_) => a.permit == b.permit,
+        }
+    }
+}
+
+/// A hold's kind: the lock (a write), a read, a permit.
+const WRITE: u8 = 0;
+const READ: u8 = 1;
+const PERMIT: u8 = 2;
+
 /// One hold, as a worker reports it (monotonic ns).
 #[derive(Debug, Clone, Copy)]
 struct Hold {
@@ -125,6 +197,10 @@ struct Hold {
     accepted: bool,
     /// 0: released; 1: the release said the lock had expired; 2: it failed otherwise.
     release: u8,
+    /// [`WRITE`], [`READ`] or [`PERMIT`].
+    kind: u8,
+    /// A permit's number.
+    permit: u64,
 }
 
 impl Hold {
@@ -147,6 +223,7 @@ struct Fault {
 /// What a soak found.
 #[derive(Debug)]
 struct Figures {
+    primitive: Primitive,
     window: (u64, u64),
     holds: Vec<Hold>,
     /// Acquires that ended in an error (not a busy lock: an outage, or too few voters).
@@ -173,6 +250,8 @@ async fn soak_on(cluster: &Arc<DevCluster>, run: &Soak) -> Result<Figures, LabEr
             .args(["--start-ns", &start_ns.to_string()])
             .args(["--seconds", &run.seconds.to_string()])
             .args(["--hold-max-us", &run.hold_max.as_micros().to_string()])
+            .args(["--primitive", run.primitive.name()])
+            .args(["--permits", &run.primitive.permits().to_string()])
             .stdout(Stdio::piped())
             .kill_on_drop(true)
             .spawn()?;
@@ -251,6 +330,7 @@ async fn soak_on(cluster: &Arc<DevCluster>, run: &Soak) -> Result<Figures, LabEr
         .await
         .map_err(|e| LabError::new(e.to_string()))??;
     Ok(Figures {
+        primitive: run.primitive,
         window: (start_ns, end_ns),
         holds,
         failed,
@@ -274,6 +354,8 @@ fn parse(line: &str) -> Option<Result<Hold, ()>> {
         token: at(3),
         accepted: at(4) == 1,
         release: u8::try_from(at(5)).unwrap_or(2),
+        kind: u8::try_from(at(6)).unwrap_or(WRITE),
+        permit: at(7),
     }))
 }
 
@@ -347,13 +429,15 @@ fn nemesis(
     Ok(faults)
 }
 
-/// The lock's keys (the lock, its queue and its waiters) on each running master.
+/// The resource's keys on each running master (the lock or permits, readers, the queue, its
+/// waiters; the fence counters live elsewhere and stay by design), but two that stay by
+/// design too: a semaphore's record of its number of permits, which lasts as long as the
+/// longest permit it saw, and an election's last leader information.
 fn keys_left(cluster: &DevCluster) -> Result<usize, LabError> {
-    let lock_key = format!("redquorum:{{{RESOURCE}}}");
-    let keys = [
-        lock_key.clone(),
-        format!("{lock_key}:queue"),
-        format!("{lock_key}:waiters"),
+    let pattern = format!("redquorum:{{{RESOURCE}}}*");
+    let stays = [
+        format!("redquorum:{{{RESOURCE}}}:permits"),
+        format!("redquorum:{{{RESOURCE}}}:leader"),
     ];
     let mut left = 0;
     for node in cluster.nodes.iter().take(VOTERS) {
@@ -364,11 +448,14 @@ fn keys_left(cluster: &DevCluster) -> Result<usize, LabError> {
         let mut conn = client
             .get_connection_with_timeout(Duration::from_secs(2))
             .map_err(|e| LabError::new(e.to_string()))?;
-        let n: usize = redis::cmd("EXISTS")
-            .arg(&keys)
+        let keys: Vec<String> = redis::cmd("KEYS")
+            .arg(&pattern)
             .query(&mut conn)
             .map_err(|e| LabError::new(e.to_string()))?;
-        left += n;
+        for key in keys.iter().filter(|k| !stays.contains(k)) {
+            eprintln!("soak: left on master {}: {key}", node.index);
+            left += 1;
+        }
     }
     Ok(left)
 }
@@ -397,6 +484,9 @@ impl Figures {
                 if b.acquired >= a.end() {
                     break;
                 }
+                if !self.primitive.conflict(a, b) {
+                    continue;
+                }
                 overlaps += 1;
                 if a.accepted && b.accepted {
                     accepted += 1;
@@ -406,19 +496,55 @@ impl Figures {
         (overlaps, accepted)
     }
 
-    /// Holds whose token is not above every token of the holds acquired before them.
+    /// Writes (locks) whose token is not above every token of the writes acquired before
+    /// them; and reads whose token is below an earlier write's, or not below a later write's
+    /// (a reader's token is the last write's it may observe). None for a semaphore.
     fn token_regressions(&self) -> usize {
-        let mut holds = self.holds.clone();
-        holds.sort_by_key(|h| h.acquired);
+        let mut writes: Vec<Hold> = self
+            .holds
+            .iter()
+            .filter(|h| h.kind == WRITE)
+            .copied()
+            .collect();
+        writes.sort_by_key(|h| h.acquired);
         let mut highest = 0;
         let mut regressions = 0;
-        for h in &holds {
+        for h in &writes {
             if h.token <= highest {
                 regressions += 1;
             }
             highest = highest.max(h.token);
         }
+        // Writes never overlap one another: in acquisition order they end in order too.
+        let ends: Vec<u64> = writes.iter().map(Hold::end).collect();
+        for read in self.holds.iter().filter(|h| h.kind == READ) {
+            let before = ends.partition_point(|end| *end <= read.acquired);
+            if before > 0 && writes.get(before - 1).is_some_and(|w| w.token > read.token) {
+                regressions += 1;
+            }
+            let after = writes.partition_point(|w| w.acquired < read.end());
+            if writes.get(after).is_some_and(|w| w.token <= read.token) {
+                regressions += 1;
+            }
+        }
         regressions
+    }
+
+    /// The most holds held at once (readers of a read-write lock, permits of a semaphore).
+    fn most_at_once(&self) -> usize {
+        let mut edges: Vec<(u64, i64)> = self
+            .holds
+            .iter()
+            .flat_map(|h| [(h.acquired, 1), (h.end(), -1)])
+            .collect();
+        // An end before a start at the same instant: windows are half-open.
+        edges.sort_unstable();
+        let (mut now, mut most) = (0i64, 0i64);
+        for (_, step) in edges {
+            now += step;
+            most = most.max(now);
+        }
+        usize::try_from(most).unwrap_or(0)
     }
 
     /// Releases that said the lock had expired, made before its deadline.
@@ -501,10 +627,15 @@ impl Figures {
         }
         json!({
             "command": format!(
-                "redquorum-lab soak --processes {} --seconds {} --hold-max-ms {} --seed {}",
-                run.processes, run.seconds, run.hold_max.as_secs_f64() * 1e3, run.seed
+                "redquorum-lab soak --primitive {} --permits {} --processes {} --seconds {} --hold-max-ms {} --seed {}",
+                run.primitive.name(), run.primitive.permits(), run.processes, run.seconds,
+                run.hold_max.as_secs_f64() * 1e3, run.seed
             ),
             "seed": run.seed,
+            "primitive": self.primitive.name(),
+            "permits": self.primitive.permits(),
+            "writes": self.holds.iter().filter(|h| h.kind == WRITE).count(),
+            "most_held_at_once": self.most_at_once(),
             "seconds": run.seconds,
             "processes": run.processes,
             "ttl_ms": TTL.as_millis() as u64,
@@ -537,8 +668,14 @@ impl Figures {
 
     fn print(&self, run: &Soak) {
         let (overlaps, accepted_overlaps) = self.overlaps();
+        let what = match self.primitive {
+            Primitive::Mutex => "one fenced lock".to_owned(),
+            Primitive::RwLock => "one fenced read-write lock".to_owned(),
+            Primitive::Semaphore(n) => format!("a semaphore of {n} permits"),
+            Primitive::Election => "an election (terms as tokens)".to_owned(),
+        };
         println!(
-            "redquorum-lab soak: {} worker processes, one fenced lock (ttl {} ms), {} voters, {} s, seed {}",
+            "redquorum-lab soak: {} worker processes, {what} (ttl {} ms), {} voters, {} s, seed {}",
             run.processes,
             TTL.as_millis(),
             VOTERS,
@@ -546,8 +683,10 @@ impl Figures {
             run.seed
         );
         println!(
-            "  acquisitions {}, failed acquires {}, faults {}",
+            "  acquisitions {} ({} writes), most held at once {}, failed acquires {}, faults {}",
             self.holds.len(),
+            self.holds.iter().filter(|h| h.kind == WRITE).count(),
+            self.most_at_once(),
             self.failed,
             self.faults.len()
         );
@@ -586,6 +725,10 @@ pub struct SoakWorker {
     pub seconds: u64,
     /// Each hold lasts a random 0..=this many µs.
     pub hold_max_us: u64,
+    /// `mutex`, `rwlock` or `semaphore` ([`Primitive::parse`]).
+    pub primitive: String,
+    /// A semaphore's permits.
+    pub permits: u32,
 }
 
 /// One soak worker: takes the fenced lock in a loop until the window closes, writes its token
@@ -595,10 +738,11 @@ pub struct SoakWorker {
 /// # Errors
 /// When the client or the store cannot be set up.
 pub async fn soak_worker(args: SoakWorker) -> Result<u8, LabError> {
+    let primitive = Primitive::parse(&args.primitive, args.permits)?;
     let rl = RedLock::builder(&args.nodes)
         .per_node_timeout(NODE_TIMEOUT)
         .restart_grace(RESTART_GRACE)
-        .fencing(true)
+        .fencing(primitive != Primitive::Semaphore(args.permits))
         .build()?;
     let store =
         redis::Client::open(args.store.as_str()).map_err(|e| LabError::new(e.to_string()))?;
@@ -607,6 +751,10 @@ pub async fn soak_worker(args: SoakWorker) -> Result<u8, LabError> {
         .await
         .map_err(|e| LabError::new(e.to_string()))?;
     let write = redis::Script::new(STORE_WRITE);
+    let rw = rl.rw_lock(RESOURCE)?;
+    let semaphore = rl.semaphore(RESOURCE, args.permits.max(1))?;
+    let election = rl.election(RESOURCE, TTL)?;
+    let candidate = format!("worker-{}", args.process);
     let _ = rl.connect().await;
     let end_ns = args
         .start_ns
@@ -621,8 +769,34 @@ pub async fn soak_worker(args: SoakWorker) -> Result<u8, LabError> {
         let policy = RetryPolicy::default()
             .max_attempts(None)
             .max_wait(Some(Duration::from_nanos(end_ns - asked)));
-        let lock = match rl.acquire_with(RESOURCE, TTL, &policy).await {
-            Ok(lock) => lock,
+        let taken = match primitive {
+            Primitive::Mutex => rl
+                .acquire_with(RESOURCE, TTL, &policy)
+                .await
+                .map(|lock| (Held::Lock(lock), WRITE)),
+            Primitive::RwLock if rand::rng().random_range(0..4u8) > 0 => rw
+                .read_with(TTL, &policy)
+                .await
+                .map(|lock| (Held::Lock(lock), READ)),
+            Primitive::RwLock => rw
+                .write_with(TTL, &policy)
+                .await
+                .map(|lock| (Held::Lock(lock), WRITE)),
+            Primitive::Semaphore(_) => semaphore
+                .acquire_with(TTL, &policy)
+                .await
+                .map(|permit| (Held::Permit(permit), PERMIT)),
+            Primitive::Election => {
+                let campaign = election.campaign(candidate.as_str());
+                match tokio::time::timeout(Duration::from_nanos(end_ns - asked), campaign).await {
+                    Ok(won) => won.map(|leadership| (Held::Leader(leadership), WRITE)),
+                    // The window closed (a dropped campaign cleans up after itself).
+                    Err(_) => break,
+                }
+            }
+        };
+        let (held, kind) = match taken {
+            Ok(taken) => taken,
             Err(e) if e.is_conflict() && monotonic_ns()? >= end_ns => break,
             Err(e) => {
                 out.flush_line(&json!({ "failed": e.to_string() }).to_string())?;
@@ -632,30 +806,67 @@ pub async fn soak_worker(args: SoakWorker) -> Result<u8, LabError> {
             }
         };
         let acquired = monotonic_ns()?;
-        let left = lock
+        let left = held
             .valid_until()
             .saturating_duration_since(std::time::Instant::now());
         let valid_until = monotonic_ns()?.saturating_add(nanos(left));
-        let token = lock.fencing_token().unwrap_or(0);
+        let (token, permit) = match &held {
+            Held::Lock(lock) => (lock.fencing_token().unwrap_or(0), 0),
+            Held::Permit(permit) => (0, u64::from(permit.index())),
+            Held::Leader(leadership) => (leadership.term(), 0),
+        };
         let hold = rand::rng().random_range(0..=args.hold_max_us);
         tokio::time::sleep(Duration::from_micros(hold)).await;
-        let accepted: i64 = write
-            .key(STORE_KEY)
-            .arg(token)
-            .invoke_async(&mut store)
-            .await
-            .unwrap_or(0);
+        // Only a write (the lock) writes to the fenced store: a read's token is the last
+        // write's, and a permit has none.
+        let accepted: i64 = if kind == WRITE {
+            write
+                .key(STORE_KEY)
+                .arg(token)
+                .invoke_async(&mut store)
+                .await
+                .unwrap_or(0)
+        } else {
+            1
+        };
         let released = monotonic_ns()?;
-        let release = match lock.release().await {
-            Ok(_) => 0,
+        let release = match held.release().await {
+            Ok(()) => 0,
             Err(e) if e.is_expired() => 1,
             Err(_) => 2,
         };
-        let line = json!({ "hold": [acquired, valid_until, released, token, accepted, release] });
+        let line = json!({
+            "hold": [acquired, valid_until, released, token, accepted, release, kind, permit]
+        });
         out.flush_line(&line.to_string())?;
     }
     rl.settle(Duration::from_secs(5)).await;
     Ok(0)
+}
+
+/// What a worker holds.
+enum Held {
+    Lock(redquorum::Lock),
+    Permit(redquorum::Permit),
+    Leader(redquorum::Leadership),
+}
+
+impl Held {
+    fn valid_until(&self) -> std::time::Instant {
+        match self {
+            Self::Lock(lock) => lock.valid_until(),
+            Self::Permit(permit) => permit.valid_until(),
+            Self::Leader(leadership) => leadership.signal().valid_until(),
+        }
+    }
+
+    async fn release(self) -> Result<(), redquorum::Error> {
+        match self {
+            Self::Lock(lock) => lock.release().await.map(drop),
+            Self::Permit(permit) => permit.release().await.map(drop),
+            Self::Leader(leadership) => leadership.resign().await,
+        }
+    }
 }
 
 /// Writes one line and flushes it, so the soak sees each hold as it happens.
@@ -682,11 +893,14 @@ mod tests {
             token,
             accepted: true,
             release: 0,
+            kind: WRITE,
+            permit: 0,
         }
     }
 
     fn figures(holds: Vec<Hold>) -> Figures {
         Figures {
+            primitive: Primitive::Mutex,
             window: (0, 1_000_000_000),
             holds,
             failed: 0,
@@ -727,5 +941,57 @@ mod tests {
         truly.release = 1;
         truly.valid_until = 5;
         assert_eq!(figures(vec![truly]).false_expired(), 0);
+    }
+
+    /// A read-write lock's readers together are no overlap, a write beside a read is; a
+    /// reader's token below an earlier write's, or not below a later write's, is a
+    /// regression. A semaphore's two permits at once are no overlap, one permit twice is.
+    #[test]
+    fn the_checks_know_readers_and_permits() {
+        let read = |acquired, released, token| Hold {
+            kind: READ,
+            ..hold(acquired, released, token)
+        };
+        let rw = |holds| Figures {
+            primitive: Primitive::RwLock,
+            ..figures(holds)
+        };
+        let together = rw(vec![
+            hold(0, 10, 1),
+            read(10, 30, 1),
+            read(15, 25, 1),
+            hold(30, 40, 2),
+        ]);
+        assert_eq!(together.overlaps(), (0, 0));
+        assert_eq!(together.token_regressions(), 0);
+        assert_eq!(together.most_at_once(), 2);
+        let beside = rw(vec![read(0, 20, 0), hold(10, 30, 1)]);
+        assert_eq!(beside.overlaps().0, 1);
+        let stale_read = rw(vec![hold(0, 10, 5), read(20, 30, 4)]);
+        assert_eq!(
+            stale_read.token_regressions(),
+            1,
+            "below an earlier write's"
+        );
+        let future_read = rw(vec![read(0, 10, 5), hold(20, 30, 5)]);
+        assert_eq!(
+            future_read.token_regressions(),
+            1,
+            "not below a later write's"
+        );
+        let permit = |acquired, released, permit| Hold {
+            kind: PERMIT,
+            permit,
+            ..hold(acquired, released, 0)
+        };
+        let semaphore = |holds| Figures {
+            primitive: Primitive::Semaphore(2),
+            ..figures(holds)
+        };
+        let two = semaphore(vec![permit(0, 20, 0), permit(5, 25, 1)]);
+        assert_eq!(two.overlaps().0, 0);
+        assert_eq!(two.most_at_once(), 2);
+        let twice = semaphore(vec![permit(0, 20, 1), permit(5, 25, 1)]);
+        assert_eq!(twice.overlaps().0, 1);
     }
 }

@@ -321,6 +321,52 @@ fn a_short_soak_under_the_nemesis_passes_its_checks() {
     );
 }
 
+/// The soak of the other primitives, short: a fenced read-write lock (readers together, no
+/// write beside anyone, readers' tokens between the writes'), a semaphore of 2 permits (never
+/// one permit twice) and an election (one leader at a time, rising terms); each passes, and
+/// readers and permits were held together. An unknown primitive is a usage error.
+#[test]
+fn short_soaks_of_the_read_write_lock_the_semaphore_and_the_election_pass() {
+    for (primitive, together) in [("rwlock", true), ("semaphore", true), ("election", false)] {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let (code, stdout, err) = output(lab(dir.path()).env("TMPDIR", dir.path()).args([
+            "--json",
+            "soak",
+            "--primitive",
+            primitive,
+            "--permits",
+            "2",
+            "--processes",
+            "3",
+            "--seconds",
+            "4",
+            "--seed",
+            "2",
+        ]));
+        assert_eq!(code, 0, "{primitive}: {stdout}{err}");
+        let figures: serde_json::Value = serde_json::from_str(&stdout).expect("JSON figures");
+        assert_eq!(figures["primitive"], primitive, "{figures}");
+        assert_eq!(figures["passed"], true, "{figures}");
+        assert!(
+            figures["acquisitions"].as_u64().unwrap_or(0) > 50,
+            "{figures}"
+        );
+        let most = figures["most_held_at_once"].as_u64().unwrap_or(0);
+        if together {
+            assert!(most >= 2, "{primitive}: never two at once: {figures}");
+        } else {
+            assert_eq!(most, 1, "{figures}");
+        }
+    }
+    let dir = tempfile::tempdir().expect("tempdir");
+    let (code, _, err) = output(lab(dir.path()).args(["soak", "--primitive", "queue"]));
+    assert_eq!(code, 64, "{err}");
+    assert!(
+        err.contains("mutex, rwlock, semaphore or election"),
+        "{err}"
+    );
+}
+
 /// Interrupted mid-way, the bench still stops the masters it started, and exits 130.
 #[test]
 fn an_interrupted_bench_stops_its_masters() {
