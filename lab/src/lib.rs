@@ -22,6 +22,7 @@ mod error;
 mod report;
 mod scale;
 mod soak;
+mod soak_plot;
 mod stop;
 
 pub use bench::bench;

@@ -76,8 +76,8 @@ enum Experiment {
     /// --seconds while a seeded nemesis kills, pauses and restarts masters one at a time;
     /// each holder writes its token to a fenced store. Prints a progress line, then
     /// acquisitions, overlaps, writes the store rejected, token regressions, false
-    /// `Expired`, keys left and availability by fault kind (--json, or --out FILE, as JSON).
-    /// Exits 1 when a check failed.
+    /// `Expired`, keys left and availability by fault kind (--json, or --out FILE, as JSON;
+    /// --plot FILE.svg draws them). Exits 1 when a check failed.
     Soak {
         #[arg(long, default_value_t = 4)]
         processes: usize,
@@ -96,6 +96,10 @@ enum Experiment {
         permits: u32,
         #[arg(long)]
         out: Option<std::path::PathBuf>,
+        /// Where to write the plot (SVG): acquisitions per second with the faults shaded,
+        /// and the fencing tokens over time.
+        #[arg(long)]
+        plot: Option<std::path::PathBuf>,
     },
     /// One worker of `soak` (run by it, not by hand).
     #[command(hide = true)]
@@ -176,6 +180,7 @@ fn main() -> ExitCode {
                 primitive,
                 permits,
                 out,
+                plot,
             } => {
                 let primitive = match redquorum_lab::Primitive::parse(&primitive, permits) {
                     Ok(primitive) => primitive,
@@ -192,6 +197,7 @@ fn main() -> ExitCode {
                         .unwrap_or_default(),
                     seed,
                     out,
+                    plot,
                 };
                 redquorum_lab::soak(run, lab.json).await
             }

@@ -27,8 +27,8 @@
 //! be at least the last earlier write's and below the next write's; for a semaphore, only one
 //! permit held twice is; an election's terms are its tokens.
 //!
-//! Not yet (issue 35): clock jumps and network partitions as faults, Sentinel failovers, and
-//! the plot.
+//! `--plot` draws the run (`soak_plot`). Not yet (issue 35): clock jumps and network
+//! partitions as faults, and Sentinel failovers.
 
 use std::process::Stdio;
 use std::sync::Arc;
@@ -81,6 +81,9 @@ pub struct Soak {
     pub primitive: Primitive,
     /// Where to write the figures as JSON too.
     pub out: Option<std::path::PathBuf>,
+    /// Where to write the plot (SVG): acquisitions per second with the faults shaded, and the
+    /// fencing tokens over time.
+    pub plot: Option<std::path::PathBuf>,
 }
 
 /// Runs the soak and prints its figures (`--json`: as JSON on stdout), with a progress line on
@@ -113,6 +116,9 @@ pub async fn soak(run: Soak, as_json: bool) -> Result<u8, LabError> {
     let json = figures.to_json(&run);
     if let Some(out) = &run.out {
         std::fs::write(out, format!("{json:#}\n"))?;
+    }
+    if let Some(plot) = &run.plot {
+        std::fs::write(plot, figures.plot(&run))?;
     }
     if as_json {
         println!("{json:#}");
@@ -201,6 +207,8 @@ struct Hold {
     kind: u8,
     /// A permit's number.
     permit: u64,
+    /// When its acquire began.
+    asked: u64,
 }
 
 impl Hold {
@@ -356,6 +364,7 @@ fn parse(line: &str) -> Option<Result<Hold, ()>> {
         release: u8::try_from(at(5)).unwrap_or(2),
         kind: u8::try_from(at(6)).unwrap_or(WRITE),
         permit: at(7),
+        asked: at(8),
     }))
 }
 
@@ -568,7 +577,7 @@ impl Figures {
 
     /// Per kind of fault in force ("none" when none is): seconds of it, the share of them a
     /// holder held, and holds acquired per second.
-    fn availability(&self) -> Vec<(&'static str, f64, f64, f64)> {
+    fn availability(&self) -> Vec<(&'static str, f64, f64, f64, f64)> {
         let (start, end) = self.window;
         let buckets = usize::try_from((end - start) / BUCKET_NS).unwrap_or(0);
         let mut held = vec![false; buckets];
@@ -603,6 +612,13 @@ impl Figures {
                 .iter()
                 .filter(|h| kind_at(h.acquired) == kind)
                 .count();
+            // The longest wait of an acquire that began under this kind of fault.
+            let longest_wait_ms = self
+                .holds
+                .iter()
+                .filter(|h| kind_at(h.asked) == kind)
+                .map(|h| h.acquired.saturating_sub(h.asked) as f64 / 1e6)
+                .fold(0.0, f64::max);
             #[allow(clippy::cast_precision_loss)]
             let seconds = total as f64 * BUCKET_NS as f64 / 1e9;
             if total > 0 {
@@ -612,10 +628,52 @@ impl Figures {
                     seconds,
                     busy as f64 / total as f64,
                     acquired as f64 / seconds,
+                    longest_wait_ms,
                 ));
             }
         }
         out
+    }
+
+    /// The plot of the soak (`soak_plot`).
+    fn plot(&self, run: &Soak) -> String {
+        let (start, end) = self.window;
+        let at = |ns: u64| ns.saturating_sub(start) as f64 / 1e9;
+        let seconds = usize::try_from((end - start) / 1_000_000_000).unwrap_or(0);
+        let mut per_second = vec![0u64; seconds.max(1)];
+        let mut holds = self.holds.clone();
+        holds.sort_by_key(|h| h.acquired);
+        for h in &holds {
+            let second = usize::try_from(h.acquired.saturating_sub(start) / 1_000_000_000)
+                .unwrap_or(usize::MAX);
+            if let Some(n) = per_second.get_mut(second) {
+                *n += 1;
+            }
+        }
+        let title = format!(
+            "redquorum-lab soak --primitive {} --processes {} --seconds {} --seed {}: {} acquisitions, {} overlaps",
+            self.primitive.name(),
+            run.processes,
+            run.seconds,
+            run.seed,
+            self.holds.len(),
+            self.overlaps().0
+        );
+        crate::soak_plot::svg(&crate::soak_plot::PlotData {
+            title: &title,
+            seconds: at(end),
+            per_second,
+            faults: self
+                .faults
+                .iter()
+                .map(|f| (f.kind, at(f.from), at(f.to)))
+                .collect(),
+            tokens: holds
+                .iter()
+                .filter(|h| h.kind == WRITE && h.token > 0)
+                .map(|h| (at(h.acquired), h.token))
+                .collect(),
+        })
     }
 
     fn to_json(&self, run: &Soak) -> Value {
@@ -656,11 +714,12 @@ impl Figures {
                 "from_s": f.from.saturating_sub(self.window.0) as f64 / 1e9,
                 "to_s": f.to.saturating_sub(self.window.0) as f64 / 1e9,
             })).collect::<Vec<_>>(),
-            "availability": self.availability().iter().map(|(kind, seconds, busy, rate)| json!({
+            "availability": self.availability().iter().map(|(kind, seconds, busy, rate, wait)| json!({
                 "fault": kind,
                 "seconds": seconds,
                 "held": busy,
                 "acquisitions_per_second": rate,
+                "longest_wait_ms": wait,
             })).collect::<Vec<_>>(),
             "passed": self.passed(),
         })
@@ -697,9 +756,9 @@ impl Figures {
             self.false_expired(),
             self.keys_left
         );
-        for (kind, seconds, busy, rate) in self.availability() {
+        for (kind, seconds, busy, rate, wait) in self.availability() {
             println!(
-                "  fault {kind:<8} {seconds:>8.1} s  lock held {:>5.1} %  {rate:>7.1} acquisitions/s",
+                "  fault {kind:<8} {seconds:>8.1} s  lock held {:>5.1} %  {rate:>7.1} acquisitions/s  longest wait {wait:>7.1} ms",
                 busy * 100.0
             );
         }
@@ -836,7 +895,7 @@ pub async fn soak_worker(args: SoakWorker) -> Result<u8, LabError> {
             Err(_) => 2,
         };
         let line = json!({
-            "hold": [acquired, valid_until, released, token, accepted, release, kind, permit]
+            "hold": [acquired, valid_until, released, token, accepted, release, kind, permit, asked]
         });
         out.flush_line(&line.to_string())?;
     }
@@ -895,6 +954,7 @@ mod tests {
             release: 0,
             kind: WRITE,
             permit: 0,
+            asked: acquired,
         }
     }
 

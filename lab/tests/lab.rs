@@ -266,6 +266,7 @@ fn processes_contending_for_one_lock_never_overlap() {
 fn a_short_soak_under_the_nemesis_passes_its_checks() {
     let dir = tempfile::tempdir().expect("tempdir");
     let out = dir.path().join("soak.json");
+    let plot = dir.path().join("soak.svg");
     let (code, stdout, err) = output(
         lab(dir.path())
             .env("TMPDIR", dir.path())
@@ -280,7 +281,9 @@ fn a_short_soak_under_the_nemesis_passes_its_checks() {
                 "1",
             ])
             .arg("--out")
-            .arg(&out),
+            .arg(&out)
+            .arg("--plot")
+            .arg(&plot),
     );
     assert_eq!(code, 0, "{stdout}{err}");
     let figures: serde_json::Value = serde_json::from_str(&stdout).expect("JSON figures");
@@ -309,6 +312,16 @@ fn a_short_soak_under_the_nemesis_passes_its_checks() {
     let written: serde_json::Value =
         serde_json::from_str(&std::fs::read_to_string(&out).expect("--out")).expect("JSON");
     assert_eq!(written, figures);
+    let svg = std::fs::read_to_string(&plot).expect("--plot");
+    assert!(
+        svg.starts_with("<svg") && svg.trim_end().ends_with("</svg>"),
+        "{svg}"
+    );
+    assert_eq!(
+        svg.matches("<polyline").count(),
+        2,
+        "rates and tokens: {svg}"
+    );
     assert!(
         std::fs::read_dir(dir.path())
             .expect("read TMPDIR")
