@@ -22,9 +22,9 @@ use serde_json::{Value, json};
 use tokio::io::AsyncReadExt;
 
 use crate::error::LabError;
+use crate::monotonic::{monotonic_ns, nanos, sleep_until_ns};
 use crate::report::{Spread, ms, verdict};
 use crate::stop::{StopSignals, exit_code};
-use redquorum_testkit::DevCluster;
 
 const NODES: usize = 5;
 /// The ttl every worker asks for: far above any hold, so a lock never lapses while held.
@@ -55,14 +55,7 @@ pub struct Contention {
 /// When the masters cannot be started or a worker fails.
 pub async fn contend(run: Contention, as_json: bool) -> Result<u8, LabError> {
     let mut signals = StopSignals::listen()?;
-    let dir = std::env::temp_dir().join(format!("redquorum-contend-{}", std::process::id()));
-    let kind = redquorum_testkit::ServerKind::for_dev()
-        .map_err(LabError::new)?
-        .unwrap_or(redquorum_testkit::ServerKind::Redis);
-    let cluster =
-        tokio::task::spawn_blocking(move || DevCluster::start_memory_only(dir, NODES, kind))
-            .await
-            .map_err(|e| LabError::new(e.to_string()))??;
+    let cluster = crate::masters::start("contend", NODES).await?;
     let urls = cluster.urls();
     let result = tokio::select! {
         result = measure(&urls, &run) => Ok(result),
@@ -436,25 +429,6 @@ pub async fn worker(args: Worker) -> Result<u8, LabError> {
     rl.settle(Duration::from_secs(5)).await;
     println!("{}", json!({ "turns": turns, "rounds": rounds }));
     Ok(0)
-}
-
-pub(crate) fn nanos(d: Duration) -> u64 {
-    u64::try_from(d.as_nanos()).unwrap_or(u64::MAX)
-}
-
-/// `CLOCK_MONOTONIC` in nanoseconds: one clock for every process of the host.
-pub(crate) fn monotonic_ns() -> Result<u64, LabError> {
-    let now = nix::time::clock_gettime(nix::time::ClockId::CLOCK_MONOTONIC)
-        .map_err(|e| LabError::new(format!("CLOCK_MONOTONIC: {e}")))?;
-    let secs = u64::try_from(now.tv_sec()).unwrap_or(0);
-    let nanos = u64::try_from(now.tv_nsec()).unwrap_or(0);
-    Ok(secs.saturating_mul(1_000_000_000).saturating_add(nanos))
-}
-
-pub(crate) async fn sleep_until_ns(at: u64) -> Result<(), LabError> {
-    let now = monotonic_ns()?;
-    tokio::time::sleep(Duration::from_nanos(at.saturating_sub(now))).await;
-    Ok(())
 }
 
 #[cfg(test)]

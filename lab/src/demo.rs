@@ -215,7 +215,7 @@ pub async fn demo(quick: bool, as_json: bool) -> Result<u8, LabError> {
             .map_err(LabError::from)
             .map(|()| "the dev cluster it started was stopped")
     } else {
-        restore(&cluster)
+        crate::masters::restore(&cluster)
             .map(|()| "the dev cluster was already running and is left running, all nodes up")
     };
 
@@ -439,18 +439,6 @@ fn close_term(terms: &mut [Term], who: usize, term: u64, at: Instant, lost: bool
         t.to = Some(at);
         t.lost = lost;
     }
-}
-
-/// Leaves a cluster that was running before the demo as it found it: every node up.
-fn restore(cluster: &DevCluster) -> Result<(), LabError> {
-    for node in &cluster.nodes {
-        match node.state() {
-            NodeState::Paused => cluster.resume(node.index)?,
-            NodeState::Down => cluster.restart(node.index)?,
-            NodeState::Running => {}
-        }
-    }
-    Ok(())
 }
 
 /// The demo's verdict.

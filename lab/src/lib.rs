@@ -19,6 +19,8 @@ mod counts;
 mod cpu;
 mod demo;
 mod error;
+mod masters;
+mod monotonic;
 mod report;
 mod scale;
 mod soak;

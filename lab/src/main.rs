@@ -104,18 +104,10 @@ enum Experiment {
     /// One worker of `soak` (run by it, not by hand).
     #[command(hide = true)]
     SoakWorker {
-        #[arg(long, value_delimiter = ',')]
-        nodes: Vec<String>,
+        #[command(flatten)]
+        worker: WorkerArgs,
         #[arg(long)]
         store: String,
-        #[arg(long)]
-        process: usize,
-        #[arg(long)]
-        start_ns: u64,
-        #[arg(long)]
-        seconds: u64,
-        #[arg(long)]
-        hold_max_us: u64,
         #[arg(long)]
         primitive: String,
         #[arg(long)]
@@ -124,17 +116,36 @@ enum Experiment {
     /// One worker of `contend` (run by it, not by hand).
     #[command(hide = true)]
     ContendWorker {
-        #[arg(long, value_delimiter = ',')]
-        nodes: Vec<String>,
-        #[arg(long)]
-        process: usize,
-        #[arg(long)]
-        start_ns: u64,
-        #[arg(long)]
-        seconds: u64,
-        #[arg(long)]
-        hold_max_us: u64,
+        #[command(flatten)]
+        worker: WorkerArgs,
     },
+}
+
+/// What every worker process is told: the masters, its number, its window and its holds.
+#[derive(Debug, clap::Args)]
+struct WorkerArgs {
+    #[arg(long, value_delimiter = ',')]
+    nodes: Vec<String>,
+    #[arg(long)]
+    process: usize,
+    #[arg(long)]
+    start_ns: u64,
+    #[arg(long)]
+    seconds: u64,
+    #[arg(long)]
+    hold_max_us: u64,
+}
+
+impl From<WorkerArgs> for redquorum_lab::Worker {
+    fn from(args: WorkerArgs) -> Self {
+        Self {
+            nodes: args.nodes,
+            process: args.process,
+            start_ns: args.start_ns,
+            seconds: args.seconds,
+            hold_max_us: args.hold_max_us,
+        }
+    }
 }
 
 fn main() -> ExitCode {
@@ -202,43 +213,20 @@ fn main() -> ExitCode {
                 redquorum_lab::soak(run, lab.json).await
             }
             Experiment::SoakWorker {
-                nodes,
+                worker,
                 store,
-                process,
-                start_ns,
-                seconds,
-                hold_max_us,
                 primitive,
                 permits,
             } => {
                 redquorum_lab::soak_worker(redquorum_lab::SoakWorker {
-                    nodes,
+                    worker: worker.into(),
                     store,
-                    process,
-                    start_ns,
-                    seconds,
-                    hold_max_us,
                     primitive,
                     permits,
                 })
                 .await
             }
-            Experiment::ContendWorker {
-                nodes,
-                process,
-                start_ns,
-                seconds,
-                hold_max_us,
-            } => {
-                redquorum_lab::worker(redquorum_lab::Worker {
-                    nodes,
-                    process,
-                    start_ns,
-                    seconds,
-                    hold_max_us,
-                })
-                .await
-            }
+            Experiment::ContendWorker { worker } => redquorum_lab::worker(worker.into()).await,
         }
     });
     match result {

@@ -40,8 +40,8 @@ use redquorum::{RedLock, RetryPolicy};
 use serde_json::{Value, json};
 use tokio::io::AsyncBufReadExt;
 
-use crate::contend::{monotonic_ns, nanos};
 use crate::error::LabError;
+use crate::monotonic::{monotonic_ns, nanos, sleep_until_ns};
 use crate::stop::{StopSignals, exit_code};
 use redquorum_testkit::{DevCluster, NodeState};
 
@@ -94,14 +94,7 @@ pub struct Soak {
 /// When the masters cannot be started or a worker fails.
 pub async fn soak(run: Soak, as_json: bool) -> Result<u8, LabError> {
     let mut signals = StopSignals::listen()?;
-    let dir = std::env::temp_dir().join(format!("redquorum-soak-{}", std::process::id()));
-    let kind = redquorum_testkit::ServerKind::for_dev()
-        .map_err(LabError::new)?
-        .unwrap_or(redquorum_testkit::ServerKind::Redis);
-    let cluster =
-        tokio::task::spawn_blocking(move || DevCluster::start_memory_only(dir, VOTERS + 1, kind))
-            .await
-            .map_err(|e| LabError::new(e.to_string()))??;
+    let cluster = crate::masters::start("soak", VOTERS + 1).await?;
     let cluster = Arc::new(cluster);
     let result = tokio::select! {
         result = soak_on(&cluster, &run) => Ok(result),
@@ -334,7 +327,7 @@ async fn soak_on(cluster: &Arc<DevCluster>, run: &Soak) -> Result<Figures, LabEr
             .map_err(|e| LabError::new(e.to_string()))??
     };
     let cluster_to_heal = cluster.clone();
-    tokio::task::spawn_blocking(move || heal(&cluster_to_heal))
+    tokio::task::spawn_blocking(move || crate::masters::restore(&cluster_to_heal))
         .await
         .map_err(|e| LabError::new(e.to_string()))??;
     Ok(Figures {
@@ -467,18 +460,6 @@ fn keys_left(cluster: &DevCluster) -> Result<usize, LabError> {
         }
     }
     Ok(left)
-}
-
-/// Every master running again.
-fn heal(cluster: &DevCluster) -> Result<(), LabError> {
-    for node in &cluster.nodes {
-        match node.state() {
-            NodeState::Paused => cluster.resume(node.index)?,
-            NodeState::Down => cluster.restart(node.index)?,
-            NodeState::Running => {}
-        }
-    }
-    Ok(())
 }
 
 impl Figures {
@@ -772,19 +753,11 @@ impl Figures {
 /// The worker's arguments, as `soak` passes them.
 #[derive(Debug, Clone)]
 pub struct SoakWorker {
-    /// The voters' URLs.
-    pub nodes: Vec<String>,
+    /// The voters, the window and the holds, as a `contend` worker takes them.
+    pub worker: crate::Worker,
     /// The fenced store's URL.
     pub store: String,
-    /// This worker's number.
-    pub process: usize,
-    /// When the window opens, on `CLOCK_MONOTONIC`.
-    pub start_ns: u64,
-    /// How long the window stays open.
-    pub seconds: u64,
-    /// Each hold lasts a random 0..=this many µs.
-    pub hold_max_us: u64,
-    /// `mutex`, `rwlock` or `semaphore` ([`Primitive::parse`]).
+    /// `mutex`, `rwlock`, `semaphore` or `election` ([`Primitive::parse`]).
     pub primitive: String,
     /// A semaphore's permits.
     pub permits: u32,
@@ -798,7 +771,7 @@ pub struct SoakWorker {
 /// When the client or the store cannot be set up.
 pub async fn soak_worker(args: SoakWorker) -> Result<u8, LabError> {
     let primitive = Primitive::parse(&args.primitive, args.permits)?;
-    let rl = RedLock::builder(&args.nodes)
+    let rl = RedLock::builder(&args.worker.nodes)
         .per_node_timeout(NODE_TIMEOUT)
         .restart_grace(RESTART_GRACE)
         .fencing(primitive != Primitive::Semaphore(args.permits))
@@ -813,12 +786,13 @@ pub async fn soak_worker(args: SoakWorker) -> Result<u8, LabError> {
     let rw = rl.rw_lock(RESOURCE)?;
     let semaphore = rl.semaphore(RESOURCE, args.permits.max(1))?;
     let election = rl.election(RESOURCE, TTL)?;
-    let candidate = format!("worker-{}", args.process);
+    let candidate = format!("worker-{}", args.worker.process);
     let _ = rl.connect().await;
     let end_ns = args
+        .worker
         .start_ns
-        .saturating_add(args.seconds.saturating_mul(1_000_000_000));
-    crate::contend::sleep_until_ns(args.start_ns).await?;
+        .saturating_add(args.worker.seconds.saturating_mul(1_000_000_000));
+    sleep_until_ns(args.worker.start_ns).await?;
     let mut out = std::io::stdout();
     loop {
         let asked = monotonic_ns()?;
@@ -874,7 +848,7 @@ pub async fn soak_worker(args: SoakWorker) -> Result<u8, LabError> {
             Held::Permit(permit) => (0, u64::from(permit.index())),
             Held::Leader(leadership) => (leadership.term(), 0),
         };
-        let hold = rand::rng().random_range(0..=args.hold_max_us);
+        let hold = rand::rng().random_range(0..=args.worker.hold_max_us);
         tokio::time::sleep(Duration::from_micros(hold)).await;
         // Only a write (the lock) writes to the fenced store: a read's token is the last
         // write's, and a permit has none.

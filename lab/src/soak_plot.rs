@@ -23,7 +23,7 @@ const WIDTH: f64 = 1200.0;
 const LEFT: f64 = 70.0;
 const RIGHT: f64 = 20.0;
 const PANEL: f64 = 220.0;
-const TOP: f64 = 50.0;
+const TOP: f64 = 70.0;
 const GAP: f64 = 60.0;
 
 fn color(kind: &str) -> &'static str {
@@ -51,12 +51,12 @@ pub(crate) fn svg(data: &PlotData<'_>) -> String {
         r#"<text x="{LEFT}" y="24" font-size="15">{}</text>"#,
         escape(data.title)
     );
-    // Legend, at the right of the title.
-    let mut lx = WIDTH - RIGHT - 240.0;
+    // Legend, under the title.
+    let mut lx = LEFT;
     for kind in ["kill", "pause", "restart"] {
         let _ = writeln!(
             out,
-            r#"<rect x="{lx}" y="14" width="12" height="10" fill="{}" fill-opacity="0.25"/><text x="{}" y="23">{kind}</text>"#,
+            r#"<rect x="{lx}" y="32" width="12" height="10" fill="{}" fill-opacity="0.25"/><text x="{}" y="41">{kind}</text>"#,
             color(kind),
             lx + 16.0
         );

@@ -71,17 +71,20 @@ fn the_demo_elects_fails_over_and_never_has_two_leaders() {
     );
 }
 
-/// The state directory a bench made under `tmp` (its `TMPDIR`), while it exists.
-fn bench_state(tmp: &Path) -> Option<PathBuf> {
+/// The state directory an experiment made under `tmp` (its `TMPDIR`) for its masters
+/// (`redquorum-<experiment>-<pid>`), while it exists.
+fn masters_state(tmp: &Path, experiment: &str) -> Option<PathBuf> {
+    let prefix = format!("redquorum-{experiment}-");
     std::fs::read_dir(tmp)
         .expect("tempdir")
         .flatten()
-        .find(|e| {
-            e.file_name()
-                .to_string_lossy()
-                .starts_with("redquorum-bench-")
-        })
+        .find(|e| e.file_name().to_string_lossy().starts_with(&prefix))
         .map(|e| e.path())
+}
+
+/// The state directory a bench made under `tmp` (its `TMPDIR`), while it exists.
+fn bench_state(tmp: &Path) -> Option<PathBuf> {
+    masters_state(tmp, "bench")
 }
 
 /// `bench --counts --quick --json` counts the work per pair of each side: the counting
@@ -245,14 +248,9 @@ fn processes_contending_for_one_lock_never_overlap() {
     assert!(per_process.iter().all(|&n| n > 0), "{figures}");
     let busy = ours["busy"].as_f64().unwrap_or(-1.0);
     assert!((0.0..=1.0).contains(&busy), "{figures}");
-    assert!(
-        std::fs::read_dir(dir.path())
-            .expect("read TMPDIR")
-            .flatten()
-            .all(|e| !e
-                .file_name()
-                .to_string_lossy()
-                .starts_with("redquorum-contend-")),
+    assert_eq!(
+        masters_state(dir.path(), "contend"),
+        None,
         "contend left its masters' state behind"
     );
 }
@@ -322,14 +320,9 @@ fn a_short_soak_under_the_nemesis_passes_its_checks() {
         2,
         "rates and tokens: {svg}"
     );
-    assert!(
-        std::fs::read_dir(dir.path())
-            .expect("read TMPDIR")
-            .flatten()
-            .all(|e| !e
-                .file_name()
-                .to_string_lossy()
-                .starts_with("redquorum-soak-")),
+    assert_eq!(
+        masters_state(dir.path(), "soak"),
+        None,
         "soak left its masters' state behind"
     );
 }

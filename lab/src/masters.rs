@@ -1,0 +1,39 @@
+//! The masters an experiment starts for itself (memory-only, on free ports, under the
+//! system's temporary directory), and putting every master back in service.
+
+use redquorum_testkit::{DevCluster, NodeState, ServerKind};
+
+use crate::error::LabError;
+
+/// Starts `count` memory-only masters for the experiment `name` (their state under
+/// `$TMPDIR/redquorum-<name>-<pid>`), on `redis-server`, or on the server
+/// `REDQUORUM_DEV_SERVER` names. Stop them with `DevCluster::down`.
+///
+/// # Errors
+/// When the server is missing or a master does not start.
+pub(crate) async fn start(name: &str, count: usize) -> Result<DevCluster, LabError> {
+    let dir = std::env::temp_dir().join(format!("redquorum-{name}-{}", std::process::id()));
+    let kind = ServerKind::for_dev()
+        .map_err(LabError::new)?
+        .unwrap_or(ServerKind::Redis);
+    let cluster =
+        tokio::task::spawn_blocking(move || DevCluster::start_memory_only(dir, count, kind))
+            .await
+            .map_err(|e| LabError::new(e.to_string()))??;
+    Ok(cluster)
+}
+
+/// Every master of `cluster` running again: the paused resumed, the dead started.
+///
+/// # Errors
+/// When a master cannot be signalled or started.
+pub(crate) fn restore(cluster: &DevCluster) -> Result<(), LabError> {
+    for node in &cluster.nodes {
+        match node.state() {
+            NodeState::Paused => cluster.resume(node.index)?,
+            NodeState::Down => cluster.restart(node.index)?,
+            NodeState::Running => {}
+        }
+    }
+    Ok(())
+}
