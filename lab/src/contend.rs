@@ -384,6 +384,22 @@ pub struct Worker {
     pub hold_max_us: u64,
 }
 
+impl Worker {
+    /// When the window closes, on `CLOCK_MONOTONIC`.
+    pub(crate) fn end_ns(&self) -> u64 {
+        self.start_ns
+            .saturating_add(self.seconds.saturating_mul(1_000_000_000))
+    }
+}
+
+/// The retry policy of an acquire asked at `asked`: rounds until it holds or the window
+/// closes at `end_ns`.
+pub(crate) fn until_window_closes(asked: u64, end_ns: u64) -> RetryPolicy {
+    RetryPolicy::default()
+        .max_attempts(None)
+        .max_wait(Some(Duration::from_nanos(end_ns.saturating_sub(asked))))
+}
+
 /// One redquorum worker: waits for the window, takes the lock in a loop until it closes,
 /// prints its turns as one JSON line.
 ///
@@ -399,9 +415,7 @@ pub async fn worker(args: Worker) -> Result<u8, LabError> {
         .await?
         .release()
         .await?;
-    let end_ns = args
-        .start_ns
-        .saturating_add(args.seconds.saturating_mul(1_000_000_000));
+    let end_ns = args.end_ns();
     sleep_until_ns(args.start_ns).await?;
     let mut turns = Vec::new();
     let mut rounds = 0u64;
@@ -410,9 +424,7 @@ pub async fn worker(args: Worker) -> Result<u8, LabError> {
         if asked >= end_ns {
             break;
         }
-        let policy = RetryPolicy::default()
-            .max_attempts(None)
-            .max_wait(Some(Duration::from_nanos(end_ns - asked)));
+        let policy = until_window_closes(asked, end_ns);
         let lock = match rl.acquire_with(RESOURCE, TTL, &policy).await {
             Ok(lock) => lock,
             Err(e) if e.is_conflict() && monotonic_ns()? >= end_ns => break,

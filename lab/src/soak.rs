@@ -36,7 +36,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::Duration;
 
 use rand::{RngExt, SeedableRng};
-use redquorum::{RedLock, RetryPolicy};
+use redquorum::RedLock;
 use serde_json::{Value, json};
 use tokio::io::AsyncBufReadExt;
 
@@ -226,6 +226,7 @@ struct Fault {
 struct Figures {
     primitive: Primitive,
     window: (u64, u64),
+    /// In acquisition order ([`Figures::new`]).
     holds: Vec<Hold>,
     /// Acquires that ended in an error (not a busy lock: an outage, or too few voters).
     failed: u64,
@@ -330,14 +331,12 @@ async fn soak_on(cluster: &Arc<DevCluster>, run: &Soak) -> Result<Figures, LabEr
     tokio::task::spawn_blocking(move || crate::masters::restore(&cluster_to_heal))
         .await
         .map_err(|e| LabError::new(e.to_string()))??;
-    Ok(Figures {
-        primitive: run.primitive,
-        window: (start_ns, end_ns),
+    Ok(Figures::new(
+        run.primitive,
+        (start_ns, end_ns),
         holds,
-        failed,
-        faults,
-        keys_left,
-    })
+        (failed, faults, keys_left),
+    ))
 }
 
 /// A worker's line: a hold, a failed acquire (`Err`), or something else (`None`).
@@ -463,11 +462,29 @@ fn keys_left(cluster: &DevCluster) -> Result<usize, LabError> {
 }
 
 impl Figures {
+    /// The figures of `holds` (in any order: sorted here once, by acquisition, for every
+    /// check), and of the failed acquires, the faults and the keys left.
+    fn new(
+        primitive: Primitive,
+        window: (u64, u64),
+        mut holds: Vec<Hold>,
+        (failed, faults, keys_left): (u64, Vec<Fault>, usize),
+    ) -> Self {
+        holds.sort_by_key(|h| h.acquired);
+        Self {
+            primitive,
+            window,
+            holds,
+            failed,
+            faults,
+            keys_left,
+        }
+    }
+
     /// Pairs of holds whose validity windows intersect, and of those, the pairs whose store
     /// writes were both accepted.
     fn overlaps(&self) -> (usize, usize) {
-        let mut holds = self.holds.clone();
-        holds.sort_by_key(|h| h.acquired);
+        let holds = &self.holds;
         let (mut overlaps, mut accepted) = (0, 0);
         for (i, a) in holds.iter().enumerate() {
             for b in holds.iter().skip(i + 1) {
@@ -490,13 +507,12 @@ impl Figures {
     /// them; and reads whose token is below an earlier write's, or not below a later write's
     /// (a reader's token is the last write's it may observe). None for a semaphore.
     fn token_regressions(&self) -> usize {
-        let mut writes: Vec<Hold> = self
+        let writes: Vec<Hold> = self
             .holds
             .iter()
             .filter(|h| h.kind == WRITE)
             .copied()
             .collect();
-        writes.sort_by_key(|h| h.acquired);
         let mut highest = 0;
         let mut regressions = 0;
         for h in &writes {
@@ -622,9 +638,8 @@ impl Figures {
         let at = |ns: u64| ns.saturating_sub(start) as f64 / 1e9;
         let seconds = usize::try_from((end - start) / 1_000_000_000).unwrap_or(0);
         let mut per_second = vec![0u64; seconds.max(1)];
-        let mut holds = self.holds.clone();
-        holds.sort_by_key(|h| h.acquired);
-        for h in &holds {
+        let holds = &self.holds;
+        for h in holds {
             let second = usize::try_from(h.acquired.saturating_sub(start) / 1_000_000_000)
                 .unwrap_or(usize::MAX);
             if let Some(n) = per_second.get_mut(second) {
@@ -788,10 +803,7 @@ pub async fn soak_worker(args: SoakWorker) -> Result<u8, LabError> {
     let election = rl.election(RESOURCE, TTL)?;
     let candidate = format!("worker-{}", args.worker.process);
     let _ = rl.connect().await;
-    let end_ns = args
-        .worker
-        .start_ns
-        .saturating_add(args.worker.seconds.saturating_mul(1_000_000_000));
+    let end_ns = args.worker.end_ns();
     sleep_until_ns(args.worker.start_ns).await?;
     let mut out = std::io::stdout();
     loop {
@@ -799,9 +811,7 @@ pub async fn soak_worker(args: SoakWorker) -> Result<u8, LabError> {
         if asked >= end_ns {
             break;
         }
-        let policy = RetryPolicy::default()
-            .max_attempts(None)
-            .max_wait(Some(Duration::from_nanos(end_ns - asked)));
+        let policy = crate::contend::until_window_closes(asked, end_ns);
         let taken = match primitive {
             Primitive::Mutex => rl
                 .acquire_with(RESOURCE, TTL, &policy)
@@ -933,14 +943,12 @@ mod tests {
     }
 
     fn figures(holds: Vec<Hold>) -> Figures {
-        Figures {
-            primitive: Primitive::Mutex,
-            window: (0, 1_000_000_000),
+        Figures::new(
+            Primitive::Mutex,
+            (0, 1_000_000_000),
             holds,
-            failed: 0,
-            faults: Vec::new(),
-            keys_left: 0,
-        }
+            (0, Vec::new(), 0),
+        )
     }
 
     /// The checks find what they look for: an overlap (counted once per pair), a token that
