@@ -2174,10 +2174,7 @@ fn completions_and_manual_pages_are_generated_from_the_command_line() {
 
 /// A free port on 127.0.0.1 (free when asked; the exporter binds it right after).
 fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .map(|a| a.port())
-        .expect("a free port")
+    redquorum_testkit::free_port().expect("a free port")
 }
 
 /// `GET /metrics` on 127.0.0.1:`port`; the body, or `None` while nothing answers.

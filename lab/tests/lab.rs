@@ -238,6 +238,8 @@ fn processes_contending_for_one_lock_never_overlap() {
     let ours = &figures[0];
     assert_eq!(ours["client"], "redquorum", "{figures}");
     assert_eq!(ours["overlaps"], 0, "{figures}");
+    // Counted, not fatal: under a loaded machine a release may miss the 50 ms timeout.
+    assert!(ours["failed_releases"].is_u64(), "{figures}");
     let per_process: Vec<u64> = ours["per_process"]
         .as_array()
         .expect("per-process counts")

@@ -27,6 +27,7 @@
 pub mod baseline;
 mod cluster;
 mod dev;
+mod ports;
 mod proxy;
 mod redis_cluster;
 mod sentinel;
@@ -35,10 +36,11 @@ mod wait;
 
 pub use cluster::{Cluster, Persistence, Server, TlsFiles};
 pub use dev::{DevCluster, DevError, DevNode, NodeState};
+pub use ports::{free_port, free_ports};
 pub use proxy::{Fault, Proxy};
 pub use redis_cluster::RedisCluster;
 pub use sentinel::SentinelGroup;
-pub use server::{DEV_SERVER_VARIABLE, ServerKind, TEST_SERVER_VARIABLE, free_port, free_ports};
+pub use server::{DEV_SERVER_VARIABLE, ServerKind, TEST_SERVER_VARIABLE};
 pub use wait::eventually;
 
 /// Whether a lock key's `value` is `token`'s: as its holder wrote it, or as a waiter marked it

@@ -39,8 +39,13 @@ pub struct Proxy {
 impl Proxy {
     /// Starts a proxy to `127.0.0.1:target_port`. Must run inside a tokio runtime.
     pub async fn start(target_port: u16) -> Self {
-        let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind proxy");
-        Self::serve_from(listener, target_port)
+        // A port from the crate's cursor, not the kernel's: see `crate::free_port`.
+        loop {
+            let port = crate::free_port().expect("a free port for the proxy");
+            if let Ok(listener) = TcpListener::bind(("127.0.0.1", port)).await {
+                return Self::serve_from(listener, target_port);
+            }
+        }
     }
 
     /// As [`start`](Self::start), listening on `127.0.0.1:listen_port` instead of a free port:
@@ -58,9 +63,14 @@ impl Proxy {
     /// `bytes` (no autotuning): under a black hole the client's writes block after a few KiB
     /// instead of tens of MiB, as behind a hung master whose buffers have filled.
     pub async fn start_with_receive_buffer(target_port: u16, bytes: u32) -> Self {
-        let socket = tokio::net::TcpSocket::new_v4().expect("socket");
-        socket.set_recv_buffer_size(bytes).expect("SO_RCVBUF");
-        socket.bind(([127, 0, 0, 1], 0).into()).expect("bind proxy");
+        let socket = loop {
+            let socket = tokio::net::TcpSocket::new_v4().expect("socket");
+            socket.set_recv_buffer_size(bytes).expect("SO_RCVBUF");
+            let port = crate::free_port().expect("a free port for the proxy");
+            if socket.bind(([127, 0, 0, 1], port).into()).is_ok() {
+                break socket;
+            }
+        };
         let listener = socket.listen(1024).expect("listen");
         Self::serve_from(listener, target_port)
     }

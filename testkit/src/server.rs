@@ -1,7 +1,5 @@
-//! What every way of starting a server needs: the program and free loopback ports.
+//! What every way of starting a server needs: the program (ports: `crate::ports`).
 
-use std::io;
-use std::net::{Ipv4Addr, TcpListener};
 use std::path::PathBuf;
 
 /// Which server program a test's server runs.
@@ -142,32 +140,4 @@ impl ServerKind {
 
 fn test_servers() -> String {
     std::env::var(TEST_SERVER_VARIABLE).unwrap_or_else(|_| "redis".to_owned())
-}
-
-/// A loopback port that was free a moment ago.
-///
-/// Another process can take it before a server binds it: callers that start a server on it
-/// retry on another port when the server exits at once.
-///
-/// # Errors
-/// When the kernel hands out no port.
-pub fn free_port() -> io::Result<u16> {
-    Ok(TcpListener::bind((Ipv4Addr::LOCALHOST, 0))?
-        .local_addr()?
-        .port())
-}
-
-/// `count` distinct loopback ports that were free a moment ago (see [`free_port`]).
-///
-/// # Errors
-/// When the kernel hands out fewer ports.
-pub fn free_ports(count: usize) -> io::Result<Vec<u16>> {
-    // Hold every listener until all are chosen, so the kernel hands out distinct ports.
-    let listeners = (0..count)
-        .map(|_| TcpListener::bind((Ipv4Addr::LOCALHOST, 0)))
-        .collect::<io::Result<Vec<_>>>()?;
-    listeners
-        .iter()
-        .map(|l| Ok(l.local_addr()?.port()))
-        .collect()
 }
