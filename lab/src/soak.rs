@@ -182,6 +182,9 @@ impl Primitive {
 }
 
 /// A hold's kind: the lock (a write), a read, a permit.
+/// The kinds of fault in force a soak tells apart, `none` first.
+const FAULT_KINDS: [&str; 4] = ["none", "kill", "pause", "restart"];
+
 const WRITE: u8 = 0;
 const READ: u8 = 1;
 const PERMIT: u8 = 2;
@@ -194,7 +197,8 @@ struct Hold {
     released: u64,
     token: u64,
     accepted: bool,
-    /// 0: released; 1: the release said the lock had expired; 2: it failed otherwise.
+    /// 0: released; 1: the release said the lock had expired; 2: no quorum (an outage);
+    /// 3: another error.
     release: u8,
     /// [`WRITE`], [`READ`] or [`PERMIT`].
     kind: u8,
@@ -353,7 +357,7 @@ fn parse(line: &str) -> Option<Result<Hold, ()>> {
         released: at(2),
         token: at(3),
         accepted: at(4) == 1,
-        release: u8::try_from(at(5)).unwrap_or(2),
+        release: u8::try_from(at(5)).unwrap_or(3),
         kind: u8::try_from(at(6)).unwrap_or(WRITE),
         permit: at(7),
         asked: at(8),
@@ -574,6 +578,32 @@ impl Figures {
 
     /// Per kind of fault in force ("none" when none is): seconds of it, the share of them a
     /// holder held, and holds acquired per second.
+    /// The kind of fault in force at `at` (monotonic ns), or `none`.
+    fn fault_at(&self, at: u64) -> &'static str {
+        self.faults
+            .iter()
+            .find(|f| f.from <= at && at < f.to)
+            .map_or("none", |f| f.kind)
+    }
+
+    /// The releases that failed without saying expired, by the kind of fault in force when
+    /// the release was called: first those that had no quorum (an outage), then any other
+    /// error, in the order `none`, `kill`, `pause`, `restart`.
+    fn failed_releases(&self) -> Vec<(&'static str, usize, usize)> {
+        FAULT_KINDS
+            .iter()
+            .map(|&kind| {
+                let under = |code| {
+                    self.holds
+                        .iter()
+                        .filter(|h| h.release == code && self.fault_at(h.released) == kind)
+                        .count()
+                };
+                (kind, under(2), under(3))
+            })
+            .collect()
+    }
+
     fn availability(&self) -> Vec<(&'static str, f64, f64, f64, f64)> {
         let (start, end) = self.window;
         let buckets = usize::try_from((end - start) / BUCKET_NS).unwrap_or(0);
@@ -587,14 +617,9 @@ impl Figures {
                 }
             }
         }
-        let kind_at = |at: u64| {
-            self.faults
-                .iter()
-                .find(|f| f.from <= at && at < f.to)
-                .map_or("none", |f| f.kind)
-        };
+        let kind_at = |at: u64| self.fault_at(at);
         let mut out = Vec::new();
-        for kind in ["none", "kill", "pause", "restart"] {
+        for kind in FAULT_KINDS {
             let mut total = 0usize;
             let mut busy = 0usize;
             for (i, h) in held.iter().enumerate() {
@@ -701,7 +726,12 @@ impl Figures {
             "writes_rejected": self.holds.iter().filter(|h| !h.accepted).count(),
             "token_regressions": self.token_regressions(),
             "false_expired": self.false_expired(),
-            "releases_failed": self.holds.iter().filter(|h| h.release == 2).count(),
+            "releases_failed": self.holds.iter().filter(|h| h.release >= 2).count(),
+            "releases_failed_by_fault": self.failed_releases().iter().map(|(kind, no_quorum, other)| json!({
+                "fault": kind,
+                "no_quorum": no_quorum,
+                "other": other,
+            })).collect::<Vec<_>>(),
             "keys_left": self.keys_left,
             "faults": by_kind,
             "fault_log": self.faults.iter().map(|f| json!({
@@ -752,6 +782,18 @@ impl Figures {
             self.false_expired(),
             self.keys_left
         );
+        let failed: Vec<String> = self
+            .failed_releases()
+            .iter()
+            .filter(|(_, no_quorum, other)| no_quorum + other > 0)
+            .map(|(kind, no_quorum, other)| format!("{kind}: {no_quorum} no quorum, {other} other"))
+            .collect();
+        if !failed.is_empty() {
+            println!(
+                "  releases failed (not expired), by the fault in force: {}",
+                failed.join("; ")
+            );
+        }
         for (kind, seconds, busy, rate, wait) in self.availability() {
             println!(
                 "  fault {kind:<8} {seconds:>8.1} s  lock held {:>5.1} %  {rate:>7.1} acquisitions/s  longest wait {wait:>7.1} ms",
@@ -876,7 +918,8 @@ pub async fn soak_worker(args: SoakWorker) -> Result<u8, LabError> {
         let release = match held.release().await {
             Ok(()) => 0,
             Err(e) if e.is_expired() => 1,
-            Err(_) => 2,
+            Err(e) if e.is_no_quorum() => 2,
+            Err(_) => 3,
         };
         let line = json!({
             "hold": [acquired, valid_until, released, token, accepted, release, kind, permit, asked]
@@ -983,6 +1026,41 @@ mod tests {
         truly.release = 1;
         truly.valid_until = 5;
         assert_eq!(figures(vec![truly]).false_expired(), 0);
+    }
+
+    /// A failed release is told apart by its error and by the fault in force when it was
+    /// called (the 30-minute soak's four could not be).
+    #[test]
+    fn failed_releases_are_counted_by_error_and_fault_in_force() {
+        let failed = |released, code| {
+            let mut h = hold(0, released, 1);
+            h.release = code;
+            h
+        };
+        let figures = Figures::new(
+            Primitive::Mutex,
+            (0, 1_000),
+            vec![
+                failed(10, 2),
+                failed(150, 2),
+                failed(160, 3),
+                failed(170, 0),
+            ],
+            (
+                0,
+                vec![Fault {
+                    kind: "pause",
+                    node: 1,
+                    from: 100,
+                    to: 200,
+                }],
+                0,
+            ),
+        );
+        let counts = figures.failed_releases();
+        assert_eq!(counts[0], ("none", 1, 0));
+        assert_eq!(counts[2], ("pause", 1, 1));
+        assert_eq!(counts[1], ("kill", 0, 0));
     }
 
     /// A read-write lock's readers together are no overlap, a write beside a read is; a

@@ -91,6 +91,11 @@ impl Tally {
         }
     }
 
+    /// The yes votes so far.
+    pub(crate) const fn yes(&self) -> usize {
+        self.yes
+    }
+
     pub(crate) const fn quorum(&self) -> usize {
         quorum(self.n)
     }

@@ -14,8 +14,9 @@ use crate::errors::node_error::NodeError;
 /// How long a round waits.
 #[derive(Debug, Clone)]
 pub(crate) enum Wait {
-    /// Until the round is won or lost; nodes that have not answered by then go on in the
-    /// background (see [`Stragglers`]).
+    /// Until the round is won or lost, or only a suspect node could still win it once a
+    /// majority answered (`Heard::give_up_on_suspects`); nodes that have not answered by
+    /// then go on in the background (see [`Stragglers`]).
     UntilDecided,
     /// Until the round's verdict can no longer change, whatever the nodes still out answer
     /// (`verdict::settled`): a release is decided at the majority in the common case, and
@@ -30,7 +31,8 @@ pub(crate) enum Wait {
     /// A permit round (`crate::protocol::permit`): until one permit has a majority of grants, or no
     /// permit can reach one with the answers still out. The tally above counts a grant of any
     /// permit as a yes, so it cannot decide such a round; a suspect node is waited for while
-    /// its answer could still make a majority (bounded by the deadline).
+    /// its answer could still make a majority and fewer than a majority have answered
+    /// (bounded by the deadline), as in a round [`UntilDecided`](Self::UntilDecided).
     UntilPermitDecided,
     /// Until every node has answered or timed out (a failed acquire's cleanup: its report says
     /// how long the holder's key lives; an extend that re-adds keys). A suspect node is not
@@ -89,6 +91,62 @@ impl Heard {
         }
     }
 
+    /// Ends this undecided round as lost when only a suspect voter could still win it: a
+    /// majority has answered, and the yes votes plus the voters still out that are not
+    /// suspect (their last request timed out, and nothing has come from them since) fall
+    /// short of a majority. Each suspect voter still out is then counted as failed (so too
+    /// few answers at all is an outage, not contention); its request stays out (its answer
+    /// `None`), followed as a straggler. Whether the round was given up.
+    ///
+    /// Such a round is not worth the wait: a suspect voter is most likely paused or cut off,
+    /// and waiting for its deadline is what made a paused master cost contended waiters most
+    /// of their availability in the soak (rounds split 2–2 around a hand-off, each then
+    /// waiting out the paused master's timeout). Giving up is safe, as any lost round is: the
+    /// requests still out go on as stragglers, and a late grant among them is the cleanup's
+    /// to delete. It costs a round only where a suspect voter was alive after all and would
+    /// have granted. With fewer than a majority answered it waits, so a client whose voters
+    /// all timed out once still waits for their answers (each one clears the suspicion).
+    ///
+    /// Suspicion is read once per voter, so the voters counted as failed are exactly those
+    /// the decision was made on (another task may clear a flag meanwhile).
+    pub(super) fn give_up_on_suspects<V: Voter>(&mut self, voters: &[V]) -> bool {
+        // Cheap checks first: this runs at every answer of a round not yet decided, and the
+        // common round is decided at the majority's last answer.
+        let quorum = self.tally.quorum();
+        if self.tally.decision() != Decision::Open
+            || self.answers.iter().filter(|a| a.is_some()).count() < quorum
+        {
+            return false;
+        }
+        let suspects = self.suspects_out(voters);
+        let (answered, out_not_suspect) = self.answered(&suspects);
+        let given_up = suspects.iter().any(|s| *s)
+            && answered >= quorum
+            && self.tally.yes() + out_not_suspect < quorum;
+        if given_up {
+            for _ in suspects.iter().filter(|s| **s) {
+                self.tally.record(Vote::Failed);
+            }
+        }
+        given_up
+    }
+
+    /// How many voters have answered, and how many of those still out are not `suspect`.
+    fn answered(&self, suspect: &[bool]) -> (usize, usize) {
+        let answered = self.answers.iter().filter(|a| a.is_some()).count();
+        let out = self.answers.len() - answered;
+        (answered, out - suspect.iter().filter(|s| **s).count())
+    }
+
+    /// Per voter, whether it is still out and suspect, read once.
+    fn suspects_out<V: Voter>(&self, voters: &[V]) -> Vec<bool> {
+        self.answers
+            .iter()
+            .zip(voters)
+            .map(|(answer, voter)| answer.is_none() && voter.is_suspect())
+            .collect()
+    }
+
     /// Every voter not heard from whose request was bounded by the deadline (not `behind` a
     /// straggler) has timed out.
     pub(super) fn time_out<V: Voter>(
@@ -112,6 +170,8 @@ impl Wait {
     pub(super) fn is_over<V: Voter>(&self, heard: &Heard, voters: &[V]) -> bool {
         let tally = &heard.tally;
         match self {
+            // And a round only a suspect voter could win (`Heard::give_up_on_suspects`, which
+            // the round asks once this says no).
             Wait::UntilDecided => tally.decision() != Decision::Open,
             Wait::UntilPermitDecided => {
                 let mut counts: std::collections::HashMap<u64, usize> =
@@ -125,7 +185,15 @@ impl Wait {
                     .iter()
                     .filter(|answer| answer.is_none())
                     .count();
-                best >= tally.quorum() || best + out < tally.quorum()
+                // As a round only suspects could win (`Heard::give_up_on_suspects`): once a
+                // majority answered, a suspect's answer is not waited for.
+                let quorum = tally.quorum();
+                best >= quorum
+                    || best + out < quorum
+                    || (heard.answers.len() - out >= quorum && {
+                        let (_, out_not_suspect) = heard.answered(&heard.suspects_out(voters));
+                        best + out_not_suspect < quorum
+                    })
             }
             Wait::UntilSettled {
                 kind,

@@ -177,7 +177,12 @@ impl<V: Voter> Fanout<'_, V> {
         let expiry = tokio::time::sleep_until(deadline);
         tokio::pin!(expiry);
         let counted = request.counted.as_deref();
-        while !wait.is_over(&heard, self.voters) {
+        loop {
+            if wait.is_over(&heard, self.voters)
+                || (matches!(wait, Wait::UntilDecided) && heard.give_up_on_suspects(self.voters))
+            {
+                break;
+            }
             let answer = match early.next() {
                 Some(answer) => answer,
                 None => tokio::select! {
@@ -327,8 +332,14 @@ impl<V: Voter> Fanout<'_, V> {
                         if prepared.deliver_anyway {
                             deliver_in_background(&tracker, timed_out);
                         }
-                        for (voter, unanswered) in voters.iter().zip(&unanswered) {
-                            if *unanswered {
+                        // Only the requests the deadline bounded: one sent behind a straggler
+                        // of an earlier round carries its own timeout, not yet passed, and
+                        // marking its voter would have rounds give up on a healthy voter
+                        // (`Heard::give_up_on_suspects`).
+                        for ((voter, unanswered), behind) in
+                            voters.iter().zip(&unanswered).zip(&flight.behind)
+                        {
+                            if *unanswered && !behind {
                                 voter.set_suspect(true);
                                 answers_late.not_done.store(true, Ordering::Release);
                             }
@@ -521,11 +532,13 @@ mod tests {
     enum Reply {
         /// Answers with this outcome after this long.
         After(Duration, NodeOutcome),
+        /// Grants permit (or fence counter) `.1` after this long.
+        Permit(Duration, u64),
         /// Never answers (a SIGSTOPped master).
         Never,
     }
 
-    use Reply::{After, Never};
+    use Reply::{After, Never, Permit};
 
     fn yes(after_ms: u64) -> Reply {
         After(Duration::from_millis(after_ms), NodeOutcome::Granted)
@@ -582,6 +595,13 @@ mod tests {
                         self.set_suspect(false);
                         self.answered.fetch_add(1, Ordering::Relaxed);
                         (outcome, None)
+                    }
+                    Permit(delay, counter) => {
+                        tokio::time::sleep(delay).await;
+                        self.set_suspect(false);
+                        self.answered.fetch_add(1, Ordering::Relaxed);
+                        let grant = Grant { counter, epoch: 0 };
+                        (NodeOutcome::Granted, Some(grant))
                     }
                     Never => std::future::pending().await,
                 }
@@ -681,6 +701,128 @@ mod tests {
         assert_at(t0, Virtual::now(), TIMEOUT);
         assert!(nodes[3].is_suspect() && nodes[4].is_suspect());
         assert!(!nodes[0].is_suspect());
+    }
+
+    /// A round that only a suspect voter could still win (two yes, two refusals, the fifth
+    /// voter's last request timed out) is lost at once, not at the deadline: busy, as the
+    /// refusals say. With failures instead of the refusals it is an outage, the suspect
+    /// counted as failed. With one yes, two refusals and a healthy voter still out, the
+    /// healthy one's yes could not make a majority either: lost at once too.
+    ///
+    /// Mutations: the round's loop without `give_up_on_suspects` makes every round end at the
+    /// deadline; `give_up_on_suspects` not counting the suspect as failed makes the second
+    /// round busy, an outage called a conflict; its rule asking that no healthy voter be out
+    /// (`out_not_suspect == 0`) makes the third wait for the healthy voter.
+    #[tokio::test(start_paused = true)]
+    async fn a_round_only_a_suspect_voter_could_win_is_lost_without_waiting_for_it() {
+        let failed = || {
+            After(
+                Duration::from_millis(1),
+                NodeOutcome::Failed(NodeError::UnexpectedReply("a test's".to_owned())),
+            )
+        };
+        let nodes = voters(vec![
+            vec![yes(1), yes(1), yes(1)],
+            vec![yes(1), yes(1), yes(10)],
+            vec![no(1), failed(), no(1)],
+            vec![no(1), failed(), no(1)],
+            vec![Never, Never, Never],
+        ]);
+        nodes[4].set_suspect(true);
+        let tracker = TaskTracker::new();
+        for expected in [
+            Err(Rejection::Busy),
+            Err(Rejection::Outage),
+            Err(Rejection::Busy),
+        ] {
+            let t0 = Virtual::now();
+            let round = fanout(&nodes, &tracker)
+                .run(acquire(), TIMEOUT, Wait::UntilDecided)
+                .await;
+            assert_at(t0, Virtual::now(), Duration::from_millis(1));
+            assert_eq!(round.tally.decision(), Decision::Lost);
+            assert_eq!(
+                round.judge(RoundKind::Acquire, true, None),
+                expected,
+                "{:?}",
+                outcomes(&round)
+            );
+            assert!(
+                outcomes(&round)[4].contains("not waited for"),
+                "{:?}",
+                outcomes(&round)
+            );
+            assert!(round.stragglers.is_some(), "the suspect's request goes on");
+        }
+    }
+
+    /// A permit round split between two permits (two grants each) that only the suspect fifth
+    /// voter could decide is lost at once; with the fifth voter not suspect, it is waited for
+    /// and decides.
+    ///
+    /// Mutation: `Wait::UntilPermitDecided` without its suspect clause makes the first round
+    /// end at the deadline.
+    #[tokio::test(start_paused = true)]
+    async fn a_permit_round_only_a_suspect_voter_could_decide_is_lost_without_waiting_for_it() {
+        let permit = |n| Permit(Duration::from_millis(1), n);
+        let nodes = voters(vec![
+            vec![permit(0), permit(0)],
+            vec![permit(0), permit(0)],
+            vec![permit(1), permit(1)],
+            vec![permit(1), permit(1)],
+            vec![Never, Permit(Duration::from_millis(20), 1)],
+        ]);
+        nodes[4].set_suspect(true);
+        let tracker = TaskTracker::new();
+        let t0 = Virtual::now();
+        let round = fanout(&nodes, &tracker)
+            .run(acquire(), TIMEOUT, Wait::UntilPermitDecided)
+            .await;
+        assert_at(t0, Virtual::now(), Duration::from_millis(1));
+        assert!(round.stragglers.is_some(), "the suspect's request goes on");
+        nodes[4].set_suspect(false);
+        let t0 = Virtual::now();
+        let round = fanout(&nodes, &tracker)
+            .run(acquire(), TIMEOUT, Wait::UntilPermitDecided)
+            .await;
+        assert_at(t0, Virtual::now(), Duration::from_millis(20));
+        assert_eq!(
+            round
+                .grants
+                .iter()
+                .flatten()
+                .filter(|g| g.counter == 1)
+                .count(),
+            3
+        );
+    }
+
+    /// A suspect voter is waited for while fewer than a majority have answered: a client whose
+    /// every voter timed out once (a blip of the network) still takes the lock once they
+    /// answer again, and each answer clears the suspicion.
+    ///
+    /// Mutation: `give_up_on_suspects` without `answered >= quorum` makes the round lost
+    /// before any answer.
+    #[tokio::test(start_paused = true)]
+    async fn suspect_voters_are_waited_for_until_a_majority_answered() {
+        let nodes = voters(vec![
+            vec![yes(5)],
+            vec![yes(5)],
+            vec![yes(5)],
+            vec![Never],
+            vec![Never],
+        ]);
+        for node in nodes.iter() {
+            node.set_suspect(true);
+        }
+        let tracker = TaskTracker::new();
+        let t0 = Virtual::now();
+        let round = fanout(&nodes, &tracker)
+            .run(acquire(), TIMEOUT, Wait::UntilDecided)
+            .await;
+        assert_at(t0, Virtual::now(), Duration::from_millis(5));
+        assert_eq!(round.tally.decision(), Decision::Won);
+        assert!(nodes[..3].iter().all(|n| !n.is_suspect()));
     }
 
     /// Mutation: not marking a timed-out voter suspect (`record` without `set_suspect(true)`)
@@ -803,6 +945,45 @@ mod tests {
         fanout(nodes, tracker)
             .run_behind(release(), TIMEOUT, Wait::ForAll, Some(&stragglers), || {})
             .await
+    }
+
+    /// The deadline of a round decided before it marks suspect only the voters whose requests
+    /// it bounded: voter 4's request, sent behind a straggler at 30 ms with its own timeout, is
+    /// still running at the deadline (50 ms) and its voter is not suspect; voter 3, hung, is.
+    ///
+    /// Mutation: the stragglers' task marking every voter still out at the deadline (without
+    /// `!behind`) makes voter 4 suspect at 50 ms, and rounds then give up on it
+    /// (`Heard::give_up_on_suspects`).
+    #[tokio::test(start_paused = true)]
+    async fn the_deadline_marks_suspect_only_the_requests_it_bounded() {
+        let nodes = voters(vec![
+            vec![yes(1), yes(1)],
+            vec![yes(1), yes(1)],
+            vec![yes(1), yes(1)],
+            vec![yes(1), Never],
+            vec![yes(30), yes(40)],
+        ]);
+        let tracker = TaskTracker::new();
+        let t0 = Virtual::now();
+        nodes[4].set_suspect(true);
+        let first = fanout(&nodes, &tracker)
+            .run(release(), TIMEOUT, Wait::ForAll)
+            .await;
+        let stragglers = first.stragglers.expect("voter 4 still out");
+        let second = fanout(&nodes, &tracker)
+            .run_behind(
+                acquire(),
+                TIMEOUT,
+                Wait::UntilDecided,
+                Some(&stragglers),
+                || {},
+            )
+            .await;
+        assert_eq!(second.tally.decision(), Decision::Won);
+        assert!(second.stragglers.is_some(), "voters 3 and 4 still out");
+        tokio::time::sleep_until(t0 + Duration::from_millis(60)).await;
+        assert!(nodes[3].is_suspect(), "hung past the deadline");
+        assert!(!nodes[4].is_suspect(), "its own timeout has not passed");
     }
 
     /// A delete sent behind a straggler and not answered within its own timeout is still

@@ -276,7 +276,8 @@ async fn permit_round(
     .settled_nodes_only();
     // Decided on the permits' own counts: the engine's tally counts a grant of any permit,
     // and stopping at two grants of different permits would fail a round whose next answer
-    // (a suspect master's too) makes one of them a majority.
+    // makes one of them a majority (a suspect master's only until a majority answered: then
+    // a round only it could win is lost at once, `engine::heard`).
     let mut round = shared
         .fanout()
         .run_behind(

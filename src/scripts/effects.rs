@@ -192,8 +192,13 @@ impl QueuedLock {
         true
     }
 
-    /// [`RELEASE`](super::RELEASE): hands over (or deletes) and publishes while ours.
+    /// [`RELEASE`](super::RELEASE): our token as we wrote it (nobody marked it) is deleted as
+    /// [`native_delete`](Self::native_delete) does, waking nobody; otherwise, while ours, hands
+    /// over (or deletes) and publishes.
     pub(crate) fn release(&mut self, me: u8) -> Option<Wake> {
+        if self.native_delete(me) {
+            return None;
+        }
         self.ours(me).then(|| self.hand_over())
     }
 

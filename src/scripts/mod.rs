@@ -178,8 +178,10 @@ macro_rules! lua {
 /// (`resource::QueueKeys`); `ARGV[1]` token, `ARGV[2]` release channel or empty, `ARGV[3]`
 /// release id, `ARGV[4]` (with the queue) how long a hand-off reservation lasts, in ms.
 ///
-/// Only if the key holds our token (`lua/ours.lua`: as written, marked by a waiter, or handed
-/// to us): with a queue, pops waiters from its head (first queued, first served) until one is
+/// Our token as we wrote it with `n-` (nobody marked it: nobody waited) is deleted at once,
+/// with no look at the queue and nothing published, as the server's own `DELIFEQ` does
+/// (`DESIGN.md` §3). Otherwise, only if the key holds our token (`lua/ours.lua`: as written,
+/// marked by a waiter, or handed to us): with a queue, pops waiters from its head (first queued, first served) until one is
 /// still live, and **hands the lock to it** (`lua/hand_over.lua`):
 /// - a waiter that registered its token (an unfenced one, see `QUEUED_ACQUIRE`) gets its own
 ///   lock: the key holds `h-<its token>|<waiter id>` for its ttl, and the message names the

@@ -10,6 +10,12 @@ if waiter and KEYS[2] then
   redis.pcall('ZREM', KEYS[2], waiter)
   redis.pcall('HDEL', KEYS[3], waiter, waiter .. ':h')
 end
+-- Our token as we wrote it, one that lets waiters mark it ('n-'): nobody waited, so there is
+-- nobody to hand it to or to wake. Deleted as the server's own `DELIFEQ` does (`DESIGN.md` §3).
+if value == ARGV[1] and string.sub(value, 1, 2) == 'n-' then
+  redis.call('DEL', KEYS[1])
+  return -1
+end
 if not ours(value) then
   local answer = not_ours(value)
   if waiter and (value == 'handoff:' .. waiter or handed_to(value, waiter)) then
