@@ -32,4 +32,4 @@ pub use contend::{Contention, Worker, contend, worker};
 pub use demo::demo;
 pub use error::LabError;
 pub use scale::scale;
-pub use soak::{Primitive, Soak, SoakWorker, soak, soak_worker};
+pub use soak::{Primitive, Soak, SoakWorker, nemesis_kinds, soak, soak_worker};

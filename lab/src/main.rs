@@ -100,6 +100,12 @@ enum Experiment {
         /// and the fencing tokens over time.
         #[arg(long)]
         plot: Option<std::path::PathBuf>,
+        /// The faults the nemesis draws from, comma-separated: kill (SIGKILL, an empty
+        /// restart later), pause (SIGSTOP, SIGCONT later), restart (empty, at once), jump
+        /// (one master's wall clock 2 s forward, past the ttl, and back later; the masters
+        /// are then Valkey under libfaketime).
+        #[arg(long, value_delimiter = ',', default_value = "kill,pause,restart")]
+        nemesis: Vec<String>,
     },
     /// One worker of `soak` (run by it, not by hand).
     #[command(hide = true)]
@@ -192,9 +198,17 @@ fn main() -> ExitCode {
                 permits,
                 out,
                 plot,
+                nemesis,
             } => {
                 let primitive = match redquorum_lab::Primitive::parse(&primitive, permits) {
                     Ok(primitive) => primitive,
+                    Err(e) => {
+                        eprintln!("redquorum-lab: {e}");
+                        return Ok(64);
+                    }
+                };
+                let nemesis = match redquorum_lab::nemesis_kinds(&nemesis) {
+                    Ok(kinds) => kinds,
                     Err(e) => {
                         eprintln!("redquorum-lab: {e}");
                         return Ok(64);
@@ -209,6 +223,7 @@ fn main() -> ExitCode {
                     seed,
                     out,
                     plot,
+                    nemesis,
                 };
                 redquorum_lab::soak(run, lab.json).await
             }

@@ -23,6 +23,27 @@ pub(crate) async fn start(name: &str, count: usize) -> Result<DevCluster, LabErr
     Ok(cluster)
 }
 
+/// As [`start`], on Valkey masters whose wall clocks can be jumped
+/// (`DevCluster::jump_clock`), each under libfaketime, whatever `REDQUORUM_DEV_SERVER` says:
+/// Debian's `redis-server` does not start under libfaketime.
+///
+/// # Errors
+/// When libfaketime or `valkey-server` is missing, or a master does not start.
+pub(crate) async fn start_with_fake_clocks(
+    name: &str,
+    count: usize,
+) -> Result<DevCluster, LabError> {
+    let dir = std::env::temp_dir().join(format!("redquorum-{name}-{}", std::process::id()));
+    let libfaketime = redquorum_testkit::find_libfaketime()
+        .ok_or_else(|| LabError::new(redquorum_testkit::LIBFAKETIME_MISSING))?;
+    let cluster = tokio::task::spawn_blocking(move || {
+        DevCluster::start_memory_only_with_fake_clocks(dir, count, &libfaketime)
+    })
+    .await
+    .map_err(|e| LabError::new(e.to_string()))??;
+    Ok(cluster)
+}
+
 /// Every master of `cluster` running again: the paused resumed, the dead started.
 ///
 /// # Errors

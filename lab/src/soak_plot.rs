@@ -15,6 +15,8 @@ pub(crate) struct PlotData<'a> {
     pub(crate) per_second: Vec<u64>,
     /// (kind, from, to) of each fault.
     pub(crate) faults: Vec<(&'a str, f64, f64)>,
+    /// The kinds of fault the nemesis drew from, for the legend.
+    pub(crate) kinds: &'a [&'a str],
     /// (when acquired, token) of the holds that carry one, in acquisition order.
     pub(crate) tokens: Vec<(f64, u64)>,
 }
@@ -30,6 +32,7 @@ fn color(kind: &str) -> &'static str {
     match kind {
         "kill" => "#d62728",
         "pause" => "#ff7f0e",
+        "jump" => "#2ca02c",
         _ => "#9467bd",
     }
 }
@@ -53,7 +56,7 @@ pub(crate) fn svg(data: &PlotData<'_>) -> String {
     );
     // Legend, under the title.
     let mut lx = LEFT;
-    for kind in ["kill", "pause", "restart"] {
+    for &kind in data.kinds {
         let _ = writeln!(
             out,
             r#"<rect x="{lx}" y="32" width="12" height="10" fill="{}" fill-opacity="0.25"/><text x="{}" y="41">{kind}</text>"#,

@@ -348,28 +348,36 @@ fn a_short_soak_under_the_nemesis_passes_its_checks() {
 /// The soak of the other primitives, short: a fenced read-write lock (readers together, no
 /// write beside anyone, readers' tokens between the writes'), a semaphore of 2 permits (never
 /// one permit twice) and an election (one leader at a time, rising terms); each passes, and
-/// readers and permits were held together. An unknown primitive is a usage error.
+/// readers and permits were held together. And the fenced lock under clock jumps only (one
+/// Valkey master's wall clock 2 s forward, past the ttl, then back): it passes, and the
+/// nemesis jumped. An unknown primitive or fault is a usage error.
 #[test]
 fn short_soaks_of_the_read_write_lock_the_semaphore_and_the_election_pass() {
-    // The three at once, each on masters of its own: CI's time, not three soaks' in a row.
-    let runs: Vec<_> = [("rwlock", true), ("semaphore", true), ("election", false)]
-        .into_iter()
-        .map(|(primitive, together)| {
-            let dir = tempfile::tempdir().expect("tempdir");
-            let child = lab(dir.path())
-                .env("TMPDIR", dir.path())
-                .args(["--json", "soak", "--primitive", primitive, "--permits", "2"])
-                // Holds of up to 20 ms: readers and permits meet however slow the machine.
-                .args(["--hold-max-ms", "20"])
-                .args(["--processes", "3", "--seconds", "4", "--seed", "2"])
-                .stdout(Stdio::piped())
-                .stderr(Stdio::piped())
-                .spawn()
-                .expect("run redquorum-lab");
-            (primitive, together, dir, child)
-        })
-        .collect();
-    for (primitive, together, _dir, child) in runs {
+    // The four at once, each on masters of its own: CI's time, not four soaks in a row.
+    let runs: Vec<_> = [
+        ("rwlock", true, "kill,pause,restart"),
+        ("semaphore", true, "kill,pause,restart"),
+        ("election", false, "kill,pause,restart"),
+        ("mutex", false, "jump"),
+    ]
+    .into_iter()
+    .map(|(primitive, together, nemesis)| {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let child = lab(dir.path())
+            .env("TMPDIR", dir.path())
+            .args(["--json", "soak", "--primitive", primitive, "--permits", "2"])
+            .args(["--nemesis", nemesis])
+            // Holds of up to 20 ms: readers and permits meet however slow the machine.
+            .args(["--hold-max-ms", "20"])
+            .args(["--processes", "3", "--seconds", "4", "--seed", "2"])
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("run redquorum-lab");
+        (primitive, together, nemesis, dir, child)
+    })
+    .collect();
+    for (primitive, together, nemesis, _dir, child) in runs {
         let Output {
             status,
             stdout,
@@ -387,6 +395,15 @@ fn short_soaks_of_the_read_write_lock_the_semaphore_and_the_election_pass() {
             figures["acquisitions"].as_u64().unwrap_or(0) > 0,
             "{figures}"
         );
+        if nemesis == "jump" {
+            assert_eq!(figures["nemesis"], serde_json::json!(["jump"]), "{figures}");
+            assert!(
+                figures["fault_log"]
+                    .as_array()
+                    .is_some_and(|faults| faults.iter().any(|f| f["fault"] == "jump")),
+                "the nemesis never jumped a clock: {figures}"
+            );
+        }
         let most = figures["most_held_at_once"].as_u64().unwrap_or(0);
         if together {
             assert!(most >= 2, "{primitive}: never two at once: {figures}");
@@ -401,6 +418,9 @@ fn short_soaks_of_the_read_write_lock_the_semaphore_and_the_election_pass() {
         err.contains("mutex, rwlock, semaphore or election"),
         "{err}"
     );
+    let (code, _, err) = output(lab(dir.path()).args(["soak", "--nemesis", "kill,flood"]));
+    assert_eq!(code, 64, "{err}");
+    assert!(err.contains("unknown fault \"flood\""), "{err}");
 }
 
 /// Interrupted mid-way, the bench still stops the masters it started, and exits 130.

@@ -34,11 +34,17 @@ pub(crate) enum Wait {
     /// its answer could still make a majority and fewer than a majority have answered
     /// (bounded by the deadline), as in a round [`UntilDecided`](Self::UntilDecided).
     UntilPermitDecided,
-    /// Until every node has answered or timed out (a failed acquire's cleanup: its report says
-    /// how long the holder's key lives; an extend that re-adds keys). A suspect node is not
-    /// waited for once the round is decided without it: its request goes on in the
-    /// background.
+    /// Until every node has answered or timed out (an extend that re-adds keys, a release
+    /// after the deadline). A suspect node is not waited for once the round is decided
+    /// without it: its request goes on in the background.
     ForAll,
+    /// Until every node that is not suspect has answered or timed out: a failed acquire's
+    /// cleanup, which deletes, and whose report says how long the holder's key lives. No
+    /// verdict rests on it, so a suspect node is not waited for at all, decided or not: its
+    /// delete goes on in the background, and the next round goes behind it. (Waiting while a
+    /// suspect's answer could decide it had a waiter whose round split two against two
+    /// around a paused master wait out that master's timeout once more.)
+    ForAllButSuspects,
 }
 
 /// One voter's answer: its index, what it said, its grant, and the time since the round
@@ -131,6 +137,14 @@ impl Heard {
         given_up
     }
 
+    /// Whether every voter has answered or is suspect.
+    fn all_but_suspects<V: Voter>(&self, voters: &[V]) -> bool {
+        self.answers
+            .iter()
+            .zip(voters)
+            .all(|(answer, voter)| answer.is_some() || voter.is_suspect())
+    }
+
     /// How many voters have answered, and how many of those still out are not `suspect`.
     fn answered(&self, suspect: &[bool]) -> (usize, usize) {
         let answered = self.answers.iter().filter(|a| a.is_some()).count();
@@ -209,14 +223,8 @@ impl Wait {
             }
             // A suspect voter is not waited for once the round is decided without it; while
             // its answer could still decide the round, it is (bounded by the deadline).
-            Wait::ForAll => {
-                tally.decision() != Decision::Open
-                    && heard
-                        .answers
-                        .iter()
-                        .zip(voters.iter())
-                        .all(|(answer, voter)| answer.is_some() || voter.is_suspect())
-            }
+            Wait::ForAll => tally.decision() != Decision::Open && heard.all_but_suspects(voters),
+            Wait::ForAllButSuspects => heard.all_but_suspects(voters),
         }
     }
 }

@@ -883,6 +883,33 @@ mod tests {
         assert!(!nodes[4].is_suspect());
     }
 
+    /// A cleanup's wait skips a suspect voter even while its answer would decide the round:
+    /// no verdict rests on a cleanup.
+    ///
+    /// Mutation: `Wait::ForAllButSuspects` asking for a decision too (`Wait::ForAll`'s rule)
+    /// makes the round wait 30 ms for the suspect voter.
+    #[tokio::test(start_paused = true)]
+    async fn a_cleanup_does_not_wait_for_a_suspect_voter_even_while_it_would_decide() {
+        let nodes = voters(vec![
+            vec![yes(1)],
+            vec![yes(1)],
+            vec![no(1)],
+            vec![no(1)],
+            vec![yes(30)],
+        ]);
+        nodes[4].set_suspect(true);
+        let tracker = TaskTracker::new();
+        let t0 = Virtual::now();
+        let round = fanout(&nodes, &tracker)
+            .run(release(), TIMEOUT, Wait::ForAllButSuspects)
+            .await;
+        assert_at(t0, Virtual::now(), Duration::from_millis(1));
+        assert!(round.stragglers.is_some(), "its delete goes on");
+        tracker.close();
+        tracker.wait().await;
+        assert_eq!(nodes[4].answered.load(Ordering::Relaxed), 1, "delivered");
+    }
+
     /// Mutation: skipping suspect voters before the round is decided (`Wait::ForAll` finished
     /// when every voter answered or is suspect, decided or not) ends the round open at 1 ms.
     #[tokio::test(start_paused = true)]

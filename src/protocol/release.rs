@@ -119,8 +119,9 @@ pub(crate) enum Delete {
     },
 }
 
-/// Compare-and-delete of `key` on every node, waiting for every answer or timeout (but a
-/// suspect node's); on a node where an earlier request is still running (`after`), only once
+/// Compare-and-delete of `key` on every node (a failed acquire's cleanup), waiting for every
+/// answer or timeout but a suspect node's, whose delete goes on in the background
+/// (`Wait::ForAllButSuspects`); on a node where an earlier request is still running (`after`), only once
 /// it is ordered on its connection.
 ///
 /// # Cancel safety
@@ -142,7 +143,7 @@ pub(crate) async fn release_everywhere(
         per_node_timeout,
         after,
         delete,
-        Wait::ForAll,
+        Wait::ForAllButSuspects,
     )
     .await
 }

@@ -420,7 +420,7 @@ impl Cluster {
     /// `+20s`, `-5m`, `+0`), at once; only for a cluster of
     /// [`start_with_fake_clocks`](Self::start_with_fake_clocks).
     pub fn jump_clock(&self, i: usize, offset: &str) {
-        std::fs::write(self.servers[i].dir.path().join("faketime"), offset)
+        crate::write_clock(&self.servers[i].dir.path().join("faketime"), offset)
             .expect("the clock's file");
     }
 

@@ -166,7 +166,17 @@ impl DevNode {
         std::fs::create_dir_all(&self.dir)?;
         let log = std::fs::File::create(self.dir.join("redis.log"))?;
         let program = self.kind.program();
-        let mut child = Command::new(program)
+        let mut command = Command::new(program);
+        // A node of a cluster with fake clocks (`DevCluster::start_memory_only_with_fake_clocks`)
+        // runs under libfaketime, reading its offset from its `faketime` file at every call.
+        if let Ok(preload) = std::fs::read_to_string(self.dir.join("preload")) {
+            command
+                .env("LD_PRELOAD", preload.trim())
+                .env("FAKETIME_TIMESTAMP_FILE", self.dir.join("faketime"))
+                .env("FAKETIME_NO_CACHE", "1")
+                .env("FAKETIME_DONT_FAKE_MONOTONIC", "1");
+        }
+        let mut child = command
             .arg(conf)
             .args(["--port", &self.port.to_string()])
             .arg("--dir")
@@ -309,19 +319,21 @@ impl DevCluster {
         }
         let kind = kind.unwrap_or(ServerKind::Redis);
         let preferred = preferred_ports(count)?;
-        let cluster = match Self::create(dir.to_path_buf(), preferred.clone(), REDIS_CONF, kind) {
-            Ok(cluster) => cluster,
-            // Another process bound a preferred port between the check and the start (two dev
-            // clusters starting at once: the CLI's tests found it, one failing with "Address
-            // already in use" on 7101): any free ports then. `create` stopped what it started.
-            Err(_) if preferred.first() == Some(&FIRST_PORT) => Self::create(
-                dir.to_path_buf(),
-                crate::free_ports(count)?,
-                REDIS_CONF,
-                kind,
-            )?,
-            Err(e) => return Err(e),
-        };
+        let cluster =
+            match Self::create(dir.to_path_buf(), preferred.clone(), REDIS_CONF, kind, None) {
+                Ok(cluster) => cluster,
+                // Another process bound a preferred port between the check and the start (two dev
+                // clusters starting at once: the CLI's tests found it, one failing with "Address
+                // already in use" on 7101): any free ports then. `create` stopped what it started.
+                Err(_) if preferred.first() == Some(&FIRST_PORT) => Self::create(
+                    dir.to_path_buf(),
+                    crate::free_ports(count)?,
+                    REDIS_CONF,
+                    kind,
+                    None,
+                )?,
+                Err(e) => return Err(e),
+            };
         Ok((cluster, true))
     }
 
@@ -348,7 +360,51 @@ impl DevCluster {
             "{REDIS_CONF}\n# redquorum bench: measure the client, not the disk or the memory limit.\n\
              appendonly no\nsave \"\"\nmaxmemory 0\n"
         );
-        Self::create(dir, crate::free_ports(count)?, &conf, kind)
+        Self::create(dir, crate::free_ports(count)?, &conf, kind, None)
+    }
+
+    /// As [`start_memory_only`](Self::start_memory_only), on Valkey servers whose wall clocks
+    /// can be jumped while they run ([`jump_clock`](Self::jump_clock)): each runs under
+    /// libfaketime (`libfaketime`, the preload library's path), its monotonic clock left real,
+    /// so `PX` expiries and `TIME` follow the jumps; a restarted node keeps its offset. Valkey
+    /// only: Debian's `redis-server` (jemalloc) does not start under libfaketime.
+    ///
+    /// # Errors
+    /// As [`start_memory_only`](Self::start_memory_only).
+    pub fn start_memory_only_with_fake_clocks(
+        dir: PathBuf,
+        count: usize,
+        libfaketime: &Path,
+    ) -> Result<Self, DevError> {
+        let conf = format!(
+            "{REDIS_CONF}\n# redquorum soak: memory only, wall clocks that jump.\n\
+             appendonly no\nsave \"\"\nmaxmemory 0\n"
+        );
+        Self::create(
+            dir,
+            crate::free_ports(count)?,
+            &conf,
+            ServerKind::Valkey,
+            Some(libfaketime),
+        )
+    }
+
+    /// Sets node `index`'s wall clock to `offset` from the real one (libfaketime's syntax:
+    /// `+2s`, `-5m`, `+0`), at once; only for a cluster of
+    /// [`start_memory_only_with_fake_clocks`](Self::start_memory_only_with_fake_clocks).
+    ///
+    /// # Errors
+    /// When there is no such node, or its clock cannot be jumped (a cluster without fake
+    /// clocks).
+    pub fn jump_clock(&self, index: usize, offset: &str) -> Result<(), DevError> {
+        let node = self.node(index)?;
+        if !node.dir.join("preload").exists() {
+            return Err(DevError::Failure(format!(
+                "node {index}'s clock cannot be jumped: it does not run under libfaketime"
+            )));
+        }
+        crate::write_clock(&node.dir.join("faketime"), offset)?;
+        Ok(())
     }
 
     /// Writes the configuration and starts one node per port; on failure, stops what started.
@@ -357,6 +413,7 @@ impl DevCluster {
         ports: Vec<u16>,
         conf: &str,
         kind: ServerKind,
+        fake_clocks: Option<&Path>,
     ) -> Result<Self, DevError> {
         std::fs::create_dir_all(&dir)?;
         let cluster = Self {
@@ -377,6 +434,11 @@ impl DevCluster {
         let ports: Vec<String> = cluster.nodes.iter().map(|n| n.port.to_string()).collect();
         std::fs::write(cluster.dir.join("ports"), ports.join(" "))?;
         for node in &cluster.nodes {
+            if let Some(libfaketime) = fake_clocks {
+                std::fs::create_dir_all(&node.dir)?;
+                std::fs::write(node.dir.join("preload"), libfaketime.display().to_string())?;
+                std::fs::write(node.dir.join("faketime"), "+0")?;
+            }
             if let Err(e) = node.start(&cluster.conf()) {
                 let _ = cluster.down();
                 return Err(e);

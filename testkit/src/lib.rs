@@ -62,11 +62,28 @@ pub fn holds_token(value: &[u8], token: &str) -> bool {
 /// # Panics
 /// When it is not installed, with the command that installs it: never skip silently.
 pub fn libfaketime() -> std::path::PathBuf {
-    let found = std::fs::read_dir("/usr/lib")
+    find_libfaketime().expect(LIBFAKETIME_MISSING)
+}
+
+/// What to do when [`find_libfaketime`] finds nothing.
+pub const LIBFAKETIME_MISSING: &str =
+    "libfaketime is installed (apt-get install libfaketime; .ci/ensure-tools does)";
+
+/// Writes a libfaketime offset file at once as a whole: a new file renamed over the old, since
+/// the server reads it at every clock call and could read a file being rewritten in place
+/// (empty: no offset) between its truncation and the write.
+pub(crate) fn write_clock(path: &std::path::Path, offset: &str) -> std::io::Result<()> {
+    let next = path.with_extension("next");
+    std::fs::write(&next, offset)?;
+    std::fs::rename(next, path)
+}
+
+/// libfaketime's preload library, if it is installed (see [`libfaketime`]).
+pub fn find_libfaketime() -> Option<std::path::PathBuf> {
+    std::fs::read_dir("/usr/lib")
         .into_iter()
         .flatten()
         .flatten()
         .map(|dir| dir.path().join("faketime/libfaketime.so.1"))
-        .find(|path| path.exists());
-    found.expect("libfaketime is installed (apt-get install libfaketime; .ci/ensure-tools does)")
+        .find(|path| path.exists())
 }
