@@ -883,13 +883,8 @@ mod tests {
         assert!(!nodes[4].is_suspect());
     }
 
-    /// A cleanup's wait skips a suspect voter even while its answer would decide the round:
-    /// no verdict rests on a cleanup.
-    ///
-    /// Mutation: `Wait::ForAllButSuspects` asking for a decision too (`Wait::ForAll`'s rule)
-    /// makes the round wait 30 ms for the suspect voter.
-    #[tokio::test(start_paused = true)]
-    async fn a_cleanup_does_not_wait_for_a_suspect_voter_even_while_it_would_decide() {
+    /// Two yes, two refusals, and a suspect fifth voter whose yes comes at 30 ms.
+    fn split_but_for_a_suspect() -> Arc<[Scripted]> {
         let nodes = voters(vec![
             vec![yes(1)],
             vec![yes(1)],
@@ -898,6 +893,17 @@ mod tests {
             vec![yes(30)],
         ]);
         nodes[4].set_suspect(true);
+        nodes
+    }
+
+    /// A cleanup's wait skips a suspect voter even while its answer would decide the round:
+    /// no verdict rests on a cleanup.
+    ///
+    /// Mutation: `Wait::ForAllButSuspects` asking for a decision too (`Wait::ForAll`'s rule)
+    /// makes the round wait 30 ms for the suspect voter.
+    #[tokio::test(start_paused = true)]
+    async fn a_cleanup_does_not_wait_for_a_suspect_voter_even_while_it_would_decide() {
+        let nodes = split_but_for_a_suspect();
         let tracker = TaskTracker::new();
         let t0 = Virtual::now();
         let round = fanout(&nodes, &tracker)
@@ -914,14 +920,7 @@ mod tests {
     /// when every voter answered or is suspect, decided or not) ends the round open at 1 ms.
     #[tokio::test(start_paused = true)]
     async fn a_suspect_voter_is_waited_for_while_its_answer_decides_the_round() {
-        let nodes = voters(vec![
-            vec![yes(1)],
-            vec![yes(1)],
-            vec![no(1)],
-            vec![no(1)],
-            vec![yes(30)],
-        ]);
-        nodes[4].set_suspect(true);
+        let nodes = split_but_for_a_suspect();
         let tracker = TaskTracker::new();
         let t0 = Virtual::now();
         let round = fanout(&nodes, &tracker)
