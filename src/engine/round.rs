@@ -961,6 +961,15 @@ mod tests {
         nodes: &Arc<[Scripted]>,
         tracker: &TaskTracker,
     ) -> Round {
+        behind_a_straggler_on_voter_4_as(nodes, tracker, (release(), Wait::ForAll)).await
+    }
+
+    /// As [`behind_a_straggler_on_voter_4`], the second round being `second`.
+    async fn behind_a_straggler_on_voter_4_as(
+        nodes: &Arc<[Scripted]>,
+        tracker: &TaskTracker,
+        (request, wait): (Request, Wait),
+    ) -> Round {
         let t0 = Virtual::now();
         nodes[4].set_suspect(true);
         let first = fanout(nodes, tracker)
@@ -969,8 +978,20 @@ mod tests {
         let stragglers = first.stragglers.expect("voter 4 still out");
         assert_at(t0, Virtual::now(), Duration::from_millis(1));
         fanout(nodes, tracker)
-            .run_behind(release(), TIMEOUT, Wait::ForAll, Some(&stragglers), || {})
+            .run_behind(request, TIMEOUT, wait, Some(&stragglers), || {})
             .await
+    }
+
+    /// Voter 3 hangs in the second round; voter 4 answers the first at 30 ms, the second 40 ms
+    /// after it is sent.
+    fn voter_3_hangs_and_voter_4_is_slow() -> Arc<[Scripted]> {
+        voters(vec![
+            vec![yes(1), yes(1)],
+            vec![yes(1), yes(1)],
+            vec![yes(1), yes(1)],
+            vec![yes(1), Never],
+            vec![yes(30), yes(40)],
+        ])
     }
 
     /// The deadline of a round decided before it marks suspect only the voters whose requests
@@ -982,29 +1003,12 @@ mod tests {
     /// (`Heard::give_up_on_suspects`).
     #[tokio::test(start_paused = true)]
     async fn the_deadline_marks_suspect_only_the_requests_it_bounded() {
-        let nodes = voters(vec![
-            vec![yes(1), yes(1)],
-            vec![yes(1), yes(1)],
-            vec![yes(1), yes(1)],
-            vec![yes(1), Never],
-            vec![yes(30), yes(40)],
-        ]);
+        let nodes = voter_3_hangs_and_voter_4_is_slow();
         let tracker = TaskTracker::new();
         let t0 = Virtual::now();
-        nodes[4].set_suspect(true);
-        let first = fanout(&nodes, &tracker)
-            .run(release(), TIMEOUT, Wait::ForAll)
-            .await;
-        let stragglers = first.stragglers.expect("voter 4 still out");
-        let second = fanout(&nodes, &tracker)
-            .run_behind(
-                acquire(),
-                TIMEOUT,
-                Wait::UntilDecided,
-                Some(&stragglers),
-                || {},
-            )
-            .await;
+        let second =
+            behind_a_straggler_on_voter_4_as(&nodes, &tracker, (acquire(), Wait::UntilDecided))
+                .await;
         assert_eq!(second.tally.decision(), Decision::Won);
         assert!(second.stragglers.is_some(), "voters 3 and 4 still out");
         tokio::time::sleep_until(t0 + Duration::from_millis(60)).await;
@@ -1047,13 +1051,7 @@ mod tests {
     /// voter suspect and leaves its request out of the round's stragglers.
     #[tokio::test(start_paused = true)]
     async fn a_request_behind_a_straggler_is_not_timed_out_by_the_rounds_deadline() {
-        let nodes = voters(vec![
-            vec![yes(1), yes(1)],
-            vec![yes(1), yes(1)],
-            vec![yes(1), yes(1)],
-            vec![yes(1), Never],
-            vec![yes(30), yes(40)],
-        ]);
+        let nodes = voter_3_hangs_and_voter_4_is_slow();
         let tracker = TaskTracker::new();
         let t0 = Virtual::now();
         let second = behind_a_straggler_on_voter_4(&nodes, &tracker).await;
