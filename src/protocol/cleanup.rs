@@ -82,8 +82,8 @@ impl Cleanup {
         self.armed = None;
     }
 
-    /// Deletes the keys now, waiting for every node (each bounded by the per-node timeout),
-    /// and returns the compare-and-delete's report (on nodes where another owner holds the
+    /// Deletes the keys now, waiting for every node but a suspect one (each bounded by the
+    /// per-node timeout; a suspect node's delete goes on in the background), and returns the compare-and-delete's report (on nodes where another owner holds the
     /// key, it says for how much longer) and its requests still running on suspect nodes. If this future is dropped part-way, `Drop` spawns the
     /// cleanup again.
     pub(crate) async fn run(mut self) -> (Report, Option<Stragglers>) {
