@@ -1226,8 +1226,11 @@ mod tests {
         /// The leader info is never left without an expiry: written in the lock key's last
         /// millisecond (the script sees the key, `PTTL` says 0), it is not written at all.
         /// 200 trials against a key set with `PX 2`, each followed in the same pipeline by a
-        /// script that spins the server for 1.0 to 3.0 ms (5 µs more each trial), so some
-        /// land in that millisecond.
+        /// script that spins the server for a growing count of Lua steps (160,000 to 1.75
+        /// million: about 0.5 to 5.5 ms on the development machine, 3.1 ms per million), so
+        /// some land in that millisecond. Counted in steps, not timed with `TIME`: Valkey
+        /// freezes `TIME` for the length of a script, so a timed spin never ends there (the
+        /// test hung on every all-Valkey run; mixed runs give it Redis).
         ///
         /// Mutation: `else SET` without an expiry for every `PTTL` but a positive one (the
         /// script before issue 29): the info is left with `PTTL` -1 (run, caught).
@@ -1236,13 +1239,8 @@ mod tests {
             let cluster = Cluster::start(1);
             let mut conn = cluster.server(0).inspect();
             let (lock, info) = ("e:{lead}", "e:{lead}:leader");
-            const SPIN: &str = "local t = redis.call('TIME') \
-                local start = tonumber(t[1]) * 1000000 + tonumber(t[2]) \
-                local now = start \
-                while now - start < tonumber(ARGV[1]) do \
-                  t = redis.call('TIME') \
-                  now = tonumber(t[1]) * 1000000 + tonumber(t[2]) \
-                end \
+            const SPIN: &str = "local x = 0 \
+                for i = 1, tonumber(ARGV[1]) do x = x + i end \
                 return 0";
             let (mut written, mut refused) = (0, 0);
             for trial in 0..200u64 {
@@ -1258,7 +1256,7 @@ mod tests {
                     .cmd("EVAL")
                     .arg(SPIN)
                     .arg(0)
-                    .arg(1_000 + trial * 10)
+                    .arg(160_000 + trial * 8_000)
                     .ignore();
                 pipeline
                     .cmd("EVAL")
