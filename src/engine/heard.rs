@@ -113,24 +113,21 @@ impl Heard {
     /// have granted. With fewer than a majority answered it waits, so a client whose voters
     /// all timed out once still waits for their answers (each one clears the suspicion).
     ///
-    /// Suspicion is read once per voter, so the voters counted as failed are exactly those
-    /// the decision was made on (another task may clear a flag meanwhile).
+    /// Suspicion is read once per voter, so the voters counted as failed are exactly as many
+    /// as the decision was made on (another task may clear a flag meanwhile).
     pub(super) fn give_up_on_suspects<V: Voter>(&mut self, voters: &[V]) -> bool {
         // Cheap checks first: this runs at every answer of a round not yet decided, and the
         // common round is decided at the majority's last answer.
         let quorum = self.tally.quorum();
-        if self.tally.decision() != Decision::Open
-            || self.answers.iter().filter(|a| a.is_some()).count() < quorum
-        {
+        let answered = self.answered();
+        if self.tally.decision() != Decision::Open || answered < quorum {
             return false;
         }
         let suspects = self.suspects_out(voters);
-        let (answered, out_not_suspect) = self.answered(&suspects);
-        let given_up = suspects.iter().any(|s| *s)
-            && answered >= quorum
-            && self.tally.yes() + out_not_suspect < quorum;
+        let out_not_suspect = self.answers.len() - answered - suspects;
+        let given_up = suspects > 0 && self.tally.yes() + out_not_suspect < quorum;
         if given_up {
-            for _ in suspects.iter().filter(|s| **s) {
+            for _ in 0..suspects {
                 self.tally.record(Vote::Failed);
             }
         }
@@ -145,20 +142,18 @@ impl Heard {
             .all(|(answer, voter)| answer.is_some() || voter.is_suspect())
     }
 
-    /// How many voters have answered, and how many of those still out are not `suspect`.
-    fn answered(&self, suspect: &[bool]) -> (usize, usize) {
-        let answered = self.answers.iter().filter(|a| a.is_some()).count();
-        let out = self.answers.len() - answered;
-        (answered, out - suspect.iter().filter(|s| **s).count())
+    /// How many voters have answered.
+    fn answered(&self) -> usize {
+        self.answers.iter().filter(|a| a.is_some()).count()
     }
 
-    /// Per voter, whether it is still out and suspect, read once.
-    fn suspects_out<V: Voter>(&self, voters: &[V]) -> Vec<bool> {
+    /// How many voters are still out and suspect, each one's suspicion read once.
+    fn suspects_out<V: Voter>(&self, voters: &[V]) -> usize {
         self.answers
             .iter()
             .zip(voters)
-            .map(|(answer, voter)| answer.is_none() && voter.is_suspect())
-            .collect()
+            .filter(|(answer, voter)| answer.is_none() && voter.is_suspect())
+            .count()
     }
 
     /// Every voter not heard from whose request was bounded by the deadline (not `behind` a
@@ -204,10 +199,8 @@ impl Wait {
                 let quorum = tally.quorum();
                 best >= quorum
                     || best + out < quorum
-                    || (heard.answers.len() - out >= quorum && {
-                        let (_, out_not_suspect) = heard.answered(&heard.suspects_out(voters));
-                        best + out_not_suspect < quorum
-                    })
+                    || (heard.answers.len() - out >= quorum
+                        && best + (out - heard.suspects_out(voters)) < quorum)
             }
             Wait::UntilSettled {
                 kind,

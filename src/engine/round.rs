@@ -587,24 +587,24 @@ mod tests {
                 .expect("lock")
                 .pop_front()
                 .unwrap_or(Never);
+            let answer = match reply {
+                After(delay, outcome) => Some((delay, outcome, None)),
+                Permit(delay, counter) => Some((
+                    delay,
+                    NodeOutcome::Granted,
+                    Some(Grant { counter, epoch: 0 }),
+                )),
+                Never => None,
+            };
             async move {
                 queued();
-                match reply {
-                    After(delay, outcome) => {
-                        tokio::time::sleep(delay).await;
-                        self.set_suspect(false);
-                        self.answered.fetch_add(1, Ordering::Relaxed);
-                        (outcome, None)
-                    }
-                    Permit(delay, counter) => {
-                        tokio::time::sleep(delay).await;
-                        self.set_suspect(false);
-                        self.answered.fetch_add(1, Ordering::Relaxed);
-                        let grant = Grant { counter, epoch: 0 };
-                        (NodeOutcome::Granted, Some(grant))
-                    }
-                    Never => std::future::pending().await,
-                }
+                let Some((delay, outcome, grant)) = answer else {
+                    return std::future::pending().await;
+                };
+                tokio::time::sleep(delay).await;
+                self.set_suspect(false);
+                self.answered.fetch_add(1, Ordering::Relaxed);
+                (outcome, grant)
             }
         }
     }
@@ -801,7 +801,7 @@ mod tests {
     /// every voter timed out once (a blip of the network) still takes the lock once they
     /// answer again, and each answer clears the suspicion.
     ///
-    /// Mutation: `give_up_on_suspects` without `answered >= quorum` makes the round lost
+    /// Mutation: `give_up_on_suspects` without its `answered < quorum` return makes the round lost
     /// before any answer.
     #[tokio::test(start_paused = true)]
     async fn suspect_voters_are_waited_for_until_a_majority_answered() {
