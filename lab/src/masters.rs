@@ -1,7 +1,9 @@
 //! The masters an experiment starts for itself (memory-only, on free ports, under the
 //! system's temporary directory), and putting every master back in service.
 
-use redquorum_testkit::{DevCluster, NodeState, ServerKind};
+use std::path::PathBuf;
+
+use redquorum_testkit::{DevCluster, DevError, NodeState, ServerKind};
 
 use crate::error::LabError;
 
@@ -12,15 +14,13 @@ use crate::error::LabError;
 /// # Errors
 /// When the server is missing or a master does not start.
 pub(crate) async fn start(name: &str, count: usize) -> Result<DevCluster, LabError> {
-    let dir = std::env::temp_dir().join(format!("redquorum-{name}-{}", std::process::id()));
     let kind = ServerKind::for_dev()
         .map_err(LabError::new)?
         .unwrap_or(ServerKind::Redis);
-    let cluster =
-        tokio::task::spawn_blocking(move || DevCluster::start_memory_only(dir, count, kind))
-            .await
-            .map_err(|e| LabError::new(e.to_string()))??;
-    Ok(cluster)
+    start_in(name, move |dir| {
+        DevCluster::start_memory_only(dir, count, kind)
+    })
+    .await
 }
 
 /// As [`start`], on Valkey masters whose wall clocks can be jumped
@@ -33,14 +33,24 @@ pub(crate) async fn start_with_fake_clocks(
     name: &str,
     count: usize,
 ) -> Result<DevCluster, LabError> {
-    let dir = std::env::temp_dir().join(format!("redquorum-{name}-{}", std::process::id()));
     let libfaketime = redquorum_testkit::find_libfaketime()
         .ok_or_else(|| LabError::new(redquorum_testkit::LIBFAKETIME_MISSING))?;
-    let cluster = tokio::task::spawn_blocking(move || {
+    start_in(name, move |dir| {
         DevCluster::start_memory_only_with_fake_clocks(dir, count, &libfaketime)
     })
     .await
-    .map_err(|e| LabError::new(e.to_string()))??;
+}
+
+/// Runs `start` (which blocks while the servers come up) off the runtime's threads, with the
+/// experiment `name`'s state directory, `$TMPDIR/redquorum-<name>-<pid>`.
+async fn start_in(
+    name: &str,
+    start: impl FnOnce(PathBuf) -> Result<DevCluster, DevError> + Send + 'static,
+) -> Result<DevCluster, LabError> {
+    let dir = std::env::temp_dir().join(format!("redquorum-{name}-{}", std::process::id()));
+    let cluster = tokio::task::spawn_blocking(move || start(dir))
+        .await
+        .map_err(|e| LabError::new(e.to_string()))??;
     Ok(cluster)
 }
 

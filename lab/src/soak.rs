@@ -220,7 +220,6 @@ impl Primitive {
     }
 }
 
-/// A hold's kind: the lock (a write), a read, a permit.
 /// The kinds of fault in force a soak tells apart, `none` first.
 const FAULT_KINDS: [&str; 5] = ["none", "kill", "pause", "restart", "jump"];
 
@@ -228,6 +227,7 @@ const FAULT_KINDS: [&str; 5] = ["none", "kill", "pause", "restart", "jump"];
 /// expires at once.
 const JUMP: &str = "+2s";
 
+/// A hold's kind: the lock (a write), a read, a permit.
 const WRITE: u8 = 0;
 const READ: u8 = 1;
 const PERMIT: u8 = 2;
@@ -682,8 +682,6 @@ impl Figures {
             && !self.holds.is_empty()
     }
 
-    /// Per kind of fault in force ("none" when none is): seconds of it, the share of them a
-    /// holder held, and holds acquired per second.
     /// The kind of fault in force at `at` (monotonic ns), or `none`.
     fn fault_at(&self, at: u64) -> &'static str {
         self.faults
@@ -710,6 +708,8 @@ impl Figures {
             .collect()
     }
 
+    /// Per kind of fault in force ("none" when none is): seconds of it, the share of them a
+    /// holder held, and holds acquired per second.
     fn availability(&self) -> Vec<(&'static str, f64, f64, f64, f64)> {
         let (start, end) = self.window;
         let buckets = usize::try_from((end - start) / BUCKET_NS).unwrap_or(0);
@@ -723,14 +723,13 @@ impl Figures {
                 }
             }
         }
-        let kind_at = |at: u64| self.fault_at(at);
         let mut out = Vec::new();
         for kind in FAULT_KINDS {
             let mut total = 0usize;
             let mut busy = 0usize;
             for (i, h) in held.iter().enumerate() {
                 let at = start + (i as u64) * BUCKET_NS;
-                if kind_at(at) == kind {
+                if self.fault_at(at) == kind {
                     total += 1;
                     busy += usize::from(*h);
                 }
@@ -738,13 +737,13 @@ impl Figures {
             let acquired = self
                 .holds
                 .iter()
-                .filter(|h| kind_at(h.acquired) == kind)
+                .filter(|h| self.fault_at(h.acquired) == kind)
                 .count();
             // The longest wait of an acquire that began under this kind of fault.
             let longest_wait_ms = self
                 .holds
                 .iter()
-                .filter(|h| kind_at(h.asked) == kind)
+                .filter(|h| self.fault_at(h.asked) == kind)
                 .map(|h| h.acquired.saturating_sub(h.asked) as f64 / 1e6)
                 .fold(0.0, f64::max);
             #[allow(clippy::cast_precision_loss)]
@@ -900,11 +899,11 @@ impl Figures {
             .filter(|(_, no_quorum, other)| no_quorum + other > 0)
             .map(|(kind, no_quorum, other)| format!("{kind}: {no_quorum} no quorum, {other} other"))
             .collect();
-        if self.expired_after_a_jump() > 0 || self.overlaps_across_a_jump() > 0 {
+        let (expired_across, overlaps_across) =
+            (self.expired_after_a_jump(), self.overlaps_across_a_jump());
+        if expired_across > 0 || overlaps_across > 0 {
             println!(
-                "  holds across a clock jump (a master lost the key early, the assumption failing: not counted above): {} releases said expired, {} overlaps",
-                self.expired_after_a_jump(),
-                self.overlaps_across_a_jump()
+                "  holds across a clock jump (a master lost the key early, the assumption failing: not counted above): {expired_across} releases said expired, {overlaps_across} overlaps"
             );
         }
         if !failed.is_empty() {

@@ -395,15 +395,7 @@ impl Cluster {
                         admin_port: None,
                         config: None,
                         paused: false,
-                        env: vec![
-                            ("LD_PRELOAD".into(), libfaketime.display().to_string()),
-                            (
-                                "FAKETIME_TIMESTAMP_FILE".into(),
-                                clock.display().to_string(),
-                            ),
-                            ("FAKETIME_NO_CACHE".into(), "1".into()),
-                            ("FAKETIME_DONT_FAKE_MONOTONIC".into(), "1".into()),
-                        ],
+                        env: crate::fake_clock_env(libfaketime, &clock),
                     };
                     match server.spawn() {
                         Ok(()) => return server,

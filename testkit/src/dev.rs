@@ -170,11 +170,10 @@ impl DevNode {
         // A node of a cluster with fake clocks (`DevCluster::start_memory_only_with_fake_clocks`)
         // runs under libfaketime, reading its offset from its `faketime` file at every call.
         if let Ok(preload) = std::fs::read_to_string(self.dir.join("preload")) {
-            command
-                .env("LD_PRELOAD", preload.trim())
-                .env("FAKETIME_TIMESTAMP_FILE", self.dir.join("faketime"))
-                .env("FAKETIME_NO_CACHE", "1")
-                .env("FAKETIME_DONT_FAKE_MONOTONIC", "1");
+            command.envs(crate::fake_clock_env(
+                Path::new(preload.trim()),
+                &self.dir.join("faketime"),
+            ));
         }
         let mut child = command
             .arg(conf)
@@ -356,11 +355,13 @@ impl DevCluster {
         count: usize,
         kind: ServerKind,
     ) -> Result<Self, DevError> {
-        let conf = format!(
-            "{REDIS_CONF}\n# redquorum bench: measure the client, not the disk or the memory limit.\n\
-             appendonly no\nsave \"\"\nmaxmemory 0\n"
-        );
-        Self::create(dir, crate::free_ports(count)?, &conf, kind, None)
+        Self::create(
+            dir,
+            crate::free_ports(count)?,
+            &memory_only_conf(),
+            kind,
+            None,
+        )
     }
 
     /// As [`start_memory_only`](Self::start_memory_only), on Valkey servers whose wall clocks
@@ -376,14 +377,10 @@ impl DevCluster {
         count: usize,
         libfaketime: &Path,
     ) -> Result<Self, DevError> {
-        let conf = format!(
-            "{REDIS_CONF}\n# redquorum soak: memory only, wall clocks that jump.\n\
-             appendonly no\nsave \"\"\nmaxmemory 0\n"
-        );
         Self::create(
             dir,
             crate::free_ports(count)?,
-            &conf,
+            &memory_only_conf(),
             ServerKind::Valkey,
             Some(libfaketime),
         )
@@ -545,6 +542,12 @@ impl DevCluster {
     fn conf(&self) -> PathBuf {
         self.dir.join("redis.conf")
     }
+}
+
+/// The configuration of memory-only nodes (no AOF, no snapshots, no memory limit): for
+/// measuring the client, not the disk or the memory limit.
+fn memory_only_conf() -> String {
+    format!("{REDIS_CONF}\n# redquorum lab: memory only.\nappendonly no\nsave \"\"\nmaxmemory 0\n")
 }
 
 /// Polls `done` every 5 ms for up to 5 s.

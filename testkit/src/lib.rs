@@ -69,6 +69,24 @@ pub fn libfaketime() -> std::path::PathBuf {
 pub const LIBFAKETIME_MISSING: &str =
     "libfaketime is installed (apt-get install libfaketime; .ci/ensure-tools does)";
 
+/// The environment that runs a server under `libfaketime` (the preload library) with its wall
+/// clock offset by what the file `clock` says, read again at every clock call, and its
+/// monotonic clock real: `PX` expiries and `TIME` follow the file ([`write_clock`]).
+pub(crate) fn fake_clock_env(
+    libfaketime: &std::path::Path,
+    clock: &std::path::Path,
+) -> Vec<(String, String)> {
+    vec![
+        ("LD_PRELOAD".into(), libfaketime.display().to_string()),
+        (
+            "FAKETIME_TIMESTAMP_FILE".into(),
+            clock.display().to_string(),
+        ),
+        ("FAKETIME_NO_CACHE".into(), "1".into()),
+        ("FAKETIME_DONT_FAKE_MONOTONIC".into(), "1".into()),
+    ]
+}
+
 /// Writes a libfaketime offset file at once as a whole: a new file renamed over the old, since
 /// the server reads it at every clock call and could read a file being rewritten in place
 /// (empty: no offset) between its truncation and the write.
