@@ -114,9 +114,27 @@ async fn measure(cluster: &DevCluster, sizes: Sizes, as_json: bool) -> Result<Va
     print_throughput(&throughput, sizes.throughput_for, &say);
     let round_trip = sequential.baseline_acquire.p50;
     let mut handoffs = Vec::new();
-    for pubsub in [true, false] {
-        let waiter = client(&urls, |b| b.wait_for_release(pubsub))?;
-        handoffs.push(hand_off(&waiter, pubsub, 8, sizes.handoff_rounds).await?);
+    // The tasks of one client, woken by release messages or by timed retries only; then a
+    // client per task (as waiters on separate hosts: the nodes hand the lock over), without
+    // and with fencing (every election, every `redquorum run --wait`: a fenced release hands
+    // a fenced waiter its own lock, which it confirms).
+    for (pubsub, fenced, per_task) in [
+        (true, false, false),
+        (false, false, false),
+        (true, false, true),
+        (true, true, true),
+    ] {
+        let clients = (0..if per_task { 8 } else { 1 })
+            .map(|_| client(&urls, |b| b.wait_for_release(pubsub).fencing(fenced)))
+            .collect::<Result<Vec<_>, _>>()?;
+        if fenced {
+            // Every slot seeded first, as in a running deployment: each client's first fenced
+            // acquire then finds the masters' records and sweeps nothing (a first sweep of
+            // every slot would be measured instead of the hand-off).
+            clients[0].seed_fencing().await.map_err(failed)?;
+        }
+        let run = hand_off(&clients, (pubsub, fenced), 8, sizes.handoff_rounds).await?;
+        handoffs.push(run);
     }
     print_handoff(&handoffs, sizes.handoff_rounds, round_trip, &say);
     let fencing = fencing(&rl, &urls, sizes.sequential / 2).await?;
@@ -467,6 +485,9 @@ fn print_throughput(rows: &[Throughput], each: Duration, say: &impl Fn(String)) 
 /// What one hand-off run measured.
 struct Handoff {
     pubsub: bool,
+    fenced: bool,
+    /// Each task had a client of its own.
+    per_task: bool,
     tasks: usize,
     total: Duration,
     /// From a holder's call to release to the next holder's acquire returning.
@@ -478,9 +499,20 @@ struct Handoff {
 }
 
 impl Handoff {
+    /// How its waiters waited.
+    fn waiting(&self) -> &'static str {
+        match (self.pubsub, self.fenced, self.per_task) {
+            (true, false, false) => "release messages",
+            (false, false, false) => "timed retries only",
+            (true, false, true) => "clients: messages",
+            (true, true, true) => "clients: fenced",
+            _ => "other",
+        }
+    }
+
     fn to_json(&self) -> Value {
         json!({
-            "waiting": if self.pubsub { "release messages" } else { "timed retries only" },
+            "waiting": self.waiting(),
             "tasks": self.tasks,
             "total_ms": ms(self.total),
             "handoff": self.gap.to_json(),
@@ -500,10 +532,11 @@ struct Turn {
     rounds: u32,
 }
 
-/// `tasks` tasks each take one resource `rounds` times, with zero hold time.
+/// `tasks` tasks each take one resource `rounds` times, with zero hold time, through
+/// `clients` (task `i` through client `i` modulo their number).
 async fn hand_off(
-    rl: &RedLock,
-    pubsub: bool,
+    clients: &[RedLock],
+    (pubsub, fenced): (bool, bool),
     tasks: usize,
     rounds: usize,
 ) -> Result<Handoff, LabError> {
@@ -511,7 +544,7 @@ async fn hand_off(
     let started = Instant::now();
     let handles: Vec<_> = (0..tasks)
         .map(|task| {
-            let (rl, turns) = (rl.clone(), turns.clone());
+            let (rl, turns) = (clients[task % clients.len()].clone(), turns.clone());
             tokio::spawn(async move {
                 for _ in 0..rounds {
                     let asked = Instant::now();
@@ -568,6 +601,8 @@ async fn hand_off(
     }
     Ok(Handoff {
         pubsub,
+        fenced,
+        per_task: clients.len() > 1,
         tasks,
         total,
         gap: Spread::of(gaps),
@@ -606,11 +641,7 @@ fn print_handoff(runs: &[Handoff], rounds: usize, round_trip: Duration, say: &im
     for run in runs {
         say(format!(
             "  {:<20} {:>9} {:>14} {:>14} {:>19.2} {:>10.2} {:>14}",
-            if run.pubsub {
-                "release messages"
-            } else {
-                "timed retries only"
-            },
+            run.waiting(),
             show(run.total),
             show(run.gap.p50),
             show(run.gap.p99),
@@ -624,7 +655,8 @@ fn print_handoff(runs: &[Handoff], rounds: usize, round_trip: Duration, say: &im
             .to_owned(),
     );
     say("  fairness: Jain's index over each task's total wait (1: all waited alike; 1/8: one task did all the waiting)".to_owned());
-    if let [messages, timed] = runs {
+    say("  clients: a client per task, as on separate hosts (the nodes hand the lock over; fenced: with the fencing token's confirmation)".to_owned());
+    if let [messages, timed, ..] = runs {
         let speedup = ratio(timed.total, messages.total);
         say(format!(
             "  one round trip to a majority (the raw baseline's SET NX PX, p50): {}",

@@ -53,9 +53,10 @@ impl Holding {
     /// listing, not enough to release someone else's lock), or `None` when the key is absent.
     /// A lock a release handed to a queued waiter with the waiter's own token shows that
     /// token's digits, as the waiter's own grant would. For a few milliseconds after a release
-    /// that handed the lock to a fenced waiter (or a permit to a semaphore's waiter),
-    /// `handoff:<waiter id>`: it is reserved for that waiter (no token, no validity) until
-    /// its round takes it. While readers of the read-write lock of the name hold,
+    /// that reserved the lock for a waiter (a fenced waiter, by a release that could not
+    /// fence for it: an unfenced client's, on an unseeded master) or a permit for a
+    /// semaphore's waiter, `handoff:<waiter id>`: it is reserved for that waiter (no token,
+    /// no validity) until its round takes it. While readers of the read-write lock of the name hold,
     /// `readers` (their mark on the lock key: see [`RwLock`](crate::RwLock)).
     pub fn holder(&self) -> Option<String> {
         self.token.as_ref().map(|t| {

@@ -12,6 +12,7 @@ use crate::core::clock::Deadline;
 use crate::core::config::Timing;
 use crate::core::permit_keys::PermitKeys;
 use crate::core::report::Report;
+use crate::core::resource;
 use crate::core::telemetry;
 use crate::core::token::Token;
 use crate::core::verdict::Rejection;
@@ -227,6 +228,10 @@ impl Lock {
             Delete::Release {
                 natively: !self.waited_for,
                 waiter: self.waiter.clone(),
+                // A fenced lock's release hands a fenced waiter its own lock, fenced.
+                fence: self
+                    .fencing_token
+                    .map(|_| resource::fence_keys(&self.shared.config.key_prefix, &self.resource)),
             }
         } else {
             Delete::ReleaseMany {

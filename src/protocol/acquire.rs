@@ -156,7 +156,9 @@ pub(crate) async fn acquire(
             attempts -= 1;
             continue;
         }
-        if let Some(acquired) = handed_over(shared, &mut waiting, &key, attempts) {
+        if let Some(acquired) =
+            handed_over(shared, &mut waiting, (resource, &key), fencing, attempts).await
+        {
             return Ok(acquired);
         }
         let out_of_attempts = policy.attempts_limit().is_some_and(|max| attempts >= max);
@@ -178,7 +180,9 @@ pub(crate) async fn acquire(
         waiting
             .until_next_round(&failed.report, attempts, now)
             .await;
-        if let Some(acquired) = handed_over(shared, &mut waiting, &key, attempts) {
+        if let Some(acquired) =
+            handed_over(shared, &mut waiting, (resource, &key), fencing, attempts).await
+        {
             return Ok(acquired);
         }
     }
@@ -193,10 +197,20 @@ pub(crate) async fn acquire(
 /// leaving round now would cost a round per hand-off, as most are decided before the last
 /// message comes). Only masters whose vote a round would count are counted
 /// (`Queue::handed_lock`).
-fn handed_over(
+///
+/// A fenced waiter's lock is then confirmed as a won round's is (`fencing::confirm`): its
+/// token is the largest counter the counted hand-offs raised, and only their confirmations
+/// count. Should the confirm fail, the waiter forgets the registration (its next round, with
+/// a new one, takes the keys handed to it as its own grants) and waits on, still queued.
+///
+/// # Cancel safety
+/// Dropped during a fenced waiter's confirm round, the queue is dropped with it and leaves
+/// in the background, passing on the keys handed to it (`Queue`'s `Drop`).
+async fn handed_over(
     shared: &Shared,
     waiting: &mut Waiting<'_>,
-    key: &[u8],
+    (resource, key): (&[u8], &[u8]),
+    fencing: bool,
     attempts: u32,
 ) -> Option<Acquired> {
     let timing = *waiting.timing();
@@ -218,6 +232,10 @@ fn handed_over(
                 .with_server(node.server(key))
         })
         .collect();
+    let (fence, grants) = match handed.fence {
+        Some((token, grants)) => (Some(token), grants),
+        None => (None, Vec::new()),
+    };
     let round = Round {
         start: handed.since.instant(),
         awake: handed.since,
@@ -225,11 +243,28 @@ fn handed_over(
         tally,
         report: Report::new(report),
         stragglers: queue.take_after(),
-        fence: None,
-        grants: Vec::new(),
+        fence,
+        grants,
         native_missed: false,
     };
-    tracing::debug!(attempts, elapsed = ?round.elapsed(), "acquired by hand-off");
+    let mut fencing_token = None;
+    if fencing {
+        let keys = resource::fence_keys(&shared.config.key_prefix, resource);
+        let holder = (key, &handed.token, None);
+        match fencing::confirm(shared, holder, &keys, &round, &timing).await {
+            Ok(token) => fencing_token = Some(token),
+            Err((rejection, _)) => {
+                tracing::debug!(?rejection, "a fenced hand-off was not confirmed");
+                queue.unregister();
+                if let Some(stragglers) = round.stragglers {
+                    queue.leave_behind(stragglers);
+                }
+                waiting.queue = Some(queue);
+                return None;
+            }
+        }
+    }
+    tracing::debug!(attempts, elapsed = ?round.elapsed(), fencing_token, "acquired by hand-off");
     let deadline = round.valid_until(&timing);
     let waiter = queue.waiter_id().to_owned();
     queue.hold();
@@ -240,7 +275,7 @@ fn handed_over(
         deadline,
         round,
         attempts,
-        fencing_token: None,
+        fencing_token,
         waiter: Some(waiter),
     })
 }
@@ -299,8 +334,8 @@ async fn round(
     let mut behind = None;
     if let Some((Some(queue), _)) = queue.as_mut() {
         behind = queue.prepare_round(shared);
-        if !fencing && queue.is_joined() {
-            queue.register(&token);
+        if queue.is_joined() {
+            queue.register(&token, fencing);
         }
     }
     let joined = queue
@@ -378,9 +413,7 @@ async fn round(
         Some((slot, policy)) if will_retry || others_wait() => {
             let queue = slot.get_or_insert_with(|| Queue::new(shared, key, timing, policy));
             queue.join(shared, &resource::release_channel(key)).await;
-            if !fencing {
-                queue.register(&token);
-            }
+            queue.register(&token, fencing);
             cleanup.queue_as(queue);
             cleanup.run().await
         }

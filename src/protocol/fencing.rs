@@ -49,14 +49,16 @@ fn taking_keys(keys: &FenceKeys) -> impl Iterator<Item = Vec<u8>> + '_ {
 }
 
 /// The fenced acquire of a waiter that joined the lock's queue
-/// (`scripts::QUEUED_ACQUIRE_FENCED`): the queue's keys, then the fence keys.
+/// (`scripts::QUEUED_ACQUIRE_FENCED`): the queue's keys, then the fence keys; the waiter's
+/// arguments, then its registration's nonce (empty when it has none).
 pub(crate) fn queued_acquire_request(
     key: &[u8],
     token: &Token,
     keys: &FenceKeys,
     queue: &Queue,
 ) -> Request {
-    let (mut extra, arguments) = queue.arguments();
+    let (mut extra, mut arguments) = queue.arguments();
+    arguments.push(queue.nonce_argument().unwrap_or_default());
     extra.extend(taking_keys(keys));
     Request::new(
         Operation::Acquire,

@@ -11,13 +11,14 @@ use crate::core::resource;
 use crate::core::retry::RetryPolicy;
 use crate::core::server_clock;
 use crate::core::token::Token;
+use crate::engine::classify::Grant;
 use crate::engine::request::{InParts, Request};
 use crate::engine::round::{Round, Stragglers, Wait};
 use crate::errors::error::Operation;
 use crate::protocol::release::{hand_over_arguments, hand_over_arguments_on};
 use crate::protocol::shared::Shared;
 use crate::scripts;
-use crate::voters::release_watch::Subscription;
+use crate::voters::release_watch::{FencedHandOff, HandOff, Subscription};
 
 /// A waiting acquire's place in the lock's queue on the nodes (`scripts::QUEUED_ACQUIRE`), or
 /// in a semaphore's (`scripts::QUEUED_ACQUIRE_PERMIT`, one queue for all its permits): a
@@ -60,8 +61,8 @@ pub(crate) struct Queue {
     after: Option<Stragglers>,
     /// The lock's ttl, in ms, registered with each request for a hand-off.
     ttl_ms: u64,
-    /// What its current requests registered for a hand-off with its token (an unfenced
-    /// waiter's: `scripts/lua/hand_over.lua`), once registered.
+    /// What its current requests registered for a hand-off with its token
+    /// (`scripts/lua/hand_over.lua`), once registered.
     registration: Option<Registration>,
 }
 
@@ -72,6 +73,9 @@ struct Registration {
     /// Names these requests in the hand-off messages: not the token, which stays secret.
     nonce: String,
     token: Token,
+    /// A fenced waiter's: only a fenced release hands it its lock, raising the fence counter
+    /// as it sets the key, and names the counter in its message.
+    fenced: bool,
     /// Taken before any request carrying this registration was sent: every master that hands
     /// the lock over with it ran one of them first, so set the key after this.
     since: Awake,
@@ -85,6 +89,9 @@ pub(crate) struct HandedLock {
     pub(crate) since: Awake,
     /// Per node, whether its hand-off counted.
     pub(crate) counted: Vec<bool>,
+    /// A fenced waiter's: the fencing token to confirm (the largest counter the counted
+    /// hand-offs raised) and, per node, the grant its hand-off made (counted nodes only).
+    pub(crate) fence: Option<(u64, Vec<Option<Grant>>)>,
 }
 
 impl Queue {
@@ -200,9 +207,10 @@ impl Queue {
     }
 
     /// Registers `token` (this round's) for a hand-off: the round's requests and its cleanup
-    /// carry it, with a new nonce, unless they already do. Only an unfenced waiter registers
-    /// (a fenced one's token needs the fence counter, which only its round raises).
-    pub(crate) fn register(&mut self, token: &Token) {
+    /// carry it, with a new nonce, unless they already do. A `fenced` waiter's registration
+    /// says so: only a fenced release, which raises the fence counter as it sets the key,
+    /// hands it its lock (any other hand-over reserves the lock for its round).
+    pub(crate) fn register(&mut self, token: &Token, fenced: bool) {
         if self
             .registration
             .as_ref()
@@ -213,6 +221,7 @@ impl Queue {
         self.registration = Some(Registration {
             nonce: Token::generate().release_id(),
             token: token.clone(),
+            fenced,
             since: Awake::now(),
         });
     }
@@ -230,20 +239,28 @@ impl Queue {
             .map(|r| r.nonce.clone().into_bytes())
     }
 
-    /// The registration's ttl and nonce, as `UNDO_AND_QUEUE`'s last arguments (none unless
-    /// registered).
+    /// The registration's ttl (`f<ttl>` for a fenced waiter's) and nonce, as
+    /// `UNDO_AND_QUEUE`'s last arguments (none unless registered).
     pub(crate) fn registration_arguments(&self) -> Vec<Vec<u8>> {
-        match self.nonce_argument() {
-            Some(nonce) => vec![self.ttl_ms.to_string().into_bytes(), nonce],
+        match &self.registration {
+            Some(registration) => {
+                let fenced = if registration.fenced { "f" } else { "" };
+                vec![
+                    format!("{fenced}{}", self.ttl_ms).into_bytes(),
+                    registration.nonce.clone().into_bytes(),
+                ]
+            }
             None => Vec::new(),
         }
     }
 
-    /// Per node, whether its last hand-off message named this waiter's current registration,
-    /// from a master whose vote a round would count now (`Node::would_vote_now`). A master in its grace may have lost the holder's
-    /// key in an empty restart, and a cleanup of ours that found the key free there hands it
-    /// to us; a node that is another's alias hears the same server's messages twice.
-    fn handed_by(&self) -> Vec<bool> {
+    /// Per node, the hand-off its last message made with this waiter's current registration,
+    /// from a master whose vote a round would count now (`Node::would_vote_now`). A master in
+    /// its grace may have lost the holder's key in an empty restart, and a cleanup of ours
+    /// that found the key free there hands it to us; a node that is another's alias hears the
+    /// same server's messages twice. A fenced waiter counts only a fenced release's hand-off
+    /// (which names the counter it raised).
+    fn handed_by(&self) -> Vec<Option<HandOff>> {
         let (Some(registration), Some(subscription)) = (&self.registration, &self.subscription)
         else {
             return Vec::new();
@@ -254,13 +271,17 @@ impl Queue {
         named
             .into_iter()
             .zip(self.shared.nodes.iter())
-            .map(|(named, node)| named && node.would_vote_now(&self.key))
+            .map(|(named, node)| {
+                named
+                    .filter(|hand_off| hand_off.fence.is_some() == registration.fenced)
+                    .filter(|_| node.would_vote_now(&self.key))
+            })
             .collect()
     }
 
     /// How many nodes handed the lock over with its current registration.
     pub(crate) fn hand_offs(&self) -> usize {
-        self.handed_by().into_iter().filter(|&named| named).count()
+        self.handed_by().into_iter().flatten().count()
     }
 
     /// The lock, when a majority of the nodes handed it over with its current registration
@@ -270,17 +291,37 @@ impl Queue {
     /// as its own grants, with a fresh ttl.
     pub(crate) fn handed_lock(&self, timing: &Timing) -> Option<HandedLock> {
         let registration = self.registration.as_ref()?;
-        let counted = self.handed_by();
-        let quorum = crate::core::quorum::quorum(counted.len());
-        if counted.is_empty() || counted.iter().filter(|&&named| named).count() < quorum {
+        let handed = self.handed_by();
+        let quorum = crate::core::quorum::quorum(handed.len());
+        if handed.is_empty() || handed.iter().flatten().count() < quorum {
             return None;
         }
         let elapsed = registration.since.elapsed_until(&Awake::now());
         timing.validity_after(elapsed)?;
+        // The token is the largest counter the counted hand-offs raised: theirs are the
+        // grants made before this decision (`DESIGN.md` §5, §7).
+        let fences: Vec<Option<FencedHandOff>> = handed
+            .iter()
+            .map(|hand_off| hand_off.and_then(|h| h.fence))
+            .collect();
+        let fence = registration.fenced.then(|| {
+            let token = fences.iter().flatten().map(|f| f.counter).max();
+            let grants = fences
+                .iter()
+                .map(|f| {
+                    f.map(|f| Grant {
+                        counter: f.counter,
+                        epoch: f.epoch,
+                    })
+                })
+                .collect();
+            (token.unwrap_or_default(), grants)
+        });
         Some(HandedLock {
             token: registration.token.clone(),
             since: registration.since,
-            counted,
+            counted: handed.iter().map(Option::is_some).collect(),
+            fence,
         })
     }
 

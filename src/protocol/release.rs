@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use crate::core::permit_keys::PermitKeys;
 use crate::core::report::{NodeOutcome, Report};
-use crate::core::resource::{self, KeyLayout};
+use crate::core::resource::{self, FenceKeys, KeyLayout};
 use crate::core::token::Token;
 use crate::core::verdict::{Rejection, RoundKind};
 use crate::engine::request::{Command, InParts, Native, Request};
@@ -70,16 +70,19 @@ pub(crate) enum Delete {
     /// it) and publishes on the release channel (`scripts::RELEASE`). With `natively`, the
     /// server's own compare-and-delete first where it has one, for a markable token that
     /// nobody is known to wait for (`DESIGN.md` §3). With `waiter` (a lock that came through
-    /// the queue), that waiter also leaves the queue on every node.
+    /// the queue), that waiter also leaves the queue on every node. With `fence` (a fenced
+    /// lock's), a fenced waiter is handed its own lock, fenced, instead of a reservation.
     Release {
         natively: bool,
         waiter: Option<String>,
+        fence: Option<FenceKeys>,
     },
     /// The cleanup of a failed round: deletes silently.
     Silent,
     /// The cleanup of a failed round whose acquire waits on: deletes silently and joins the
     /// lock's queue (`scripts::UNDO_AND_QUEUE`), with the queue's keys and the waiter's id
-    /// and liveness, and (an unfenced waiter) its registration for a hand-off: ttl and nonce.
+    /// and liveness, and its registration for a hand-off: ttl (`f<ttl>`, a fenced waiter's)
+    /// and nonce.
     SilentAndQueue {
         keys: Vec<Vec<u8>>,
         arguments: Vec<Vec<u8>>,
@@ -183,13 +186,24 @@ async fn delete_everywhere(
         // A markable token nobody marked: nobody waits for this release on the node, so the
         // server's own compare-and-delete does the whole job where it has one (`DESIGN.md`
         // §3); a marked one fails it and the script follows.
-        Delete::Release { natively, waiter } => {
+        Delete::Release {
+            natively,
+            waiter,
+            fence,
+        } => {
             let mut arguments =
                 hand_over_arguments_on(channel.clone(), &release_id, per_node_timeout);
             arguments.extend(waiter.as_ref().map(|id| id.clone().into_bytes()));
             let request = compare_and_delete(&scripts::RELEASE)
                 .with_extra_keys(match shared.config.key_layout {
-                    KeyLayout::Tagged => resource::queue_keys(key).into(),
+                    KeyLayout::Tagged => {
+                        let mut keys: Vec<Vec<u8>> = resource::queue_keys(key).into();
+                        if let Some(fence) = fence {
+                            keys.extend([fence.counter.clone(), fence.marker.clone()]);
+                            keys.extend(fence.legacy.clone());
+                        }
+                        keys
+                    }
                     KeyLayout::Shared => Vec::new(),
                 })
                 .in_parts(InParts::LockKeyAlone)

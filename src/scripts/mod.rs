@@ -175,8 +175,11 @@ macro_rules! lua {
 }
 
 /// `KEYS[1]` lock key, optional `KEYS[2]` its waiters' queue and `KEYS[3]` their liveness
-/// (`resource::QueueKeys`); `ARGV[1]` token, `ARGV[2]` release channel or empty, `ARGV[3]`
-/// release id, `ARGV[4]` (with the queue) how long a hand-off reservation lasts, in ms.
+/// (`resource::QueueKeys`), and, for a fenced lock, `KEYS[4]` the slot's fence counter,
+/// `KEYS[5]` its re-seed marker and optional `KEYS[6]` the per-resource counter
+/// (`resource::FenceKeys`); `ARGV[1]` token, `ARGV[2]` release channel or empty, `ARGV[3]`
+/// release id, `ARGV[4]` (with the queue) how long a hand-off reservation lasts, in ms,
+/// optional `ARGV[5]` the waiter id of a lock that came through the queue.
 ///
 /// Our token as we wrote it with `n-` (nobody marked it: nobody waited) is deleted at once,
 /// with no look at the queue and nothing published, as the server's own `DELIFEQ` does
@@ -187,6 +190,12 @@ macro_rules! lua {
 ///   lock: the key holds `h-<its token>|<waiter id>` for its ttl, and the message names the
 ///   nonce it registered (`<release id>:<waiter id>:<nonce>`), from which the waiter counts
 ///   its lock without a round of its own (`DESIGN.md` §7);
+/// - a fenced waiter that registered (`QUEUED_ACQUIRE_FENCED`) gets its own lock the same way
+///   from a fenced release (the fence keys given), where the master is seeded for its
+///   current term (read by the script from `INFO server`): the counter rises as the key is
+///   set, as for any fenced grant, and the message also names the counter and the marker's
+///   epoch (`…:<nonce>:<counter>:<epoch>`), from which the waiter makes its token and
+///   confirms it (`DESIGN.md` §7);
 /// - any other gets a reservation: `handoff:<waiter id>` (never a token: tokens are hex
 ///   digits) for `ARGV[4]` ms, which only that waiter's queued round may turn into its lock,
 ///   and the message is `<release id>:<waiter id>`.
@@ -204,8 +213,16 @@ macro_rules! lua {
 /// failed acquire passes no channel and no queue: waking or handing
 /// to waiters there would have them retry, fail and clean up in turn, waking each other for
 /// ever while the holder holds.
-pub(crate) static RELEASE: LuaScript =
-    LuaScript::new(lua!("ours", "not_ours", "handed", "hand_over", "release"));
+pub(crate) static RELEASE: LuaScript = LuaScript::new(lua!(
+    "ours",
+    "not_ours",
+    "handed",
+    "hand_over",
+    "fence_term",
+    "fence_take",
+    "fence_hand_over",
+    "release"
+));
 
 /// `KEYS[1]` lock key, `KEYS[2]` its waiters' queue, `KEYS[3]` their liveness; `ARGV[1]`
 /// token, `ARGV[2]` ttl in ms, `ARGV[3]` the waiter's id, `ARGV[4]` how long this
@@ -383,8 +400,10 @@ pub(crate) static DEQUEUE_PERMIT: LuaScript = LuaScript::new(lua!("hand_over", "
 /// token, `ARGV[2]` the waiter's id, `ARGV[3]` liveness in ms, `ARGV[4]` its place.
 ///
 /// `ARGV[5]` the release channel, `ARGV[6]` a release id, `ARGV[7]` the reservation in ms
-/// (as `RELEASE`'s); an unfenced waiter's `ARGV[8]` ttl and `ARGV[9]` nonce, its registration
-/// for a hand-off (as `QUEUED_ACQUIRE`'s).
+/// (as `RELEASE`'s); a waiter's `ARGV[8]` ttl (`f<ttl>` for a fenced waiter's, see
+/// `QUEUED_ACQUIRE_FENCED`) and `ARGV[9]` nonce, its registration for a hand-off (as
+/// `QUEUED_ACQUIRE`'s). Its own hand-over names no fence keys: a fenced waiter gets a
+/// reservation there.
 ///
 /// Where the key was handed to this waiter (`h-…|<id>`) since its round, answers `-2` and
 /// does nothing else: that is the waiter's lock, which it may be counting from the release
@@ -531,15 +550,17 @@ pub(crate) static ACQUIRE_FENCED: LuaScript =
 /// `KEYS[1]` lock key, `KEYS[2]` its waiters' queue, `KEYS[3]` their liveness, `KEYS[4]` the
 /// fence counter, `KEYS[5]` its re-seed marker, optional `KEYS[6]` the per-resource counter;
 /// `ARGV[1]` token, `ARGV[2]` ttl in ms, `ARGV[3]` the waiter's id, `ARGV[4]` how long this
-/// registration stays live, in ms, `ARGV[5]` its place, `ARGV[6]` the server's `run_id`.
+/// registration stays live, in ms, `ARGV[5]` its place, `ARGV[6]` the round's nonce (or
+/// empty), `ARGV[7]` the server's `run_id`.
 ///
 /// The fenced acquire of a waiter: [`QUEUED_ACQUIRE`] with the fence of [`ACQUIRE_FENCED`].
 /// On a master not re-seeded in its current term, `-6` and nothing else. Then, when the key
 /// is free or reserved for this waiter, sets it to the token (marked), leaves the queue and
 /// raises the slot's counter as `ACQUIRE_FENCED` does (`{-1, counter, epoch}`); otherwise
-/// joins the queue or keeps its place and answers the holder's remaining ttl. A reservation
-/// never touches a counter: the counter rises only where a token is set, as for every fenced
-/// grant (`DESIGN.md` §7).
+/// joins the queue or keeps its place and answers the holder's remaining ttl, registering the
+/// token with the nonce as a fenced waiter's (its ttl written `f<ttl>`: only a fenced
+/// release hands it its lock, `RELEASE`). A reservation never touches a counter: the counter
+/// rises only where a token is set, as for every fenced grant (`DESIGN.md` §7).
 ///
 /// Sent whole, for the reason [`QUEUED_ACQUIRE`] is.
 pub(crate) static QUEUED_ACQUIRE_FENCED: LuaScript = LuaScript::sent_whole_with_run_id(lua!(
@@ -1709,6 +1730,129 @@ mod tests {
             (run, term)
         }
 
+        /// A fenced waiter registered by its refused `QUEUED_ACQUIRE_FENCED` (`f<ttl>`): a
+        /// release without the fence keys reserves the lock for it and raises nothing; a
+        /// fenced release on a master seeded for its term hands it its own lock for its ttl,
+        /// raises the counter once and names it with the marker's epoch, and the waiter's
+        /// confirmation finds the handed key its own; on a master not seeded for its term the
+        /// fenced release reserves and raises nothing.
+        ///
+        /// Mutations (run, each caught): `fence_hand_over.lua` without its term check (`local
+        /// epoch = seeded_epoch(…) or 0`: the unseeded master hands over and raises the
+        /// counter); `raise_counter(4)` left out of it (the counter stays 5); `hand_over.lua`
+        /// handing a fenced registration its lock without `fenced` (the unfenced release hands
+        /// over, the counter untouched).
+        #[test]
+        fn a_fenced_waiter_is_handed_its_own_lock_only_by_a_fenced_release_on_a_seeded_master() {
+            use super::super::{CONFIRM_FENCE, QUEUED_ACQUIRE_FENCED};
+            const COUNTER: &str = "q:{r}:fence";
+            const MARKER: &str = "q:{r}:seeded";
+            let cluster = Cluster::start(1);
+            let (run, term) = run_and_term(&cluster);
+            let client = redis::Client::open(cluster.urls()[0].as_str()).expect("url");
+            let mut connection = client.get_connection().expect("connect");
+            let mut messages = connection.as_pubsub();
+            messages.subscribe("ch:c").expect("subscribe");
+            messages
+                .set_read_timeout(Some(std::time::Duration::from_secs(5)))
+                .expect("timeout");
+            let mark = |cluster: &Cluster, term: &str| {
+                let _: i64 = cluster.run(
+                    0,
+                    redis::cmd("HSET")
+                        .arg(MARKER)
+                        .arg("run")
+                        .arg(term)
+                        .arg("epoch")
+                        .arg(3),
+                );
+            };
+            mark(&cluster, &term);
+            let _: () = cluster.run(0, redis::cmd("SET").arg(COUNTER).arg(5));
+            let counter = |cluster: &Cluster| -> Option<i64> {
+                cluster.run(0, redis::cmd("GET").arg(COUNTER))
+            };
+            // Held by `n-tok`: the fenced waiter's round is refused and registers it.
+            let wait = |cluster: &Cluster| {
+                set(cluster, "n-tok");
+                let mut cmd = redis::cmd("EVAL");
+                cmd.arg(QUEUED_ACQUIRE_FENCED.code())
+                    .arg(5)
+                    .arg(KEY)
+                    .arg(QUEUE)
+                    .arg(WAITERS)
+                    .arg(COUNTER)
+                    .arg(MARKER);
+                cmd.arg("n-mine").arg(30_000).arg("c.w").arg(60_000).arg(7);
+                cmd.arg("nonce1").arg(&run);
+                let refused: i64 = cluster.run(0, &cmd);
+                assert!(refused > 0, "refused by the holder: {refused}");
+                let registration: Option<String> =
+                    cluster.run(0, redis::cmd("HGET").arg(WAITERS).arg("c.w:h"));
+                assert_eq!(registration.as_deref(), Some("f30000 nonce1 n-mine"));
+            };
+            let release = |cluster: &Cluster, fenced: bool, id: &str| -> i64 {
+                let mut cmd = redis::cmd("EVAL");
+                cmd.arg(RELEASE.code());
+                if fenced {
+                    cmd.arg(5)
+                        .arg(KEY)
+                        .arg(QUEUE)
+                        .arg(WAITERS)
+                        .arg(COUNTER)
+                        .arg(MARKER);
+                } else {
+                    cmd.arg(3).arg(KEY).arg(QUEUE).arg(WAITERS);
+                }
+                cmd.arg("n-tok").arg("ch").arg(id).arg(500);
+                cluster.run(0, &cmd)
+            };
+            let message = |messages: &mut redis::PubSub<'_>| -> String {
+                let message = messages.get_message().expect("hand-off message");
+                message.get_payload().expect("payload")
+            };
+
+            // A release without the fence keys: a reservation, the counter untouched.
+            wait(&cluster);
+            assert_eq!(release(&cluster, false, "r1"), -1);
+            assert_eq!(get(&cluster).as_deref(), Some("handoff:c.w"));
+            assert_eq!(message(&mut messages), "r1:c.w");
+            assert_eq!(counter(&cluster), Some(5));
+
+            // A fenced release: its own lock, for its ttl, the counter raised and named with
+            // the marker's epoch.
+            wait(&cluster);
+            assert_eq!(release(&cluster, true, "r2"), -1);
+            assert_eq!(get(&cluster).as_deref(), Some("h-n-mine|c.w"));
+            assert!(pttl(&cluster) > 20_000, "the waiter's ttl");
+            assert_eq!(counter(&cluster), Some(6));
+            assert_eq!(message(&mut messages), "r2:c.w:nonce1:6:3");
+            assert!(queued(&cluster).is_empty());
+            // Its confirmation (token 9, from another master) finds the handed key its own.
+            let mut confirm = redis::cmd("EVAL");
+            confirm
+                .arg(CONFIRM_FENCE.code())
+                .arg(3)
+                .arg(KEY)
+                .arg(COUNTER)
+                .arg(MARKER)
+                .arg("n-mine")
+                .arg(9)
+                .arg(3)
+                .arg(&run);
+            assert_eq!(cluster.run::<i64>(0, &confirm), -1);
+            assert_eq!(counter(&cluster), Some(9));
+
+            // No longer seeded in this term (say it failed over and back since the waiter
+            // queued): a fenced release reserves, and raises nothing.
+            wait(&cluster);
+            mark(&cluster, "another/term");
+            assert_eq!(release(&cluster, true, "r3"), -1);
+            assert_eq!(get(&cluster).as_deref(), Some("handoff:c.w"));
+            assert_eq!(message(&mut messages), "r3:c.w");
+            assert_eq!(counter(&cluster), Some(9));
+        }
+
         /// `QUEUED_ACQUIRE_FENCED` on one master: on a master not re-seeded in its term it
         /// answers `-6` and changes nothing; refused by a holder, it joins the queue and marks
         /// the holder without raising the counter; it never takes a reservation made for
@@ -1736,7 +1880,8 @@ mod tests {
                     .arg(COUNTER)
                     .arg(MARKER);
                 cmd.arg("n-me").arg(30_000).arg("c.w").arg(60_000).arg(7);
-                cmd.arg(&run);
+                // No nonce: not registered for a hand-off.
+                cmd.arg("").arg(&run);
                 cluster.run(0, &cmd)
             };
             let counter = |cluster: &Cluster| -> Option<i64> {

@@ -96,7 +96,8 @@ impl Waiters {
         }
         match payload.iter().position(|&b| b == b':') {
             Some(colon) => {
-                // `<waiter id>`, or `<waiter id>:<nonce>` for a lock handed with its token.
+                // `<waiter id>`, or `<waiter id>:<nonce>` for a lock handed with its token
+                // (`…:<nonce>:<counter>:<epoch>` by a fenced release).
                 let named = payload.get(colon + 1..).unwrap_or_default();
                 let (waiter, nonce) = match named.iter().position(|&b| b == b':') {
                     Some(at) => (named.get(..at).unwrap_or_default(), named.get(at + 1..)),
@@ -132,28 +133,71 @@ struct Named {
     handed: Arc<HandOffs>,
 }
 
-/// The hand-offs to one waiter: per node, the nonce the last hand-off message from that node
-/// named (the waiter's request that node ran last, `scripts/lua/hand_over.lua`), if any.
+/// The hand-offs to one waiter: per node, what the last hand-off message from that node
+/// said after the waiter's id: the nonce it named (the waiter's request that node ran last,
+/// `scripts/lua/hand_over.lua`), and after a fenced release's, `:<counter>:<epoch>`.
 #[derive(Debug)]
 pub(crate) struct HandOffs(Mutex<Vec<Option<Vec<u8>>>>);
+
+/// One node's hand-off of the lock to a waiter, as its message said.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct HandOff {
+    /// A fenced release's: the fence counter it raised as it set the key, and the epoch of
+    /// the counter's re-seed marker then (what the waiter's confirmation must find there).
+    pub(crate) fence: Option<FencedHandOff>,
+}
+
+/// What a fenced release's hand-off message names besides the nonce.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct FencedHandOff {
+    pub(crate) counter: u64,
+    pub(crate) epoch: u64,
+}
 
 impl HandOffs {
     fn new(nodes: usize) -> Self {
         Self(Mutex::new(vec![None; nodes]))
     }
 
-    fn record(&self, node: usize, nonce: &[u8]) {
+    fn record(&self, node: usize, said: &[u8]) {
         if let Some(slot) = lock(&self.0).get_mut(node) {
-            *slot = Some(nonce.to_vec());
+            *slot = Some(said.to_vec());
         }
     }
 
-    /// Per node, whether its last hand-off message named `nonce`.
-    pub(crate) fn naming(&self, nonce: &[u8]) -> Vec<bool> {
+    /// Per node, the hand-off its last message made, when that message named `nonce`.
+    pub(crate) fn naming(&self, nonce: &[u8]) -> Vec<Option<HandOff>> {
         lock(&self.0)
             .iter()
-            .map(|named| named.as_deref() == Some(nonce))
+            .map(|said| said.as_deref().and_then(|said| hand_off(said, nonce)))
             .collect()
+    }
+}
+
+/// The hand-off a message's `said` (`<nonce>`, or `<nonce>:<counter>:<epoch>`) made, when it
+/// names `nonce`. A fenced message whose numbers do not read names nothing that counts.
+fn hand_off(said: &[u8], nonce: &[u8]) -> Option<HandOff> {
+    let mut parts = said.split(|&b| b == b':');
+    if parts.next()? != nonce {
+        return None;
+    }
+    let number = |part: Option<&[u8]>| -> Option<Option<u64>> {
+        match part {
+            None => Some(None),
+            Some(digits) => std::str::from_utf8(digits).ok()?.parse().ok().map(Some),
+        }
+    };
+    let counter = number(parts.next())?;
+    let epoch = number(parts.next())?;
+    if parts.next().is_some() {
+        return None;
+    }
+    match (counter, epoch) {
+        (None, None) => Some(HandOff { fence: None }),
+        (Some(counter), Some(epoch)) => Some(HandOff {
+            fence: Some(FencedHandOff { counter, epoch }),
+        }),
+        _ => None,
     }
 }
 
@@ -631,5 +675,29 @@ mod tests {
         let (mut waiters, _) = waiting(&[]);
         waiters.released(b"r1", Some(0));
         assert!(!woken(&waiters.notify));
+    }
+
+    /// A hand-off message names its nonce, and a fenced release's also the counter and
+    /// epoch; one that does not read (a number missing or not a number, more parts) counts
+    /// as no hand-off at all, never as an unfenced one.
+    ///
+    /// Mutation: reading a fenced message's missing epoch as no fence (`(Some(_), None)` as
+    /// `Some(HandOff { fence: None })`) would let a fenced waiter's count see it unfenced.
+    #[test]
+    fn hand_off_messages_read_their_nonce_and_fence() {
+        assert_eq!(hand_off(b"n1", b"n1"), Some(HandOff { fence: None }));
+        assert_eq!(hand_off(b"n1", b"n2"), None);
+        assert_eq!(
+            hand_off(b"n1:42:3", b"n1"),
+            Some(HandOff {
+                fence: Some(FencedHandOff {
+                    counter: 42,
+                    epoch: 3
+                })
+            })
+        );
+        for bad in [&b"n1:42"[..], b"n1:x:3", b"n1:42:", b"n1:42:3:9", b"n1::3"] {
+            assert_eq!(hand_off(bad, b"n1"), None, "{}", bad.escape_ascii());
+        }
     }
 }

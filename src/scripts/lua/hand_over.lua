@@ -6,9 +6,13 @@
 -- A waiter that registered its token (`join_queue.lua`: `<id>:h` is `<ttl> <nonce> <token>`)
 -- gets its lock: the key holds `h-<token>|<id>` for the waiter's ttl, and the message names
 -- the nonce of the waiter's request this master ran last, so the waiter can count the
--- hand-off without a round of its own (`DESIGN.md` §7). Any other waiter (a fenced one) gets
--- a reservation, `handoff:<id>` for `reservation` ms, which its next round turns into a lock.
-local function hand_over(channel, release_id, reservation, key, queue, waiters)
+-- hand-off without a round of its own (`DESIGN.md` §7). A fenced waiter's registration
+-- (its ttl written `f<ttl>`) is handed its lock only by a fenced release (`fenced`, see
+-- `fence_hand_over.lua`), which raises the fence counter as it sets the key, and the
+-- message also names the counter and the epoch: `:<nonce>:<counter>:<epoch>`. Any other
+-- waiter (a fenced one the release cannot fence for) gets a reservation, `handoff:<id>` for
+-- `reservation` ms, which its next round turns into a lock.
+local function hand_over(channel, release_id, reservation, key, queue, waiters, fenced)
   key, queue, waiters = key or KEYS[1], queue or KEYS[2], waiters or KEYS[3]
   local handed, registered = nil, nil
   if queue and redis.pcall('EXISTS', queue) == 1 then
@@ -32,12 +36,18 @@ local function hand_over(channel, release_id, reservation, key, queue, waiters)
   end
   if handed then
     local message = release_id .. ':' .. handed
-    local ttl, nonce, token = nil, nil, nil
-    if registered then ttl, nonce, token = string.match(registered, '^(%d+) (%S+) (.+)$') end
-    if token then
+    local f, ttl, nonce, token = nil, nil, nil, nil
+    if registered then f, ttl, nonce, token = string.match(registered, '^(f?)(%d+) (%S+) (.+)$') end
+    local taken = nil
+    if token and f == 'f' then
+      if fenced then taken = fenced('h-' .. token .. '|' .. handed, ttl) end
+      if taken then message = message .. ':' .. nonce .. ':' .. taken[1] .. ':' .. taken[2] end
+    elseif token then
       redis.call('SET', key, 'h-' .. token .. '|' .. handed, 'PX', ttl)
       message = message .. ':' .. nonce
-    else
+      taken = true
+    end
+    if not taken then
       redis.call('SET', key, 'handoff:' .. handed, 'PX', reservation)
     end
     if channel ~= '' then

@@ -16,12 +16,16 @@ if value == ARGV[1] and string.sub(value, 1, 2) == 'n-' then
   redis.call('DEL', KEYS[1])
   return -1
 end
+-- A fenced lock's release names the fence keys: a fenced waiter is then handed its own lock,
+-- fenced, instead of a reservation.
+local fenced = nil
+if KEYS[5] then fenced = fenced_hand_over end
 if not ours(value) then
   local answer = not_ours(value)
   if waiter and (value == 'handoff:' .. waiter or handed_to(value, waiter)) then
-    hand_over(ARGV[2], ARGV[3], ARGV[4])
+    hand_over(ARGV[2], ARGV[3], ARGV[4], nil, nil, nil, fenced)
   end
   return answer
 end
-hand_over(ARGV[2], ARGV[3], ARGV[4])
+hand_over(ARGV[2], ARGV[3], ARGV[4], nil, nil, nil, fenced)
 return -1
