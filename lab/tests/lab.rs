@@ -218,7 +218,7 @@ fn the_bench_measures_every_section_and_stops_its_masters() {
         .collect();
     assert_eq!(tasks, [1, 16, 64]);
     let handoff = figures["handoff"].as_array().expect("hand-off rows");
-    assert_eq!(handoff.len(), 2, "{figures}");
+    assert_eq!(handoff.len(), 4, "{figures}");
     for run in handoff {
         assert!(spread_ok(&run["handoff"]), "{run}");
         let fairness = run["fairness"].as_f64().unwrap_or(0.0);

@@ -39,21 +39,23 @@
 //! its cleanup deleted it).
 //!
 //! # With fencing ([`FenceRule`])
-//! Each master keeps a fence counter (1 at the start: the holder's token is 1, confirmed
-//! everywhere). Every grant raises it: the holder's release handing the key over (a fenced
-//! release carries the fence keys, `RELEASE_FENCED`) names the raised counter in its
-//! message, the waiter's round raises it where it sets its token, and the passer-by's round
-//! too. A cleanup that finds the key gone hands it over without the fence keys: a
-//! reservation (for one tick), which only the waiter's next round turns into its token. A
-//! decision (by messages or by a round) is a token, the largest counter among the masters it
-//! counted, and a confirm round sent to them, behind the waiter's requests still running
-//! there: where the key still holds the waiter's token it raises the counter to the token,
-//! and the waiter holds once a majority of the counted masters confirmed (a confirm round
-//! that cannot reach one gives up). The passer-by confirms in the instant it acquires.
-//! Properties: no two holders confirmed with one token, and every token above those
-//! confirmed before its acquire began. Two wrong rules are caught: a hand-over that reads
-//! the counter without raising it, and a waiter that trusts its token without the confirm
-//! round.
+//! Each master keeps a fence counter. At the start the holder's token is 3, confirmed on two
+//! masters (counters 3); its grant on the third came after its decision (counter 1 there).
+//! Every grant raises a counter: the holder's release handing the key over (a fenced release
+//! names the fence keys) names the raised counter in its message, the waiter's round raises
+//! it where it sets its token, and the passer-by's round too. A cleanup that finds the key
+//! gone hands it over without the fence keys: a reservation (for one tick), which only the
+//! waiter's next round turns into its token. A decision (by messages or by a round) is a
+//! token, the largest counter among the masters it counted, and a confirm round sent to
+//! them, each request running at any moment (a cleanup sent by hash waits in the client for
+//! its round's answer, so a confirm can overtake it): where the key still holds the waiter's
+//! token it raises the counter to the token, and the waiter holds once a majority of the
+//! counted masters confirmed (a confirm round that cannot reach one gives up). The passer-by
+//! confirms in the instant it acquires. Properties: no two holders confirmed with one token,
+//! and every token above those confirmed before its acquire began (and the passer-by does
+//! hold after the waiter, so that check is not vacuous). Three wrong rules are caught: a
+//! hand-over that reads the counter without raising it, a token trusted without the confirm
+//! round, and a token taken as the smallest counter named.
 //!
 //! Not modelled: several waiters (places order them; exclusion rests on one token per key,
 //! which every script keeps), a waiter's liveness lapsing (the hand-off then skips it, as
@@ -71,13 +73,17 @@ const DRIFT: u8 = 1;
 /// The clock stops here. Both wrong rules break by then; the shipped one also holds with the
 /// clock stopping at 6 (34.5 million states, a minute optimised), too long for every CI run.
 const HORIZON: u8 = 5;
+/// With fencing the clock stops at 4: every wrong token rule breaks by then, and the
+/// passer-by does hold after the waiter. As built it also holds with the clock stopping at 5
+/// (35.7 million states, a minute optimised), too long for every CI run.
+const FENCED_HORIZON: u8 = 4;
 /// How many queued rounds the waiter may run.
 const ROUNDS: u8 = 2;
 /// The waiter's requests: 0 its join, then each round (odd) and its cleanup (even).
 const NONCES: usize = 1 + 2 * ROUNDS as usize;
 /// How many of the waiter's requests may wait on one connection: a cleanup, the round sent
-/// behind it, the round's cleanup, and a confirm round.
-const PENDING: usize = 4;
+/// behind it, and the round's cleanup.
+const PENDING: usize = 3;
 
 /// How the waiter decides it holds by the messages it heard.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -101,6 +107,8 @@ pub(crate) enum FenceRule {
     HandOverReadsTheCounter,
     /// Wrong: the token is trusted without the confirm round.
     NoConfirm,
+    /// Wrong: the token is the smallest counter the counted messages name.
+    SmallestCounter,
 }
 
 /// The knobs of one check.
@@ -149,10 +157,6 @@ pub(crate) struct Master {
 enum Request {
     Round,
     Cleanup,
-    /// The confirm round's request, with the token to raise the counter to.
-    Confirm {
-        token: u8,
-    },
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -170,7 +174,9 @@ enum WaiterPhase {
         ran: u8,
     },
     /// Decided, with fencing: its confirm round was sent to the `counted` masters; which of
-    /// them ran it, and which confirmed.
+    /// them ran it, and which confirmed. A confirm request runs at any moment, before or
+    /// after the waiter's requests still waiting on that connection: a cleanup sent by hash
+    /// waits in the client for its round's answer, so the confirm can overtake it.
     Confirming {
         deadline: u8,
         by_round: bool,
@@ -213,6 +219,8 @@ enum PasserPhase {
 
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub(crate) struct HandoffState {
+    /// The holder's fencing token (0 without fencing).
+    holder_token: u8,
     now: u8,
     masters: [Master; MASTERS],
     holder: HolderPhase,
@@ -241,6 +249,8 @@ pub(crate) enum Step {
     HolderReleases(usize),
     /// The masters whose messages it counts (a mask).
     WaiterTakesByMessages(u8),
+    /// Its confirm request runs on a master.
+    WaiterConfirms(usize),
     WaiterSendsRound,
     WaiterRuns(usize),
     WaiterDecidesRound,
@@ -282,7 +292,7 @@ impl HandoffState {
     /// passer-by's once they hold.
     fn confirmed_tokens(&self) -> [Option<u8>; 3] {
         [
-            Some(1),
+            Some(self.holder_token),
             match self.waiter {
                 WaiterPhase::Holding { token, .. } => Some(token),
                 _ => None,
@@ -361,7 +371,7 @@ impl HandoffState {
     /// With fencing, counting the messages of the masters in `mask` under `rule`: the moment
     /// its validity counts from and the token (the largest counter they name), or `None`
     /// when some master in it has no message to count.
-    fn by_messages_of(&self, rule: HandoffRule, mask: u8) -> Option<(u8, u8)> {
+    fn by_messages_of(&self, rule: HandoffRule, fence: FenceRule, mask: u8) -> Option<(u8, u8)> {
         let countable = self.countable(rule);
         let mut anchor = u8::MAX;
         let mut token = 0;
@@ -371,7 +381,12 @@ impl HandoffState {
             }
             let nonce = (*nonce)?;
             anchor = anchor.min(self.sent[nonce]?);
-            token = token.max(self.published[m][nonce]);
+            let named = self.published[m][nonce];
+            token = if fence == FenceRule::SmallestCounter && token != 0 {
+                token.min(named)
+            } else {
+                token.max(named)
+            };
         }
         if rule == HandoffRule::FromTheMessages {
             anchor = self.now;
@@ -380,8 +395,8 @@ impl HandoffState {
     }
 
     /// The waiter decided (by messages or by its round, `by_round`) it holds until `deadline`
-    /// with `token`: with fencing, its confirm round goes to the `counted` masters, behind its
-    /// requests still running there (or, by the wrong rule, the token is trusted at once).
+    /// with `token`: with fencing, its confirm round goes to the `counted` masters (or, by the
+    /// wrong rule, the token is trusted at once).
     fn decided(
         &mut self,
         fence: Option<FenceRule>,
@@ -397,12 +412,6 @@ impl HandoffState {
                 token,
             };
             return;
-        }
-        let nonce = self.latest;
-        for (m, queue) in self.pending.iter_mut().enumerate() {
-            if counted & bit(m) != 0 {
-                enqueue(queue, Request::Confirm { token }, nonce);
-            }
         }
         self.waiter = WaiterPhase::Confirming {
             deadline,
@@ -525,17 +534,29 @@ impl Model for HandoffModel {
             expires: TTL,
             queued: true,
             last_nonce: 0,
-            counter: u8::from(self.fence.is_some()),
+            counter: 0,
+        };
+        // With fencing, the holder's token is 3, confirmed on masters 1 and 2; its grant on
+        // master 0, which came after its decision, raised the counter there to 1 only. A
+        // waiter's messages then name unequal counters (its token must be the largest).
+        let (holder_token, counters) = if self.fence.is_some() {
+            (3, [1, 3, 3])
+        } else {
+            (0, [0; MASTERS])
         };
         // Queued everywhere, or its join never reached the last master.
         [MASTERS, MASTERS - 1]
             .into_iter()
             .map(|reached| {
                 let mut masters = [held; MASTERS];
+                for (master, counter) in masters.iter_mut().zip(counters) {
+                    master.counter = counter;
+                }
                 for master in masters.iter_mut().skip(reached) {
                     master.queued = false;
                 }
                 HandoffState {
+                    holder_token,
                     now: 0,
                     masters,
                     holder: HolderPhase::Holding,
@@ -556,7 +577,12 @@ impl Model for HandoffModel {
     }
 
     fn actions(&self, s: &HandoffState, actions: &mut Vec<Step>) {
-        if s.now < HORIZON {
+        let horizon = if self.fence.is_some() {
+            FENCED_HORIZON
+        } else {
+            HORIZON
+        };
+        if s.now < horizon {
             actions.push(Step::Tick);
         }
         match s.holder {
@@ -600,6 +626,13 @@ impl Model for HandoffModel {
             // Decided once a majority answered (the rest run later, as stragglers).
             WaiterPhase::InRound { ran, .. } if count(ran) >= QUORUM => {
                 actions.push(Step::WaiterDecidesRound);
+            }
+            WaiterPhase::Confirming { counted, ran, .. } => {
+                for m in 0..MASTERS {
+                    if counted & !ran & bit(m) != 0 {
+                        actions.push(Step::WaiterConfirms(m));
+                    }
+                }
             }
             _ => {}
         }
@@ -647,7 +680,7 @@ impl Model for HandoffModel {
                     }
                     (anchor, 0)
                 } else {
-                    s.by_messages_of(self.rule, mask)?
+                    s.by_messages_of(self.rule, self.fence?, mask)?
                 };
                 let deadline = anchor + TTL - DRIFT;
                 if deadline <= now {
@@ -714,56 +747,6 @@ impl Model for HandoffModel {
                             };
                         }
                     }
-                    // `CONFIRM_FENCE`: where the key still holds the waiter's token, raises
-                    // the counter to the token; the waiter holds once a majority of the
-                    // masters it counted confirmed, and gives up once that cannot be.
-                    Request::Confirm { token } => {
-                        let master = &mut s.masters[m];
-                        let holds = matches!(
-                            master.value,
-                            Value::Token {
-                                owner: Owner::Waiter,
-                                ..
-                            }
-                        );
-                        if holds {
-                            master.counter = master.counter.max(token);
-                        }
-                        if let WaiterPhase::Confirming {
-                            deadline,
-                            by_round,
-                            token,
-                            counted,
-                            ran,
-                            confirmed,
-                        } = s.waiter
-                        {
-                            let ran = ran | bit(m);
-                            let confirmed = if holds { confirmed | bit(m) } else { confirmed };
-                            s.waiter = if count(confirmed) >= QUORUM {
-                                if deadline > now {
-                                    WaiterPhase::Holding {
-                                        deadline,
-                                        by_round,
-                                        token,
-                                    }
-                                } else {
-                                    WaiterPhase::GaveUp
-                                }
-                            } else if ran == counted {
-                                WaiterPhase::GaveUp
-                            } else {
-                                WaiterPhase::Confirming {
-                                    deadline,
-                                    by_round,
-                                    token,
-                                    counted,
-                                    ran,
-                                    confirmed,
-                                }
-                            };
-                        }
-                    }
                     // `UNDO_AND_QUEUE`: deletes the round's own grant, keeps a handed key
                     // (and then does not join), else joins; a key it finds gone it hands
                     // over, perhaps to itself.
@@ -791,6 +774,57 @@ impl Model for HandoffModel {
                         }
                     }
                 }
+            }
+            // `CONFIRM_FENCE`: where the key still holds the waiter's token, raises the counter
+            // to the token; the waiter holds once a majority of the masters it counted
+            // confirmed, and gives up once that cannot be.
+            Step::WaiterConfirms(m) => {
+                let WaiterPhase::Confirming {
+                    deadline,
+                    by_round,
+                    token,
+                    counted,
+                    ran,
+                    confirmed,
+                } = s.waiter
+                else {
+                    return None;
+                };
+                let master = &mut s.masters[m];
+                let holds = matches!(
+                    master.value,
+                    Value::Token {
+                        owner: Owner::Waiter,
+                        ..
+                    }
+                );
+                if holds {
+                    master.counter = master.counter.max(token);
+                }
+                let ran = ran | bit(m);
+                let confirmed = if holds { confirmed | bit(m) } else { confirmed };
+                s.waiter = if count(confirmed) >= QUORUM {
+                    if deadline > now {
+                        WaiterPhase::Holding {
+                            deadline,
+                            by_round,
+                            token,
+                        }
+                    } else {
+                        WaiterPhase::GaveUp
+                    }
+                } else if ran == counted {
+                    WaiterPhase::GaveUp
+                } else {
+                    WaiterPhase::Confirming {
+                        deadline,
+                        by_round,
+                        token,
+                        counted,
+                        ran,
+                        confirmed,
+                    }
+                };
             }
             Step::WaiterDecidesRound => {
                 let WaiterPhase::InRound { granted, fence, .. } = s.waiter else {
@@ -881,11 +915,18 @@ impl Model for HandoffModel {
                     .enumerate()
                     .all(|(i, t)| !tokens[i + 1..].contains(t))
             }));
+            // Not vacuous: the passer-by's check meets a floor the waiter's token raised.
+            properties.push(Property::sometimes(
+                "the passer-by holds after the waiter",
+                |_, s: &HandoffState| {
+                    matches!(s.passer, PasserPhase::Holding { floor, .. } if floor > 1)
+                },
+            ));
             // The waiter began after the holder was confirmed; the passer-by acquires and
             // confirms in one instant.
             properties.push(Property::always("tokens rise", |_, s: &HandoffState| {
                 let waiter = match s.waiter {
-                    WaiterPhase::Holding { token, .. } => token > 1,
+                    WaiterPhase::Holding { token, .. } => token > s.holder_token,
                     _ => true,
                 };
                 let passer = match s.passer {
@@ -976,6 +1017,7 @@ mod tests {
         assert_eq!(
             found,
             [
+                "the passer-by holds after the waiter",
                 "the waiter holds by its round",
                 "the waiter holds by messages alone"
             ],
@@ -993,6 +1035,21 @@ mod tests {
             true,
         );
         assert!(found.contains(&"unique tokens"), "{found:?}");
+    }
+
+    /// The token taken as the smallest counter the counted messages name: the largest may
+    /// sit on the master a later holder's majority meets.
+    #[test]
+    fn a_handed_token_below_the_largest_counter_is_caught() {
+        let (found, _) = broken_fenced(
+            HandoffRule::LastRequestSent,
+            Some(FenceRule::SmallestCounter),
+            true,
+        );
+        assert!(
+            found.contains(&"unique tokens") || found.contains(&"tokens rise"),
+            "{found:?}"
+        );
     }
 
     /// A handed token trusted without its confirm round.

@@ -205,7 +205,9 @@ pub(crate) async fn acquire(
 ///
 /// # Cancel safety
 /// Dropped during a fenced waiter's confirm round, the queue is dropped with it and leaves
-/// in the background, passing on the keys handed to it (`Queue`'s `Drop`).
+/// in the background, behind its requests still running, passing on the keys handed to it
+/// (`Queue`'s `Drop`; a review found the stragglers taken out of the queue before the
+/// confirm, which let the leaving round overtake a held-back cleanup that queued it again).
 async fn handed_over(
     shared: &Shared,
     waiting: &mut Waiting<'_>,
@@ -242,7 +244,7 @@ async fn handed_over(
         decided: Instant::now(),
         tally,
         report: Report::new(report),
-        stragglers: queue.take_after(),
+        stragglers: queue.still_running(),
         fence,
         grants,
         native_missed: false,
@@ -256,9 +258,6 @@ async fn handed_over(
             Err((rejection, _)) => {
                 tracing::debug!(?rejection, "a fenced hand-off was not confirmed");
                 queue.unregister();
-                if let Some(stragglers) = round.stragglers {
-                    queue.leave_behind(stragglers);
-                }
                 waiting.queue = Some(queue);
                 return None;
             }

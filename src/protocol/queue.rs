@@ -331,8 +331,10 @@ impl Queue {
     }
 
     /// Its requests still running on some node: the lock it was handed goes behind them.
-    pub(crate) fn take_after(&mut self) -> Option<Stragglers> {
-        self.after.take()
+    /// Kept, not taken: a fenced waiter's confirmation may yet fail (it waits on, queued) or
+    /// be cancelled (its leaving, from `Drop`, must still go behind them).
+    pub(crate) fn still_running(&self) -> Option<Stragglers> {
+        self.after.clone()
     }
 
     /// Before a round ([`before_round`](Self::before_round)), and, once joined, its requests

@@ -258,6 +258,11 @@ async fn a_failover_counts_as_a_restart_of_the_voters_vote() {
 /// Takes and releases a lock (granted by the two other voters at least) until node 1's line
 /// in an acquire's report matches `wanted`; a round is decided at the majority, so one
 /// round's line for a slower node may be "not waited for". False after 50 rounds.
+///
+/// A lock taken while the group fails over may lose its key on node 1 (granted by the old
+/// master, gone once it rejoins as the new one's replica): with node 2's grant not waited
+/// for, its release then rightly says the lock may have been lost (seen once under load). Any
+/// other failed release fails the test.
 async fn node_line_becomes(rl: &RedLock, wanted: impl Fn(&NodeOutcome) -> bool) -> bool {
     for _ in 0..50 {
         let lock = rl
@@ -265,7 +270,17 @@ async fn node_line_becomes(rl: &RedLock, wanted: impl Fn(&NodeOutcome) -> bool) 
             .await
             .expect("two voters grant it");
         let matched = wanted(outcome(lock.report(), 1));
-        lock.release().await.expect("released");
+        let granted_by_1 = matches!(outcome(lock.report(), 1), NodeOutcome::Granted);
+        match lock.release().await {
+            Ok(_) => {}
+            Err(err)
+                if err.is_expired()
+                    && granted_by_1
+                    && err
+                        .report()
+                        .is_some_and(|r| matches!(outcome(r, 1), NodeOutcome::Missing)) => {}
+            Err(err) => panic!("released: {err:?}"),
+        }
         if matched {
             return true;
         }
