@@ -7,6 +7,11 @@
 //! | `DELIFEQ key value` | deletes the key only while it holds `value` | Valkey 9.0 |
 //! | `DELEX key IFEQ value` | the same | Redis 8.4, Valkey 9.2 |
 //!
+//! A server without a compare-and-delete of its own (Redis before 8.4, Valkey before 9.0) is
+//! sent a script that does what `DELIFEQ` does, in its place: the release nobody waits for then
+//! costs what a plain compare-and-delete costs, not the release script's queue keys and
+//! arguments.
+//!
 //! A release may go native only where nobody waits for it, and an extend only where nothing
 //! but the key's ttl changes: `DESIGN.md` §3 gives the rule (the lock's value says whether
 //! someone waits, so the server judges it atomically) and `crate::engine::encoded` the
@@ -28,6 +33,10 @@ pub(crate) enum DeleteIfEqual {
     DelIfEq,
     /// `DELEX key IFEQ value` (Redis 8.4 and later).
     DelEx,
+    /// A script that does what `DELIFEQ` does (`scripts::DELETE_IF_EQUAL`), on a Redis or
+    /// Valkey without a command of its own: one key and one argument, where the release
+    /// script names the queue's keys and four arguments more (counted in `bench --counts`).
+    Script,
 }
 
 impl NativeCommands {
@@ -49,11 +58,19 @@ impl NativeCommands {
         match name {
             "valkey" => Self {
                 renew: version >= Version(8, 1),
-                delete: (version >= Version(9, 0)).then_some(DeleteIfEqual::DelIfEq),
+                delete: Some(if version >= Version(9, 0) {
+                    DeleteIfEqual::DelIfEq
+                } else {
+                    DeleteIfEqual::Script
+                }),
             },
             "redis" => Self {
                 renew: version >= Version(8, 4),
-                delete: (version >= Version(8, 4)).then_some(DeleteIfEqual::DelEx),
+                delete: Some(if version >= Version(8, 4) {
+                    DeleteIfEqual::DelEx
+                } else {
+                    DeleteIfEqual::Script
+                }),
             },
             _ => Self::NONE,
         }
@@ -85,11 +102,18 @@ mod tests {
         assert_eq!(valkey_9.delete, Some(DeleteIfEqual::DelIfEq));
         assert!(valkey_9.renew);
         assert!(NativeCommands::of("valkey 8.1.0").renew);
-        assert_eq!(NativeCommands::of("valkey 8.1.4").delete, None);
+        let script_only = NativeCommands {
+            renew: false,
+            delete: Some(DeleteIfEqual::Script),
+        };
+        assert_eq!(
+            NativeCommands::of("valkey 8.1.4").delete,
+            Some(DeleteIfEqual::Script)
+        );
         assert_eq!(
             NativeCommands::of("valkey 8.0.2"),
-            NativeCommands::NONE,
-            "before 8.1: nothing"
+            script_only,
+            "before 8.1: the compare-and-delete script only"
         );
         assert_eq!(
             NativeCommands::of("valkey 9.1.2").delete,
@@ -98,8 +122,8 @@ mod tests {
         let redis_84 = NativeCommands::of("redis 8.4.0");
         assert_eq!(redis_84.delete, Some(DeleteIfEqual::DelEx));
         assert!(redis_84.renew);
-        assert_eq!(NativeCommands::of("redis 8.2.1"), NativeCommands::NONE);
-        assert_eq!(NativeCommands::of("redis 7.0.15"), NativeCommands::NONE);
+        assert_eq!(NativeCommands::of("redis 8.2.1"), script_only);
+        assert_eq!(NativeCommands::of("redis 7.0.15"), script_only);
         assert_eq!(NativeCommands::of("redis 10"), redis_84, "a major alone");
     }
 

@@ -12,7 +12,7 @@ use crate::core::report::NodeOutcome;
 use crate::engine::classify::{Grant, classify, classify_set_if_absent};
 use crate::engine::request::{Command, InParts, Native, Request};
 use crate::errors::error::Operation;
-use crate::scripts::LuaScript;
+use crate::scripts::{self, LuaScript};
 use crate::voters::supervisor::NativeLink;
 
 /// `cmd` on `conn`, after `ASKING` in one pipeline when `asking`.
@@ -92,6 +92,12 @@ fn extended(
         extended = Some(with_run_id);
     }
     extended
+}
+
+/// The whole request's script command: its key and extra keys, token, number and payload.
+fn whole_command(lua: &'static LuaScript, request: &Request) -> redis::Cmd {
+    let keys = (request.key.as_slice(), request.extra_keys.as_slice());
+    script_command(lua, keys, request, &request.payload)
 }
 
 /// `lua` on `key` and then `extra_keys`, with the request's token, number and then `payload`
@@ -252,6 +258,8 @@ struct NativeForm {
     kind: Native,
     del_if_eq: OnceLock<redis::Cmd>,
     del_ex: OnceLock<redis::Cmd>,
+    /// `EVALSHA` of `scripts::DELETE_IF_EQUAL`, for a server without a command of its own.
+    del_by_script: OnceLock<redis::Cmd>,
     renew: OnceLock<redis::Cmd>,
 }
 
@@ -261,6 +269,7 @@ impl NativeForm {
             kind,
             del_if_eq: OnceLock::new(),
             del_ex: OnceLock::new(),
+            del_by_script: OnceLock::new(),
             renew: OnceLock::new(),
         }
     }
@@ -278,6 +287,14 @@ impl NativeForm {
                 DeleteIfEqual::DelEx => Some(self.del_ex.get_or_init(|| {
                     let mut cmd = redis::cmd("DELEX");
                     cmd.arg(key).arg("IFEQ").arg(token);
+                    cmd
+                })),
+                DeleteIfEqual::Script => Some(self.del_by_script.get_or_init(|| {
+                    let mut cmd = redis::cmd("EVALSHA");
+                    cmd.arg(scripts::DELETE_IF_EQUAL.script().get_hash())
+                        .arg(1)
+                        .arg(key)
+                        .arg(token);
                     cmd
                 })),
             },
@@ -338,8 +355,11 @@ fn is_the_requests_error(err: &redis::RedisError) -> bool {
 
 enum Encoding {
     Script {
+        lua: &'static LuaScript,
         script: &'static Script,
-        evalsha: redis::Cmd,
+        /// Made when first sent: a request whose native form does the job (a release nobody
+        /// waits for) never sends it, and making it is most of a request's allocations.
+        evalsha: OnceLock<redis::Cmd>,
         /// The same script with its last argument `1`, for the nodes marked (extend's re-add).
         marked: Option<(Vec<bool>, redis::Cmd)>,
         /// Append the server's `run_id` to the arguments (see `LuaScript::takes_run_id`).
@@ -357,15 +377,20 @@ impl EncodedRequest {
         let wire = match request.command {
             Command::Script(lua) => {
                 let script = lua.script();
-                let keys = (request.key.as_slice(), request.extra_keys.as_slice());
-                let mut evalsha = script_command(lua, keys, &request, &request.payload);
+                let evalsha = OnceLock::new();
                 let marked = request.readd_on.as_ref().map(|nodes| {
-                    let mut marked = evalsha.clone();
+                    let mut unmarked = whole_command(lua, &request);
+                    let mut marked = unmarked.clone();
                     marked.arg("1");
-                    evalsha.arg("0");
+                    unmarked.arg("0");
+                    let _ = evalsha.set(unmarked);
                     (nodes.clone(), marked)
                 });
+                if request.native.is_none() && marked.is_none() {
+                    let _ = evalsha.set(whole_command(lua, &request));
+                }
                 Encoding::Script {
+                    lua,
                     script,
                     evalsha,
                     marked,
@@ -430,7 +455,12 @@ impl EncodedRequest {
         if let Some(form) = &self.native
             && let Some(cmd) = form.command(&self.request, native.offered())
         {
-            match query(cmd, conn, asking).await {
+            // The script standing in for a server's own command is loaded when the server
+            // does not know it (restarted, `SCRIPT FLUSH`).
+            let script = (form.kind == Native::Release
+                && native.offered().delete == Some(DeleteIfEqual::Script))
+            .then(|| scripts::DELETE_IF_EQUAL.script());
+            match query_loading(cmd, script, conn, asking).await {
                 Ok(reply) if form.did(&reply) => return Ok(Value::Int(-1)),
                 Ok(_) => {
                     self.native_missed
@@ -448,6 +478,7 @@ impl EncodedRequest {
         }
         match &self.wire {
             Encoding::Script {
+                lua,
                 script,
                 evalsha,
                 marked,
@@ -457,7 +488,7 @@ impl EncodedRequest {
             } => {
                 let cmd = match marked {
                     Some((nodes, marked)) if nodes.get(node) == Some(&true) => marked,
-                    _ => evalsha,
+                    _ => evalsha.get_or_init(|| whole_command(lua, &self.request)),
                 };
                 let server_run = server_run.filter(|_| *run_id);
                 if let Some(extended) = extended(cmd, per_node.as_deref(), node, server_run) {

@@ -130,8 +130,9 @@ impl std::fmt::Debug for LuaScript {
 
 /// Every script sent by hash, for loading them all on a new connection (`QUEUED_ACQUIRE` is
 /// sent whole).
-pub(crate) fn all() -> [&'static LuaScript; 27] {
+pub(crate) fn all() -> [&'static LuaScript; 28] {
     [
+        &DELETE_IF_EQUAL,
         &ACQUIRE_READ,
         &ACQUIRE_READ_FENCED,
         &CONFIRM_FENCE_READ,
@@ -173,6 +174,11 @@ macro_rules! lua {
         concat!($(include_str!(concat!("lua/", $file, ".lua"))),+)
     };
 }
+
+/// `KEYS[1]` lock key, `ARGV[1]` token: deletes the key only while it holds the token, `1`,
+/// else `0`. What the server's own `DELIFEQ` does (`core::native`), for a server without it:
+/// the release of a token nobody marked (`DESIGN.md` §3), with one key and one argument.
+pub(crate) static DELETE_IF_EQUAL: LuaScript = LuaScript::new(lua!("delete_if_equal"));
 
 /// `KEYS[1]` lock key, optional `KEYS[2]` its waiters' queue and `KEYS[3]` their liveness
 /// (`resource::QueueKeys`), and, for a fenced lock, `KEYS[4]` the slot's fence counter,

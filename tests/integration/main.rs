@@ -45,7 +45,7 @@ use redquorum_testkit::{Cluster, Fault, Proxy};
 
 pub(crate) const PREFIX: &[u8] = b"redquorum:";
 /// How many Lua scripts redquorum loads on every new connection (`scripts::all`).
-pub(crate) const SCRIPT_COUNT: u64 = 27;
+pub(crate) const SCRIPT_COUNT: u64 = 28;
 
 /// A client over every server of `cluster`, with a per-node timeout generous enough for a
 /// loaded 2-core CI machine.

@@ -1,7 +1,8 @@
 //! The servers' own compare commands (`DELIFEQ`, `SET … IFEQ … PX`; `DESIGN.md` §3): used
 //! where the server has them and nobody waits, never where someone does, read again at every
 //! connection, and given up on a connection whose server refuses them. Valkey 9.1 has both;
-//! Debian's Redis 7.0 has neither (Redis 8.4's `DELEX` is not at hand here).
+//! Debian's Redis 7.0 has neither (Redis 8.4's `DELEX` is not at hand here): it is sent the
+//! compare-and-delete script that stands in for `DELIFEQ`.
 
 use std::time::Duration;
 
@@ -53,10 +54,14 @@ async fn client(cluster: &Cluster, native: bool) -> RedLock {
 /// On Valkey masters a lock's value begins with `n-`, its extend is one `SET … IFEQ … PX`
 /// and its release one `DELIFEQ` per master, no script; nothing is left behind. Told to use
 /// scripts only, the client sends neither and writes the value as before. A Redis 7.0 master
-/// in the same list is sent the scripts, and no command it lacks.
+/// in the same list is sent the scripts, and no command it lacks: its release is the
+/// compare-and-delete script standing in for `DELIFEQ`, loaded again after a `SCRIPT FLUSH`,
+/// not the release script.
 ///
-/// Mutation: `NativeCommands::of` offering nothing: no `DELIFEQ` is counted (run, caught);
-/// offering Valkey's commands to Redis: Redis answers `ERR unknown command` (run, caught).
+/// Mutations: `NativeCommands::of` offering nothing: no `DELIFEQ` is counted (run, caught);
+/// offering Valkey's commands to Redis: Redis answers `ERR unknown command` (run, caught);
+/// the stand-in's `NOSCRIPT` not loading it (`query_loading(cmd, None, …)`): the release
+/// script follows and is loaded instead (run, caught).
 #[tokio::test]
 async fn valkey_releases_and_renews_with_its_own_commands_and_redis_with_scripts() {
     let cluster = Cluster::start_kinds(
@@ -71,9 +76,29 @@ async fn valkey_releases_and_renews_with_its_own_commands_and_redis_with_scripts
     assert!(crate::held_everywhere(&cluster, &lock).await);
     assert!(lock.token().expose().starts_with("n-"));
     lock.extend(TTL).await.expect("extend");
+    let _: () = cluster.run(2, redis::cmd("SCRIPT").arg("FLUSH"));
     lock.release().await.expect("release");
     crate::settled(&rl).await;
     cluster.assert_no_keys_under(PREFIX);
+    let stand_in = redis::Script::new(include_str!("../../src/scripts/lua/delete_if_equal.lua"));
+    let loaded: Vec<bool> = cluster.run(
+        2,
+        redis::cmd("SCRIPT").arg("EXISTS").arg(stand_in.get_hash()),
+    );
+    let info: String = cluster.run(2, redis::cmd("INFO").arg("memory"));
+    let stats: String = cluster.run(2, redis::cmd("INFO").arg("commandstats"));
+    assert_eq!(
+        loaded,
+        [true],
+        "redis: released by the compare-and-delete script ({}; {stats})",
+        info.lines()
+            .find(|l| l.starts_with("number_of_cached_scripts"))
+            .unwrap_or_default()
+    );
+    assert!(
+        info.contains("number_of_cached_scripts:1\r"),
+        "redis: no other script loaded since the flush"
+    );
     for i in 0..2 {
         assert_eq!(
             calls(&cluster, i, "delifeq"),
@@ -89,8 +114,9 @@ async fn valkey_releases_and_renews_with_its_own_commands_and_redis_with_scripts
     }
     assert_eq!(
         calls(&cluster, 2, "evalsha"),
-        2,
-        "redis: extend and release scripts"
+        3,
+        "redis: the extend script, and the compare-and-delete script twice (NOSCRIPT after \
+         the flush, then loaded)"
     );
     assert_eq!(
         errors(&mut redis),
