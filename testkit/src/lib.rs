@@ -15,11 +15,14 @@
 //!   or resets connections (for machines without `tc netem` or iptables).
 //! - [`DevCluster`]: masters that outlive the process that started them, recorded in a state
 //!   directory (`redquorum dev up`/`down`), with typed errors instead of panics.
+//! - [`NetnsServer`]: a server alone in a network namespace this crate creates, whose link a
+//!   test takes down: a real partition (Linux, as root).
 //!
 //! - [`baseline`]: the raw floor any Redlock client must do, on the `redis` crate alone, which
 //!   the lab's bench and the criterion benches (`benches/redlock.rs`) measure redquorum against.
 //!
-//! Only loopback addresses are used, and a signal goes only to a process this crate started.
+//! Only loopback addresses are used, or addresses inside the network namespaces this crate
+//! created, and a signal goes only to a process this crate started.
 //! `redis-server` must be on `PATH` (`sudo apt-get install -y redis-server` on Debian/Ubuntu),
 //! and `valkey-server` too for the tests that run Valkey ([`ServerKind`]; `bash .ci/test`
 //! installs it).
@@ -27,6 +30,7 @@
 pub mod baseline;
 mod cluster;
 mod dev;
+mod netns;
 mod ports;
 mod proxy;
 mod redis_cluster;
@@ -36,6 +40,7 @@ mod wait;
 
 pub use cluster::{Cluster, Persistence, Server, TlsFiles};
 pub use dev::{DevCluster, DevError, DevNode, NodeState};
+pub use netns::NetnsServer;
 pub use ports::{free_port, free_ports};
 pub use proxy::{Fault, Proxy};
 pub use redis_cluster::RedisCluster;

@@ -22,6 +22,7 @@ mod metric_recording;
 mod misbehaving;
 mod native;
 mod network;
+mod partitions;
 mod readme;
 mod redis_cluster;
 #[path = "../support/repo_files.rs"]
