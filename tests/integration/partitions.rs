@@ -119,3 +119,133 @@ async fn a_client_cut_from_a_majority_loses_its_lease_by_the_deadline() {
         "keys left after their ttl"
     );
 }
+
+/// Five masters, each reached by client A over one link and by client B over another: in
+/// namespaces (two links each), or behind two proxies each.
+enum TwoWays {
+    Namespaces(Vec<NetnsServer>),
+    Proxied(Cluster, Vec<[Proxy; 2]>),
+}
+
+impl TwoWays {
+    async fn start(n: usize) -> Self {
+        match (0..n)
+            .map(|_| NetnsServer::start_with_links(ServerKind::Redis, 2))
+            .collect::<Result<Vec<_>, _>>()
+        {
+            Ok(servers) => Self::Namespaces(servers),
+            Err(why) => {
+                eprintln!(
+                    "network namespaces cannot be made here ({why}): the partition runs \
+                     through the TCP proxy instead"
+                );
+                let cluster = Cluster::start(n);
+                let mut proxies = Vec::new();
+                for i in 0..n {
+                    let port = cluster.server(i).port();
+                    proxies.push([Proxy::start(port).await, Proxy::start(port).await]);
+                }
+                Self::Proxied(cluster, proxies)
+            }
+        }
+    }
+
+    /// The masters as client `side` (0 or 1) reaches them.
+    fn urls(&self, side: usize) -> Vec<String> {
+        match self {
+            Self::Namespaces(servers) => servers.iter().map(|s| s.url_on(side)).collect(),
+            Self::Proxied(_, proxies) => proxies.iter().map(|p| p[side].url()).collect(),
+        }
+    }
+
+    /// Cuts client `side` from `masters`; the other side still reaches them.
+    fn cut(&self, side: usize, masters: &[usize]) {
+        for &m in masters {
+            match self {
+                Self::Namespaces(servers) => servers[m].cut_link(side),
+                Self::Proxied(_, proxies) => proxies[m][side].set(Fault::BlackHole),
+            }
+        }
+    }
+
+    fn heal(&self) {
+        match self {
+            Self::Namespaces(servers) => servers.iter().for_each(NetnsServer::heal),
+            Self::Proxied(_, proxies) => proxies.iter().flatten().for_each(|p| p.set(Fault::None)),
+        }
+    }
+
+    fn keys(&self) -> usize {
+        let all = redis::cmd("KEYS").arg("*").clone();
+        match self {
+            Self::Namespaces(servers) => servers
+                .iter()
+                .map(|s| s.run::<Vec<String>>(&all).len())
+                .sum(),
+            Self::Proxied(cluster, _) => cluster.keys().len(),
+        }
+    }
+}
+
+/// An asymmetric partition: client A is cut from three of five masters while it holds a
+/// lease, and client B, which still reaches all five, tries for the lock all along. A's
+/// lease reports `lost()` at its deadline, and B gets the lock only after that (the keys go
+/// by their ttl, which outlasts A's deadline by the drift): never two clients that each
+/// believe they hold it.
+///
+/// Mutation: the keep-alive's renewal awaited without its deadline (as for the test above):
+/// A's lease fires 277 ms late, past the servers' expiry, when B may already hold (run,
+/// caught).
+#[tokio::test]
+async fn an_asymmetric_partition_never_lets_two_clients_hold_at_once() {
+    let masters = TwoWays::start(5).await;
+    let ttl = Duration::from_secs(2);
+    let a = RedLock::builder(masters.urls(0))
+        .per_node_timeout(Duration::from_millis(1500))
+        .drift_factor(0.05)
+        .build()
+        .expect("config");
+    let b = RedLock::builder(masters.urls(1))
+        .per_node_timeout(Duration::from_millis(250))
+        .build()
+        .expect("config");
+    a.connect_all().await.expect("A reaches every master");
+    b.connect_all().await.expect("B reaches every master");
+    let lease = a
+        .try_acquire("asymmetric", ttl)
+        .await
+        .expect("acquire")
+        .into_lease(LeaseOptions::default());
+    masters.cut(0, &[0, 1, 2]);
+    let contender = tokio::spawn(async move {
+        let lock = b
+            .acquire_within("asymmetric", ttl, Duration::from_secs(10))
+            .await;
+        (Instant::now(), lock, b)
+    });
+    let reason = lease.lost().await;
+    let lost_at = Instant::now();
+    assert!(matches!(reason, LostReason::DeadlinePassed), "{reason}");
+    let deadline = lease.valid_until();
+    assert!(
+        lost_at < deadline + Duration::from_millis(102),
+        "A's lease fired {:?} late",
+        lost_at - deadline
+    );
+    let (b_at, b_lock, b) = contender.await.expect("B's task");
+    let b_lock = b_lock.expect("B gets the lock once A's keys expire");
+    assert!(
+        b_at > lost_at,
+        "B held the lock {:?} before A's lease said it was lost",
+        lost_at - b_at
+    );
+    masters.heal();
+    let err = lease.release().await.expect_err("A's lock had been lost");
+    assert!(err.is_expired(), "{err}");
+    b_lock.release().await.expect("B releases");
+    crate::settled(&b).await;
+    assert!(
+        eventually(Duration::from_secs(4), || masters.keys() == 0).await,
+        "keys left"
+    );
+}
