@@ -11,7 +11,7 @@ use redquorum_testkit::{Cluster, Fault, NetnsServer, Proxy, ServerKind};
 
 use crate::eventually;
 
-/// Three masters the test can cut from the client: in namespaces, or behind proxies.
+/// Masters the test can cut from the clients: in namespaces, or behind proxies.
 enum Far {
     Namespaces(Vec<NetnsServer>),
     Proxied(Cluster, Vec<Proxy>),
@@ -19,7 +19,11 @@ enum Far {
 
 impl Far {
     async fn start() -> Self {
-        match (0..3)
+        Self::start_n(3).await
+    }
+
+    async fn start_n(n: usize) -> Self {
+        match (0..n)
             .map(|_| NetnsServer::start(ServerKind::Redis))
             .collect::<Result<Vec<_>, _>>()
         {
@@ -29,9 +33,9 @@ impl Far {
                     "network namespaces cannot be made here ({why}): the partition runs \
                      through the TCP proxy instead"
                 );
-                let cluster = Cluster::start(3);
+                let cluster = Cluster::start(n);
                 let mut proxies = Vec::new();
-                for i in 0..3 {
+                for i in 0..n {
                     proxies.push(Proxy::start(cluster.server(i).port()).await);
                 }
                 Self::Proxied(cluster, proxies)
@@ -248,4 +252,69 @@ async fn an_asymmetric_partition_never_lets_two_clients_hold_at_once() {
         eventually(Duration::from_secs(4), || masters.keys() == 0).await,
         "keys left"
     );
+}
+
+/// A minority of the voters cut from every client (two of five masters in namespaces, their
+/// links down): locks are still taken, renewed and released by the other three, another
+/// client is refused (a conflict, not an outage), each report names the two as failed or not
+/// waited for (never a refusal or a lost key), and a release is never called an expiry.
+/// Healed, the requests that waited in the cut connections land, and nothing is left behind
+/// right after (not by the ttl).
+///
+/// Mutation: a lost round called an outage once the failed masters leave no more than a bare
+/// majority (`<=` for `<` in `Tally::lost_to_outage`): the other client is told `NoQuorum`
+/// while the lock is simply held (run, caught).
+#[tokio::test]
+async fn a_minority_cut_from_every_client_costs_nothing_but_its_votes() {
+    let near = Cluster::start(3);
+    let far = Far::start_n(2).await;
+    let urls: Vec<String> = near.urls().into_iter().chain(far.urls()).collect();
+    let rl = RedLock::builder(urls.clone())
+        .per_node_timeout(Duration::from_millis(200))
+        .build()
+        .expect("config");
+    let other = RedLock::builder(urls)
+        .per_node_timeout(Duration::from_millis(200))
+        .build()
+        .expect("config");
+    rl.connect_all().await.expect("every master answers");
+    far.cut();
+    for round in 0..3 {
+        let mut lock = rl
+            .try_acquire("minority", Duration::from_secs(5))
+            .await
+            .expect("three masters grant it");
+        let cut_ones_failed = |report: &redquorum::Report| {
+            report.iter().skip(3).all(|r| {
+                matches!(
+                    r.outcome(),
+                    redquorum::NodeOutcome::Failed(_) | redquorum::NodeOutcome::NoReply
+                )
+            })
+        };
+        assert!(
+            cut_ones_failed(lock.report()),
+            "round {round}: {:?}",
+            lock.report()
+        );
+        let refused = other.try_acquire("minority", Duration::from_secs(5)).await;
+        assert!(
+            refused.as_ref().is_err_and(redquorum::Error::is_conflict),
+            "round {round}: another client is refused by the three, not told of an outage: \
+             {refused:?}"
+        );
+        lock.extend(Duration::from_secs(5))
+            .await
+            .expect("renewed by the three");
+        let report = lock.release().await.expect("released, not expired");
+        assert!(cut_ones_failed(&report), "round {round}: {report:?}");
+    }
+    // The requests sent to the cut masters wait in their connections (nothing resets them);
+    // healed, they land in order, each acquire's `SET` before the deletes behind it, which
+    // the client delivers however late (`settled` waits for them).
+    far.heal();
+    crate::settled(&rl).await;
+    crate::settled(&other).await;
+    near.assert_no_keys_under(crate::PREFIX);
+    assert_eq!(far.keys(), 0, "a request sent while cut landed and stayed");
 }
