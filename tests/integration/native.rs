@@ -76,6 +76,9 @@ async fn valkey_releases_and_renews_with_its_own_commands_and_redis_with_scripts
     assert!(crate::held_everywhere(&cluster, &lock).await);
     assert!(lock.token().expose().starts_with("n-"));
     lock.extend(TTL).await.expect("extend");
+    // The extend's request to the Redis master answered first (decided at the majority, it
+    // may still be on its way): landing after the flush, it would load its script again.
+    crate::settled(&rl).await;
     let _: () = cluster.run(2, redis::cmd("SCRIPT").arg("FLUSH"));
     lock.release().await.expect("release");
     crate::settled(&rl).await;
