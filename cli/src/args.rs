@@ -399,7 +399,11 @@ pub(crate) struct ObserveArgs {
     /// when too few masters answer.
     #[arg(long)]
     pub(crate) once: bool,
-    /// The election's name.
+    /// Follow the lock's holders instead of an election's leader: the exclusive holder (a
+    /// `run` without --shared, a write lock), or how many --shared readers hold it, or free.
+    #[arg(long)]
+    pub(crate) holders: bool,
+    /// The election's name (with --holders, the lock's).
     pub(crate) resource: String,
 }
 

@@ -99,6 +99,17 @@ pub(crate) enum Event<'a> {
         /// Why there is no leader to show: nobody leads, or too few masters answered to tell.
         unknown: Option<String>,
     },
+    /// Who holds the lock as a majority sees it changed (`observe --holders`): the exclusive
+    /// holder, or how many readers share it, or nobody.
+    Holders {
+        resource: &'a str,
+        /// The exclusive holder (a token's first digits), if one holds.
+        writer: Option<String>,
+        /// How many readers hold it (0 unless readers hold).
+        readers: usize,
+        /// Why no holder can be told: too few masters answered, or no majority agrees.
+        unknown: Option<String>,
+    },
     /// redquorum ends with an error (the last line before the exit code).
     Error { code: u8, message: String },
 }
@@ -122,6 +133,7 @@ impl Event<'_> {
             Self::Resigned { .. } => "resigned",
             Self::ResignFailed { .. } => "resign_failed",
             Self::Leader { .. } => "leader",
+            Self::Holders { .. } => "holders",
             Self::Error { .. } => "error",
         }
     }
@@ -207,6 +219,17 @@ impl Event<'_> {
                 "term": leader.as_ref().map(|(_, term)| term),
                 "unknown": unknown,
             }),
+            Self::Holders {
+                resource,
+                writer,
+                readers,
+                unknown,
+            } => json!({
+                "resource": resource,
+                "writer": writer,
+                "readers": readers,
+                "unknown": unknown,
+            }),
             Self::Error { code, message } => json!({"code": code, "message": message}),
         };
         if let Value::Object(more) = more {
@@ -275,6 +298,18 @@ impl Event<'_> {
                 (Some((value, term)), _) => format!("{resource}: {value} leads in term {term}"),
                 (None, Some(why)) => format!("{resource}: leader unknown ({why})"),
                 (None, None) => format!("{resource}: nobody leads"),
+            },
+            Self::Holders {
+                resource,
+                writer,
+                readers,
+                unknown,
+            } => match (unknown, writer, readers) {
+                (Some(why), _, _) => format!("{resource}: holders unknown ({why})"),
+                (None, Some(writer), _) => format!("{resource}: held by {writer} (exclusive)"),
+                (None, None, 1) => format!("{resource}: held by 1 reader (shared)"),
+                (None, None, 0) => format!("{resource}: free"),
+                (None, None, n) => format!("{resource}: held by {n} readers (shared)"),
             },
             Self::Error { message, .. } => message.clone(),
         })

@@ -1,4 +1,5 @@
-//! `redquorum observe RESOURCE`: follow an election's leader, as `etcdctl elect -l` does.
+//! `redquorum observe RESOURCE`: follow an election's leader, as `etcdctl elect -l` does; with
+//! `--holders`, follow who holds the lock (the exclusive holder, or how many readers).
 
 use std::time::Duration;
 
@@ -32,6 +33,9 @@ pub(crate) async fn observe(
         return Err(CliError::usage("--every must be more than 0"));
     }
     let rl = client::redlock(nodes, tuning, false, None)?;
+    if args.holders {
+        return holders(&rl, &args).await;
+    }
     let election = rl.election(&args.resource, READ_TTL)?;
     let mut signals = Signals::new()?;
     client::connect_first(&rl).await?;
@@ -71,6 +75,97 @@ pub(crate) async fn observe(
                 Err(Error::NoQuorum(_)) => exit::NO_QUORUM,
                 Err(e) if !e.is_no_leader() => CliError::from(e).code,
                 _ => exit::OK,
+            });
+        }
+        last = Some(seen);
+    }
+}
+
+/// What a majority says about the lock's holders, as far as a change is worth a line.
+#[derive(Debug, PartialEq)]
+struct Holders {
+    writer: Option<String>,
+    readers: usize,
+    unknown: Option<String>,
+    /// Too few masters answered to tell (`--once` exits 69).
+    too_few: bool,
+}
+
+/// What the lock key holds while readers hold (see `redquorum::RwLock`).
+const READERS_MARK: &str = "readers";
+
+impl Holders {
+    fn of(seen: &redquorum::Inspection) -> Self {
+        let none = |unknown: Option<String>| Self {
+            writer: None,
+            readers: 0,
+            unknown,
+            too_few: false,
+        };
+        if seen.reachable() < seen.quorum() {
+            return Self {
+                too_few: true,
+                ..none(Some(format!("only {} masters answered", seen.reachable())))
+            };
+        }
+        match seen.majority_holder() {
+            Some(who) if who == READERS_MARK => Self {
+                readers: seen.readers_on_majority(),
+                ..none(None)
+            },
+            Some(who) if who.starts_with("handoff:") => {
+                none(Some("reserved for a waiter, changing hands".to_owned()))
+            }
+            Some(writer) => Self {
+                writer: Some(writer),
+                ..none(None)
+            },
+            None if seen.free_on_majority() => none(None),
+            None => none(Some(
+                "no majority agrees (changing hands, or a split after failures)".to_owned(),
+            )),
+        }
+    }
+}
+
+/// `observe --holders`: a line now and at every change of who holds the lock.
+///
+/// # Cancel safety
+/// Returns on a signal; it only reads.
+async fn holders(rl: &redquorum::RedLock, args: &ObserveArgs) -> Result<u8, CliError> {
+    let mut signals = Signals::new()?;
+    client::connect_first(rl).await?;
+    let mut last = None;
+    let mut ticks = tokio::time::interval(args.every);
+    ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tokio::select! {
+            _ = ticks.tick() => {}
+            signal = signals.recv() => return Ok(child::signal_code(signal)),
+        }
+        let seen = match rl.inspect(&args.resource).await {
+            Ok(seen) => Holders::of(&seen),
+            Err(e) if args.once => return Err(CliError::from(e)),
+            Err(e) => Holders {
+                writer: None,
+                readers: 0,
+                unknown: Some(e.to_string()),
+                too_few: true,
+            },
+        };
+        if last.as_ref() != Some(&seen) {
+            events::print(Event::Holders {
+                resource: &args.resource,
+                writer: seen.writer.clone(),
+                readers: seen.readers,
+                unknown: seen.unknown.clone(),
+            });
+        }
+        if args.once {
+            return Ok(if seen.too_few {
+                exit::NO_QUORUM
+            } else {
+                exit::OK
             });
         }
         last = Some(seen);

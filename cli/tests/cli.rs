@@ -3099,3 +3099,88 @@ fn shared_runs_run_together_and_an_exclusive_one_alone() {
     assert_eq!(code, 64);
     assert!(lock_keys(&cluster).is_empty(), "{:?}", lock_keys(&cluster));
 }
+
+/// `observe --holders` follows who holds the lock: free, then the two `--shared` runs
+/// together ("held by 2 readers"), then an exclusive run (its token's digits), then free
+/// again; `--once` says "free" and exits 0, and 69 when too few masters answer. Mutation:
+/// reading the readers' mark as an exclusive holder (the `READERS_MARK` arm dropped): the
+/// line with 2 readers never comes (run, caught).
+#[test]
+fn observe_holders_shows_the_readers_and_the_writer() {
+    let mut cluster = Cluster::start(3);
+    let dir = tempfile::tempdir().expect("tempdir");
+    let mut observer = Reaped(
+        redquorum(&cluster, dir.path())
+            .args(["--json", "observe", "--holders", "--every", "50ms", "shelf"])
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("spawn"),
+    );
+    let lines = Lines::of(observer.stdout.take().expect("stdout"));
+    let mut seen = Vec::new();
+    let first = lines
+        .until(Duration::from_secs(10), &mut seen, |_| true)
+        .expect("a first line at once");
+    assert!(
+        event(&first)["writer"].is_null() && event(&first)["readers"] == 0,
+        "free at first: {first}"
+    );
+    let shared = || {
+        Reaped(
+            redquorum(&cluster, dir.path())
+                .args(["run", "--shared", "shelf", "--", "sleep", "2"])
+                .stdout(Stdio::null())
+                .stderr(Stdio::null())
+                .spawn()
+                .expect("spawn"),
+        )
+    };
+    let (mut r1, mut r2) = (shared(), shared());
+    assert!(
+        lines
+            .until(Duration::from_secs(10), &mut seen, |l| event(l)["readers"]
+                == 2)
+            .is_some(),
+        "both readers seen at once: {seen:?}"
+    );
+    assert_eq!(wait_exit(&mut r1, Duration::from_secs(10)), 0);
+    assert_eq!(wait_exit(&mut r2, Duration::from_secs(10)), 0);
+    let mut writer = Reaped(
+        redquorum(&cluster, dir.path())
+            .args(["run", "shelf", "--", "sleep", "1"])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("spawn"),
+    );
+    assert!(
+        lines
+            .until(Duration::from_secs(10), &mut seen, |l| event(l)["writer"]
+                .as_str()
+                .is_some())
+            .is_some(),
+        "the exclusive run seen: {seen:?}"
+    );
+    assert_eq!(wait_exit(&mut writer, Duration::from_secs(10)), 0);
+    assert!(
+        lines
+            .until(Duration::from_secs(10), &mut seen, |l| event(l)["writer"]
+                .is_null()
+                && event(l)["readers"] == 0
+                && event(l)["unknown"].is_null())
+            .is_some(),
+        "free again: {seen:?}"
+    );
+    signal(&observer, nix::sys::signal::Signal::SIGTERM);
+    assert_eq!(wait_exit(&mut observer, Duration::from_secs(10)), 128 + 15);
+    let (code, out, err) =
+        output(redquorum(&cluster, dir.path()).args(["observe", "--holders", "--once", "shelf"]));
+    assert_eq!(code, 0, "{err}");
+    assert_eq!(out.trim(), "shelf: free");
+    cluster.kill(0);
+    cluster.kill(1);
+    let (code, out, err) =
+        output(redquorum(&cluster, dir.path()).args(["observe", "--holders", "--once", "shelf"]));
+    assert_eq!(code, 69, "{out} {err}");
+}
