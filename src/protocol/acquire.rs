@@ -108,6 +108,7 @@ pub(crate) async fn acquire(
     // releases wake them.
     if taking.reader_of().is_some() {
         waiting.queues = false;
+        waiting.reader = true;
     }
     waiting.behind_this_clients_waiters().await;
     let mut attempts = 0u32;

@@ -38,6 +38,9 @@ pub(crate) struct Waiting<'a> {
     pub(crate) queue: Option<Queue>,
     /// Release messages, for an acquire that does not queue.
     subscription: Option<Subscription>,
+    /// A reader of a read-write lock (it does not queue): a release that names nobody wakes
+    /// every waiting reader of this client at once, not one at a time.
+    pub(crate) reader: bool,
 }
 
 impl<'a> Waiting<'a> {
@@ -64,6 +67,7 @@ impl<'a> Waiting<'a> {
             queues: waits && shared.config.key_layout == KeyLayout::Tagged,
             queue: None,
             subscription: None,
+            reader: false,
         }
     }
 
@@ -85,12 +89,8 @@ impl<'a> Waiting<'a> {
                 .listen(shared, &self.channel)
                 .await
         } else {
-            self.subscription.insert(
-                self.shared
-                    .releases
-                    .subscribe(self.channel.clone(), "", u64::MAX)
-                    .await,
-            )
+            let subscribed = self.subscribe_unqueued().await;
+            self.subscription.insert(subscribed)
         };
         let delay = retry_delay(
             self.shared,
@@ -102,6 +102,20 @@ impl<'a> Waiting<'a> {
         tokio::select! {
             () = tokio::time::sleep(delay) => {}
             () = watch.woken() => tracing::debug!("woken by a release, first in line"),
+        }
+    }
+
+    /// The release messages of an acquire that does not queue: a reader's, woken with every
+    /// other reader of this client, or anyone else's.
+    ///
+    /// # Cancel safety
+    /// Dropped part-way, it has subscribed nowhere (or unsubscribes as it is dropped).
+    async fn subscribe_unqueued(&self) -> Subscription {
+        let channel = self.channel.clone();
+        if self.reader {
+            self.shared.releases.subscribe_reader(channel).await
+        } else {
+            self.shared.releases.subscribe(channel, "", u64::MAX).await
         }
     }
 
@@ -121,8 +135,7 @@ impl<'a> Waiting<'a> {
             && !self.queues
             && self.shared.config.wait_for_release
         {
-            let channel = self.channel.clone();
-            let subscribed = self.shared.releases.subscribe(channel, "", u64::MAX).await;
+            let subscribed = self.subscribe_unqueued().await;
             self.subscription = Some(subscribed);
         }
         tracing::debug!(attempts, ?delay, "acquire round failed, retrying");

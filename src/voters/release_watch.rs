@@ -66,6 +66,11 @@ struct Waiters {
     /// Each queued waiter, by waiter id: its place in the lock's queue, and what a release
     /// that handed the lock to it does.
     named: HashMap<Vec<u8>, Named>,
+    /// Each waiting reader of a read-write lock, by a number of its own: a release that names
+    /// nobody wakes them all, as they may all hold at once.
+    readers: HashMap<u64, Arc<Notify>>,
+    /// The number the next reader gets.
+    next_reader: u64,
     recent: VecDeque<Vec<u8>>,
 }
 
@@ -110,7 +115,12 @@ impl Waiters {
                     entry.notify.notify_one();
                 }
             }
-            None => self.wake_first(),
+            None => {
+                self.wake_first();
+                for reader in self.readers.values() {
+                    reader.notify_one();
+                }
+            }
         }
     }
 
@@ -224,6 +234,8 @@ pub(crate) struct Subscription {
     waiter: Vec<u8>,
     named: Arc<Notify>,
     handed: Arc<HandOffs>,
+    /// A reader's number among the channel's waiting readers.
+    reader: Option<u64>,
 }
 
 impl ReleaseWatch {
@@ -268,10 +280,28 @@ impl ReleaseWatch {
         waiter: &str,
         place: u64,
     ) -> Subscription {
+        self.subscribe_as(channel, waiter, place, false).await
+    }
+
+    /// [`subscribe`](Self::subscribe) for a reader of a read-write lock, not queued: a release
+    /// that names nobody wakes every waiting reader of this client, not only the longest
+    /// waiting, since readers may all hold at once (`DESIGN.md` §7c).
+    pub(crate) async fn subscribe_reader(&self, channel: Vec<u8>) -> Subscription {
+        self.subscribe_as(channel, "", u64::MAX, true).await
+    }
+
+    async fn subscribe_as(
+        &self,
+        channel: Vec<u8>,
+        waiter: &str,
+        place: u64,
+        reader: bool,
+    ) -> Subscription {
         self.start();
         let waiter = waiter.as_bytes().to_vec();
         let named = Arc::new(Notify::new());
         let handed = Arc::new(HandOffs::new(self.clients.len()));
+        let mut reader_number = None;
         let (notify, first) = {
             let mut channels = lock(&self.shared.channels);
             let mut new = false;
@@ -283,9 +313,17 @@ impl ReleaseWatch {
                     closing: false,
                     notify: Arc::new(Notify::new()),
                     named: HashMap::new(),
+                    readers: HashMap::new(),
+                    next_reader: 0,
                     recent: VecDeque::with_capacity(RECENT_RELEASES),
                 }
             });
+            if reader {
+                let number = entry.next_reader;
+                entry.next_reader = entry.next_reader.wrapping_add(1);
+                entry.readers.insert(number, named.clone());
+                reader_number = Some(number);
+            }
             if !waiter.is_empty() {
                 let entry_named = Named {
                     place,
@@ -321,6 +359,7 @@ impl ReleaseWatch {
             waiter,
             named,
             handed,
+            reader: reader_number,
         }
     }
 
@@ -405,6 +444,9 @@ impl Drop for Subscription {
             match channels.get_mut(&self.channel) {
                 Some(entry) => {
                     entry.named.remove(&self.waiter);
+                    if let Some(number) = self.reader {
+                        entry.readers.remove(&number);
+                    }
                     entry.count = entry.count.saturating_sub(1);
                     if entry.count == 0 {
                         entry.generation = entry.generation.wrapping_add(1);
@@ -606,9 +648,35 @@ mod tests {
                     (id.as_bytes().to_vec(), named)
                 })
                 .collect(),
+            readers: HashMap::new(),
+            next_reader: 0,
             recent: VecDeque::new(),
         };
         (waiters, named)
+    }
+
+    /// Mutation: a message naming nobody waking only the first waiter (no loop over the
+    /// readers): two of the three readers stay asleep until their timers.
+    #[test]
+    fn a_message_naming_nobody_wakes_every_waiting_reader_and_a_hand_off_none() {
+        let (mut waiters, named) = waiting(&["c.a"]);
+        let readers: Vec<Arc<Notify>> = (0..3).map(|_| Arc::new(Notify::new())).collect();
+        for (number, reader) in readers.iter().enumerate() {
+            waiters.readers.insert(number as u64, reader.clone());
+        }
+        waiters.count += readers.len();
+        waiters.released(b"r1:c.a", Some(0));
+        assert!(woken(&named[0]));
+        assert!(
+            readers.iter().all(|r| !woken(r)),
+            "a hand-off to a writer wakes no reader"
+        );
+        waiters.released(b"r2", Some(0));
+        assert!(readers.iter().all(|r| woken(r)), "every reader woken");
+        assert!(
+            woken(&named[0]),
+            "the queued writer, first in line, is woken too"
+        );
     }
 
     /// Mutation: waking the longest waiter for a message that names someone wakes a waiter

@@ -483,3 +483,63 @@ async fn a_readers_token_is_every_earlier_writes_and_below_every_later_one() {
     );
     w.release().await.expect("release");
 }
+
+/// A release that names nobody wakes every waiting reader of a client, not one at a time:
+/// three readers of one client, waiting behind a writer, all hold within a few hundred ms of
+/// its release, though their timed retries come every 10 s, past their 8 s wait.
+///
+/// Mutation: readers subscribing as any unqueued waiter (`subscribe` for `subscribe_reader`
+/// in `Waiting::subscribe_unqueued`): one reader is woken, the other two give up after 8 s
+/// (run, caught).
+#[tokio::test]
+async fn a_release_wakes_every_waiting_reader_of_a_client() {
+    let cluster = Cluster::start(3);
+    let writer = client(&cluster, NODE_TIMEOUT);
+    let readers = RedLock::builder(cluster.urls())
+        .per_node_timeout(NODE_TIMEOUT)
+        .retry(
+            RetryPolicy::default()
+                .max_attempts(None)
+                .delay(Duration::from_secs(10))
+                .jitter(Duration::ZERO),
+        )
+        .build()
+        .expect("config");
+    let held = writer
+        .rw_lock("woken")
+        .expect("name")
+        .try_write(TTL)
+        .await
+        .expect("write");
+    let mut waiting = Vec::new();
+    for _ in 0..3 {
+        let rw = readers.rw_lock("woken").expect("name");
+        waiting.push(tokio::spawn(async move {
+            let lock = rw.read_within(TTL, Duration::from_secs(8)).await;
+            (Instant::now(), lock)
+        }));
+    }
+    // Each refused once and waiting on its timer, subscribed: the first waiter of a client
+    // waits up to 200 ms for its listeners and 200 ms for its subscriptions, which a loaded
+    // machine stretches.
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    let released = Instant::now();
+    held.release().await.expect("release");
+    let mut shares = Vec::new();
+    for task in waiting {
+        let (at, lock) = task.await.expect("reader task");
+        let lock = lock.expect("woken by the release, not by its timer");
+        assert!(
+            at.saturating_duration_since(released) < Duration::from_secs(3),
+            "held {:?} after the release",
+            at.saturating_duration_since(released)
+        );
+        shares.push(lock);
+    }
+    for share in shares {
+        share.release().await.expect("release");
+    }
+    settled(&readers).await;
+    settled(&writer).await;
+    cluster.assert_no_keys_under(PREFIX);
+}
