@@ -37,15 +37,11 @@ pub(crate) async fn observe(
         return holders(&rl, &args).await;
     }
     let election = rl.election(&args.resource, READ_TTL)?;
-    let mut signals = Signals::new()?;
-    client::connect_first(&rl).await?;
+    let mut pace = Pace::start(&rl, args.every).await?;
     let mut last = None;
-    let mut ticks = tokio::time::interval(args.every);
-    ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
-        tokio::select! {
-            _ = ticks.tick() => {}
-            signal = signals.recv() => return Ok(child::signal_code(signal)),
+        if let Some(code) = pace.tick().await {
+            return Ok(code);
         }
         let answer = election.leader().await;
         let (seen, unknown) = match &answer {
@@ -133,15 +129,11 @@ impl Holders {
 /// # Cancel safety
 /// Returns on a signal; it only reads.
 async fn holders(rl: &redquorum::RedLock, args: &ObserveArgs) -> Result<u8, CliError> {
-    let mut signals = Signals::new()?;
-    client::connect_first(rl).await?;
+    let mut pace = Pace::start(rl, args.every).await?;
     let mut last = None;
-    let mut ticks = tokio::time::interval(args.every);
-    ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
-        tokio::select! {
-            _ = ticks.tick() => {}
-            signal = signals.recv() => return Ok(child::signal_code(signal)),
+        if let Some(code) = pace.tick().await {
+            return Ok(code);
         }
         let seen = match rl.inspect(&args.resource).await {
             Ok(seen) => Holders::of(&seen),
@@ -169,5 +161,36 @@ async fn holders(rl: &redquorum::RedLock, args: &ObserveArgs) -> Result<u8, CliE
             });
         }
         last = Some(seen);
+    }
+}
+
+/// An observer's pace: a look at the masters every `--every`, until a signal.
+struct Pace {
+    signals: Signals,
+    ticks: tokio::time::Interval,
+}
+
+impl Pace {
+    /// Listens for signals, then connects to the masters; the first tick is at once.
+    ///
+    /// # Cancel safety
+    /// Dropped part-way, nothing is left to undo.
+    async fn start(rl: &redquorum::RedLock, every: std::time::Duration) -> Result<Self, CliError> {
+        let signals = Signals::new()?;
+        client::connect_first(rl).await?;
+        let mut ticks = tokio::time::interval(every);
+        ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        Ok(Self { signals, ticks })
+    }
+
+    /// Waits for the next look: `None`, or the exit code of a signal that came first.
+    ///
+    /// # Cancel safety
+    /// Cancel safe: a tick or a signal not taken stays for the next call.
+    async fn tick(&mut self) -> Option<u8> {
+        tokio::select! {
+            _ = self.ticks.tick() => None,
+            signal = self.signals.recv() => Some(child::signal_code(signal)),
+        }
     }
 }

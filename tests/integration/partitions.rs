@@ -11,20 +11,18 @@ use redquorum_testkit::{Cluster, Fault, NetnsServer, Proxy, ServerKind};
 
 use crate::eventually;
 
-/// Masters the test can cut from the clients: in namespaces, or behind proxies.
-enum Far {
+/// Masters the test can cut from the clients, each reached over `links` links (one per
+/// client side): in namespaces of their own, or, where those cannot be made here, behind a
+/// proxy per link.
+enum Cuttable {
     Namespaces(Vec<NetnsServer>),
-    Proxied(Cluster, Vec<Proxy>),
+    Proxied(Cluster, Vec<Vec<Proxy>>),
 }
 
-impl Far {
-    async fn start() -> Self {
-        Self::start_n(3).await
-    }
-
-    async fn start_n(n: usize) -> Self {
+impl Cuttable {
+    async fn start(n: usize, links: usize) -> Self {
         match (0..n)
-            .map(|_| NetnsServer::start(ServerKind::Redis))
+            .map(|_| NetnsServer::start_with_links(ServerKind::Redis, links))
             .collect::<Result<Vec<_>, _>>()
         {
             Ok(servers) => Self::Namespaces(servers),
@@ -36,35 +34,55 @@ impl Far {
                 let cluster = Cluster::start(n);
                 let mut proxies = Vec::new();
                 for i in 0..n {
-                    proxies.push(Proxy::start(cluster.server(i).port()).await);
+                    let port = cluster.server(i).port();
+                    let mut each = Vec::new();
+                    for _ in 0..links {
+                        each.push(Proxy::start(port).await);
+                    }
+                    proxies.push(each);
                 }
                 Self::Proxied(cluster, proxies)
             }
         }
     }
 
-    fn urls(&self) -> Vec<String> {
+    /// The masters as a client on `link` reaches them.
+    fn urls(&self, link: usize) -> Vec<String> {
         match self {
-            Self::Namespaces(servers) => servers.iter().map(NetnsServer::url).collect(),
-            Self::Proxied(_, proxies) => proxies.iter().map(Proxy::url).collect(),
+            Self::Namespaces(servers) => servers.iter().map(|s| s.url_on(link)).collect(),
+            Self::Proxied(_, proxies) => proxies.iter().map(|p| p[link].url()).collect(),
         }
     }
 
-    fn cut(&self) {
+    /// Cuts `link` of `masters`; a client on another link still reaches them.
+    fn cut(&self, link: usize, masters: &[usize]) {
+        for &m in masters {
+            match self {
+                Self::Namespaces(servers) => servers[m].cut_link(link),
+                Self::Proxied(_, proxies) => proxies[m][link].set(Fault::BlackHole),
+            }
+        }
+    }
+
+    /// Cuts every master from every client.
+    fn cut_all(&self) {
         match self {
             Self::Namespaces(servers) => servers.iter().for_each(NetnsServer::cut),
-            Self::Proxied(_, proxies) => proxies.iter().for_each(|p| p.set(Fault::BlackHole)),
+            Self::Proxied(_, proxies) => proxies
+                .iter()
+                .flatten()
+                .for_each(|p| p.set(Fault::BlackHole)),
         }
     }
 
     fn heal(&self) {
         match self {
             Self::Namespaces(servers) => servers.iter().for_each(NetnsServer::heal),
-            Self::Proxied(_, proxies) => proxies.iter().for_each(|p| p.set(Fault::None)),
+            Self::Proxied(_, proxies) => proxies.iter().flatten().for_each(|p| p.set(Fault::None)),
         }
     }
 
-    /// How many keys are left on the three.
+    /// How many keys are left on them.
     fn keys(&self) -> usize {
         let all = redis::cmd("KEYS").arg("*").clone();
         match self {
@@ -89,11 +107,11 @@ impl Far {
 #[tokio::test]
 async fn a_client_cut_from_a_majority_loses_its_lease_by_the_deadline() {
     let near = Cluster::start(2);
-    let far = Far::start().await;
+    let far = Cuttable::start(3, 1).await;
     let ttl = Duration::from_secs(2);
     // A per-node timeout near the ttl: a renewal hangs past the deadline. Drift factor 0.05:
     // 102 ms between the deadline and the servers' expiry, wide enough for a loaded machine.
-    let urls = near.urls().into_iter().chain(far.urls());
+    let urls = near.urls().into_iter().chain(far.urls(0));
     let rl = RedLock::builder(urls)
         .per_node_timeout(Duration::from_millis(1500))
         .drift_factor(0.05)
@@ -102,7 +120,7 @@ async fn a_client_cut_from_a_majority_loses_its_lease_by_the_deadline() {
     rl.connect_all().await.expect("every master answers");
     let lock = rl.try_acquire("cut", ttl).await.expect("acquire");
     let lease = lock.into_lease(LeaseOptions::default());
-    far.cut();
+    far.cut_all();
     let reason = lease.lost().await;
     let lost_at = Instant::now();
     assert!(matches!(reason, LostReason::DeadlinePassed), "{reason}");
@@ -124,73 +142,6 @@ async fn a_client_cut_from_a_majority_loses_its_lease_by_the_deadline() {
     );
 }
 
-/// Five masters, each reached by client A over one link and by client B over another: in
-/// namespaces (two links each), or behind two proxies each.
-enum TwoWays {
-    Namespaces(Vec<NetnsServer>),
-    Proxied(Cluster, Vec<[Proxy; 2]>),
-}
-
-impl TwoWays {
-    async fn start(n: usize) -> Self {
-        match (0..n)
-            .map(|_| NetnsServer::start_with_links(ServerKind::Redis, 2))
-            .collect::<Result<Vec<_>, _>>()
-        {
-            Ok(servers) => Self::Namespaces(servers),
-            Err(why) => {
-                eprintln!(
-                    "network namespaces cannot be made here ({why}): the partition runs \
-                     through the TCP proxy instead"
-                );
-                let cluster = Cluster::start(n);
-                let mut proxies = Vec::new();
-                for i in 0..n {
-                    let port = cluster.server(i).port();
-                    proxies.push([Proxy::start(port).await, Proxy::start(port).await]);
-                }
-                Self::Proxied(cluster, proxies)
-            }
-        }
-    }
-
-    /// The masters as client `side` (0 or 1) reaches them.
-    fn urls(&self, side: usize) -> Vec<String> {
-        match self {
-            Self::Namespaces(servers) => servers.iter().map(|s| s.url_on(side)).collect(),
-            Self::Proxied(_, proxies) => proxies.iter().map(|p| p[side].url()).collect(),
-        }
-    }
-
-    /// Cuts client `side` from `masters`; the other side still reaches them.
-    fn cut(&self, side: usize, masters: &[usize]) {
-        for &m in masters {
-            match self {
-                Self::Namespaces(servers) => servers[m].cut_link(side),
-                Self::Proxied(_, proxies) => proxies[m][side].set(Fault::BlackHole),
-            }
-        }
-    }
-
-    fn heal(&self) {
-        match self {
-            Self::Namespaces(servers) => servers.iter().for_each(NetnsServer::heal),
-            Self::Proxied(_, proxies) => proxies.iter().flatten().for_each(|p| p.set(Fault::None)),
-        }
-    }
-
-    fn keys(&self) -> usize {
-        let all = redis::cmd("KEYS").arg("*").clone();
-        match self {
-            Self::Namespaces(servers) => servers
-                .iter()
-                .map(|s| s.run::<Vec<String>>(&all).len())
-                .sum(),
-            Self::Proxied(cluster, _) => cluster.keys().len(),
-        }
-    }
-}
-
 /// An asymmetric partition: client A is cut from three of five masters while it holds a
 /// lease, and client B, which still reaches all five, tries for the lock all along. A's
 /// lease reports `lost()` at its deadline, and B gets the lock only after that (the keys go
@@ -202,7 +153,7 @@ impl TwoWays {
 /// caught).
 #[tokio::test]
 async fn an_asymmetric_partition_never_lets_two_clients_hold_at_once() {
-    let masters = TwoWays::start(5).await;
+    let masters = Cuttable::start(5, 2).await;
     let ttl = Duration::from_secs(2);
     let a = RedLock::builder(masters.urls(0))
         .per_node_timeout(Duration::from_millis(1500))
@@ -267,8 +218,8 @@ async fn an_asymmetric_partition_never_lets_two_clients_hold_at_once() {
 #[tokio::test]
 async fn a_minority_cut_from_every_client_costs_nothing_but_its_votes() {
     let near = Cluster::start(3);
-    let far = Far::start_n(2).await;
-    let urls: Vec<String> = near.urls().into_iter().chain(far.urls()).collect();
+    let far = Cuttable::start(2, 1).await;
+    let urls: Vec<String> = near.urls().into_iter().chain(far.urls(0)).collect();
     let rl = RedLock::builder(urls.clone())
         .per_node_timeout(Duration::from_millis(200))
         .build()
@@ -278,7 +229,7 @@ async fn a_minority_cut_from_every_client_costs_nothing_but_its_votes() {
         .build()
         .expect("config");
     rl.connect_all().await.expect("every master answers");
-    far.cut();
+    far.cut_all();
     for round in 0..3 {
         let mut lock = rl
             .try_acquire("minority", Duration::from_secs(5))
