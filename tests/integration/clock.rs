@@ -142,3 +142,46 @@ async fn a_minority_of_masters_jumped_lets_nobody_else_in() {
     settled(&b).await;
     crate::assert_no_lock_keys(&cluster);
 }
+
+/// Two masters of five stepped at once (issue 35 §3), forward past the ttl while A holds: A's
+/// key goes on both, for real, and B is refused by the other three; stepped back together,
+/// neither brings the key back. A's release may rightly say `Expired` (as above).
+///
+/// Mutation: a third master stepped with them (`jumped = &[0, 1, 2]`): B gets the lock (run,
+/// caught: that is the majority case above).
+#[tokio::test]
+async fn two_masters_of_five_stepped_at_once_let_nobody_else_in() {
+    let cluster = Cluster::start_with_fake_clocks(5, &libfaketime());
+    let (a, b) = (fenced_client(&cluster), fenced_client(&cluster));
+    let held = a.try_acquire("two", TTL).await.expect("A's lock");
+    // Its requests still out land before the steps (see the test above).
+    settled(&a).await;
+    let jumped: &[usize] = &[0, 1];
+    for &i in jumped {
+        cluster.jump_clock(i, "+30s");
+    }
+    let key = crate::lock_key(b"two");
+    assert!(
+        crate::eventually(Duration::from_secs(3), || jumped
+            .iter()
+            .all(|&i| cluster.pttl(i, &key) == -2))
+        .await,
+        "the stepped masters still hold A's key"
+    );
+    let refused = b.try_acquire("two", TTL).await;
+    assert!(
+        refused.as_ref().is_err_and(redquorum::Error::is_conflict),
+        "B got in with two masters of five stepped: {refused:?}"
+    );
+    for &i in jumped {
+        cluster.jump_clock(i, "+0");
+    }
+    let released = held.release().await;
+    assert!(
+        released.is_ok() || released.as_ref().is_err_and(redquorum::Error::is_expired),
+        "A's release: {released:?}"
+    );
+    settled(&a).await;
+    settled(&b).await;
+    crate::assert_no_lock_keys(&cluster);
+}
