@@ -274,32 +274,44 @@ impl NativeForm {
         }
     }
 
-    /// The command for `request` to a server that offers `offered`, if it has one.
-    fn command(&self, request: &Request, offered: NativeCommands) -> Option<&redis::Cmd> {
+    /// The command for `request` to a server that offers `offered`, if it has one, and the
+    /// script to load should the server not know it (the stand-in for `DELIFEQ`).
+    fn command(
+        &self,
+        request: &Request,
+        offered: NativeCommands,
+    ) -> Option<(&redis::Cmd, Option<&'static Script>)> {
         let (key, token) = (request.key.as_slice(), request.token.as_str());
         match self.kind {
             Native::Release => match offered.delete? {
-                DeleteIfEqual::DelIfEq => Some(self.del_if_eq.get_or_init(|| {
-                    let mut cmd = redis::cmd("DELIFEQ");
-                    cmd.arg(key).arg(token);
-                    cmd
-                })),
-                DeleteIfEqual::DelEx => Some(self.del_ex.get_or_init(|| {
-                    let mut cmd = redis::cmd("DELEX");
-                    cmd.arg(key).arg("IFEQ").arg(token);
-                    cmd
-                })),
-                DeleteIfEqual::Script => Some(self.del_by_script.get_or_init(|| {
-                    let mut cmd = redis::cmd("EVALSHA");
-                    cmd.arg(scripts::DELETE_IF_EQUAL.script().get_hash())
-                        .arg(1)
-                        .arg(key)
-                        .arg(token);
-                    cmd
-                })),
+                DeleteIfEqual::DelIfEq => Some((
+                    self.del_if_eq.get_or_init(|| {
+                        let mut cmd = redis::cmd("DELIFEQ");
+                        cmd.arg(key).arg(token);
+                        cmd
+                    }),
+                    None,
+                )),
+                DeleteIfEqual::DelEx => Some((
+                    self.del_ex.get_or_init(|| {
+                        let mut cmd = redis::cmd("DELEX");
+                        cmd.arg(key).arg("IFEQ").arg(token);
+                        cmd
+                    }),
+                    None,
+                )),
+                DeleteIfEqual::Script => {
+                    let stand_in = scripts::DELETE_IF_EQUAL.script();
+                    let cmd = self.del_by_script.get_or_init(|| {
+                        let mut cmd = redis::cmd("EVALSHA");
+                        cmd.arg(stand_in.get_hash()).arg(1).arg(key).arg(token);
+                        cmd
+                    });
+                    Some((cmd, Some(stand_in)))
+                }
             },
             Native::Renew => offered.renew.then(|| {
-                self.renew.get_or_init(|| {
+                let cmd = self.renew.get_or_init(|| {
                     let mut cmd = redis::cmd("SET");
                     cmd.arg(key)
                         .arg(token)
@@ -308,7 +320,8 @@ impl NativeForm {
                         .arg("PX")
                         .arg(request.number.unwrap_or(0));
                     cmd
-                })
+                });
+                (cmd, None)
             }),
         }
     }
@@ -453,13 +466,10 @@ impl EncodedRequest {
         native: &NativeLink,
     ) -> redis::RedisResult<Value> {
         if let Some(form) = &self.native
-            && let Some(cmd) = form.command(&self.request, native.offered())
+            && let Some((cmd, script)) = form.command(&self.request, native.offered())
         {
             // The script standing in for a server's own command is loaded when the server
             // does not know it (restarted, `SCRIPT FLUSH`).
-            let script = (form.kind == Native::Release
-                && native.offered().delete == Some(DeleteIfEqual::Script))
-            .then(|| scripts::DELETE_IF_EQUAL.script());
             match query_loading(cmd, script, conn, asking).await {
                 Ok(reply) if form.did(&reply) => return Ok(Value::Int(-1)),
                 Ok(_) => {

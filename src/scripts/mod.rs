@@ -1723,6 +1723,35 @@ mod tests {
         }
 
         /// The run id and the fence term (`run_id/master_replid`) of server 0.
+        /// The slot's fence counter and re-seed marker of the tests' lock key.
+        const COUNTER: &str = "q:{r}:fence";
+        const MARKER: &str = "q:{r}:seeded";
+
+        /// `QUEUED_ACQUIRE_FENCED` of waiter `c.w` with `token` (its place 7, live 60 s), with
+        /// `nonce` (empty: not registered for a hand-off), on a server whose `run_id` is `run`.
+        fn queued_acquire_fenced(
+            cluster: &Cluster,
+            token: &str,
+            nonce: &str,
+            run: &str,
+        ) -> redis::Value {
+            let mut cmd = redis::cmd("EVAL");
+            cmd.arg(super::super::QUEUED_ACQUIRE_FENCED.code())
+                .arg(5)
+                .arg(KEY)
+                .arg(QUEUE)
+                .arg(WAITERS)
+                .arg(COUNTER)
+                .arg(MARKER);
+            cmd.arg(token).arg(30_000).arg("c.w").arg(60_000).arg(7);
+            cmd.arg(nonce).arg(run);
+            cluster.run(0, &cmd)
+        }
+
+        fn fence_counter(cluster: &Cluster) -> Option<i64> {
+            cluster.run(0, redis::cmd("GET").arg(COUNTER))
+        }
+
         fn run_and_term(cluster: &Cluster) -> (String, String) {
             let info: String = cluster.run(0, &redis::cmd("INFO"));
             let field = |name: &str| {
@@ -1750,9 +1779,7 @@ mod tests {
         /// over, the counter untouched).
         #[test]
         fn a_fenced_waiter_is_handed_its_own_lock_only_by_a_fenced_release_on_a_seeded_master() {
-            use super::super::{CONFIRM_FENCE, QUEUED_ACQUIRE_FENCED};
-            const COUNTER: &str = "q:{r}:fence";
-            const MARKER: &str = "q:{r}:seeded";
+            use super::super::CONFIRM_FENCE;
             let cluster = Cluster::start(1);
             let (run, term) = run_and_term(&cluster);
             let client = redis::Client::open(cluster.urls()[0].as_str()).expect("url");
@@ -1775,24 +1802,15 @@ mod tests {
             };
             mark(&cluster, &term);
             let _: () = cluster.run(0, redis::cmd("SET").arg(COUNTER).arg(5));
-            let counter = |cluster: &Cluster| -> Option<i64> {
-                cluster.run(0, redis::cmd("GET").arg(COUNTER))
-            };
+            let counter = fence_counter;
             // Held by `n-tok`: the fenced waiter's round is refused and registers it.
             let wait = |cluster: &Cluster| {
                 set(cluster, "n-tok");
-                let mut cmd = redis::cmd("EVAL");
-                cmd.arg(QUEUED_ACQUIRE_FENCED.code())
-                    .arg(5)
-                    .arg(KEY)
-                    .arg(QUEUE)
-                    .arg(WAITERS)
-                    .arg(COUNTER)
-                    .arg(MARKER);
-                cmd.arg("n-mine").arg(30_000).arg("c.w").arg(60_000).arg(7);
-                cmd.arg("nonce1").arg(&run);
-                let refused: i64 = cluster.run(0, &cmd);
-                assert!(refused > 0, "refused by the holder: {refused}");
+                let refused = queued_acquire_fenced(cluster, "n-mine", "nonce1", &run);
+                assert!(
+                    matches!(refused, redis::Value::Int(ttl) if ttl > 0),
+                    "refused by the holder: {refused:?}"
+                );
                 let registration: Option<String> =
                     cluster.run(0, redis::cmd("HGET").arg(WAITERS).arg("c.w:h"));
                 assert_eq!(registration.as_deref(), Some("f30000 nonce1 n-mine"));
@@ -1871,28 +1889,11 @@ mod tests {
         /// seeded_epoch(…) or 0`, no `-6`) queues the waiter on the unseeded master.
         #[test]
         fn a_fenced_waiter_takes_only_its_own_reservation_and_raises_the_counter_once() {
-            use super::super::QUEUED_ACQUIRE_FENCED;
-            const COUNTER: &str = "q:{r}:fence";
-            const MARKER: &str = "q:{r}:seeded";
             let cluster = Cluster::start(1);
             let (run, term) = run_and_term(&cluster);
-            let acquire = |cluster: &Cluster| -> redis::Value {
-                let mut cmd = redis::cmd("EVAL");
-                cmd.arg(QUEUED_ACQUIRE_FENCED.code())
-                    .arg(5)
-                    .arg(KEY)
-                    .arg(QUEUE)
-                    .arg(WAITERS)
-                    .arg(COUNTER)
-                    .arg(MARKER);
-                cmd.arg("n-me").arg(30_000).arg("c.w").arg(60_000).arg(7);
-                // No nonce: not registered for a hand-off.
-                cmd.arg("").arg(&run);
-                cluster.run(0, &cmd)
-            };
-            let counter = |cluster: &Cluster| -> Option<i64> {
-                cluster.run(0, redis::cmd("GET").arg(COUNTER))
-            };
+            // No nonce: not registered for a hand-off.
+            let acquire = |cluster: &Cluster| queued_acquire_fenced(cluster, "n-me", "", &run);
+            let counter = fence_counter;
             let set = |cluster: &Cluster, value: &str| {
                 let _: () = cluster.run(
                     0,

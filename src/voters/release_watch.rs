@@ -91,13 +91,9 @@ impl Waiters {
             seen_as.push(b'@');
             seen_as.extend_from_slice(node.to_string().as_bytes());
         }
-        if self.recent.iter().any(|seen| *seen == seen_as) {
+        if !self.first_sighting(seen_as) {
             return;
         }
-        if self.recent.len() == RECENT_RELEASES {
-            self.recent.pop_front();
-        }
-        self.recent.push_back(seen_as);
         if self.count == 0 {
             // Lingering: nobody to wake, and no wake-up to keep for a later waiter.
             return;
@@ -122,6 +118,19 @@ impl Waiters {
         }
     }
 
+    /// Whether a message, `seen_as` (its payload, and what sets its copies apart), is new
+    /// among the last [`RECENT_RELEASES`]; it is remembered from now on.
+    fn first_sighting(&mut self, seen_as: Vec<u8>) -> bool {
+        if self.recent.contains(&seen_as) {
+            return false;
+        }
+        if self.recent.len() == RECENT_RELEASES {
+            self.recent.pop_front();
+        }
+        self.recent.push_back(seen_as);
+        true
+    }
+
     /// Wakes every waiting reader, once per node's message of a release that names nobody:
     /// readers may all hold together, and a reader woken by the first master's message can
     /// lose its round on a master that has not run the release yet, whose own message then
@@ -136,13 +145,9 @@ impl Waiters {
         if let Some(node) = from {
             seen_as.extend_from_slice(node.to_string().as_bytes());
         }
-        if self.recent.iter().any(|seen| *seen == seen_as) {
+        if !self.first_sighting(seen_as) {
             return;
         }
-        if self.recent.len() == RECENT_RELEASES {
-            self.recent.pop_front();
-        }
-        self.recent.push_back(seen_as);
         for reader in self.readers.values() {
             reader.notify_one();
         }

@@ -109,30 +109,40 @@ async fn a_majority_of_masters_jumped_forward_lets_a_second_holder_in_and_fencin
 /// Mutation: the jump written to two masters: B gets the lock.
 #[tokio::test]
 async fn a_minority_of_masters_jumped_lets_nobody_else_in() {
-    let cluster = Cluster::start_with_fake_clocks(3, &libfaketime());
+    minority_stepped_lets_nobody_else_in(3, &[0], "report").await;
+}
+
+/// Steps `stepped`, a minority of `masters`, 30 s forward together while A holds, then back:
+/// A's key goes on each, for real, B is refused by the others, and A's release deletes its key
+/// everywhere (it may rightly say `Expired`).
+async fn minority_stepped_lets_nobody_else_in(masters: usize, stepped: &[usize], resource: &str) {
+    let cluster = Cluster::start_with_fake_clocks(masters, &libfaketime());
     let (a, b) = (fenced_client(&cluster), fenced_client(&cluster));
-    let held = a.try_acquire("report", TTL).await.expect("A's lock");
+    let held = a.try_acquire(resource, TTL).await.expect("A's lock");
     // A's requests still out land before the jump: a straggling `SET` that lands after it sets
     // the key anew, on the jumped clock, which then outlives the jump (seen once under two CPU
     // hogs: "the jumped masters still hold A's key").
     settled(&a).await;
-    let jumped: &[usize] = &[0];
-    for &i in jumped {
+    for &i in stepped {
         cluster.jump_clock(i, "+30s");
     }
+    let key = crate::lock_key(resource.as_bytes());
     assert!(
-        crate::eventually(Duration::from_secs(3), || cluster
-            .pttl(0, &crate::lock_key(b"report"))
-            == -2)
+        crate::eventually(Duration::from_secs(3), || stepped
+            .iter()
+            .all(|&i| cluster.pttl(i, &key) == -2))
         .await,
-        "the jumped master still holds A's key"
+        "the stepped masters still hold A's key"
     );
-    let refused = b.try_acquire("report", TTL).await;
+    let refused = b.try_acquire(resource, TTL).await;
     assert!(
         refused.as_ref().is_err_and(redquorum::Error::is_conflict),
-        "B got in with one master of three jumped: {refused:?}"
+        "B got in with {} masters of {masters} stepped: {refused:?}",
+        stepped.len()
     );
-    cluster.jump_clock(0, "+0");
+    for &i in stepped {
+        cluster.jump_clock(i, "+0");
+    }
     let released = held.release().await;
     assert!(
         released.is_ok() || released.as_ref().is_err_and(redquorum::Error::is_expired),
@@ -147,41 +157,9 @@ async fn a_minority_of_masters_jumped_lets_nobody_else_in() {
 /// key goes on both, for real, and B is refused by the other three; stepped back together,
 /// neither brings the key back. A's release may rightly say `Expired` (as above).
 ///
-/// Mutation: a third master stepped with them (`jumped = &[0, 1, 2]`): B gets the lock (run,
+/// Mutation: a third master stepped with them (`&[0, 1, 2]`): B gets the lock (run,
 /// caught: that is the majority case above).
 #[tokio::test]
 async fn two_masters_of_five_stepped_at_once_let_nobody_else_in() {
-    let cluster = Cluster::start_with_fake_clocks(5, &libfaketime());
-    let (a, b) = (fenced_client(&cluster), fenced_client(&cluster));
-    let held = a.try_acquire("two", TTL).await.expect("A's lock");
-    // Its requests still out land before the steps (see the test above).
-    settled(&a).await;
-    let jumped: &[usize] = &[0, 1];
-    for &i in jumped {
-        cluster.jump_clock(i, "+30s");
-    }
-    let key = crate::lock_key(b"two");
-    assert!(
-        crate::eventually(Duration::from_secs(3), || jumped
-            .iter()
-            .all(|&i| cluster.pttl(i, &key) == -2))
-        .await,
-        "the stepped masters still hold A's key"
-    );
-    let refused = b.try_acquire("two", TTL).await;
-    assert!(
-        refused.as_ref().is_err_and(redquorum::Error::is_conflict),
-        "B got in with two masters of five stepped: {refused:?}"
-    );
-    for &i in jumped {
-        cluster.jump_clock(i, "+0");
-    }
-    let released = held.release().await;
-    assert!(
-        released.is_ok() || released.as_ref().is_err_and(redquorum::Error::is_expired),
-        "A's release: {released:?}"
-    );
-    settled(&a).await;
-    settled(&b).await;
-    crate::assert_no_lock_keys(&cluster);
+    minority_stepped_lets_nobody_else_in(5, &[0, 1], "two").await;
 }

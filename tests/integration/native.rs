@@ -60,8 +60,8 @@ async fn client(cluster: &Cluster, native: bool) -> RedLock {
 ///
 /// Mutations: `NativeCommands::of` offering nothing: no `DELIFEQ` is counted (run, caught);
 /// offering Valkey's commands to Redis: Redis answers `ERR unknown command` (run, caught);
-/// the stand-in's `NOSCRIPT` not loading it (`query_loading(cmd, None, …)`): the release
-/// script follows and is loaded instead (run, caught).
+/// the stand-in's `NOSCRIPT` not loading it (`NativeForm::command` giving no script to
+/// load): the release script follows and is loaded instead (run, caught).
 #[tokio::test]
 async fn valkey_releases_and_renews_with_its_own_commands_and_redis_with_scripts() {
     let cluster = Cluster::start_kinds(
