@@ -5,6 +5,7 @@
 //! The masters are started by the bench itself, memory-only (no AOF, no snapshots: the client
 //! is measured, not the disk), on free ports, and stopped at the end.
 
+use std::path::Path;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -58,7 +59,12 @@ impl Sizes {
 ///
 /// # Errors
 /// When the masters cannot be started or a measurement fails.
-pub async fn bench(quick: bool, counts: bool, as_json: bool) -> Result<u8, LabError> {
+pub async fn bench(
+    quick: bool,
+    counts: bool,
+    against: Option<&Path>,
+    as_json: bool,
+) -> Result<u8, LabError> {
     let mut signals = StopSignals::listen()?;
     let dir = std::env::temp_dir().join(format!("redquorum-bench-{}", std::process::id()));
     let kind = redquorum_testkit::ServerKind::for_dev()
@@ -72,7 +78,7 @@ pub async fn bench(quick: bool, counts: bool, as_json: bool) -> Result<u8, LabEr
         if counts {
             count_all(&cluster, Sizes::new(quick), as_json).await
         } else {
-            measure(&cluster, Sizes::new(quick), as_json).await
+            measure(&cluster, Sizes::new(quick), against, as_json).await
         }
     };
     let result = tokio::select! {
@@ -92,7 +98,12 @@ pub async fn bench(quick: bool, counts: bool, as_json: bool) -> Result<u8, LabEr
     Ok(0)
 }
 
-async fn measure(cluster: &DevCluster, sizes: Sizes, as_json: bool) -> Result<Value, LabError> {
+async fn measure(
+    cluster: &DevCluster,
+    sizes: Sizes,
+    against: Option<&Path>,
+    as_json: bool,
+) -> Result<Value, LabError> {
     let say = sayer(as_json);
     let urls = cluster.urls();
     let pids: Vec<u32> = cluster.nodes.iter().filter_map(|n| n.pid()).collect();
@@ -112,6 +123,14 @@ async fn measure(cluster: &DevCluster, sizes: Sizes, as_json: bool) -> Result<Va
     sequential.print(&say);
     let throughput = throughput(&baseline, (&rl, &scripts), &pids, sizes.throughput_for).await?;
     print_throughput(&throughput, sizes.throughput_for, &say);
+    let other = match (against, throughput.last()) {
+        (Some(bin), Some(last)) => {
+            let other = other_client(bin, &urls, &pids, last.tasks, sizes.throughput_for).await?;
+            other.print(last, &say);
+            Some(other)
+        }
+        _ => None,
+    };
     let round_trip = sequential.baseline_acquire.p50;
     let mut handoffs = Vec::new();
     // The tasks of one client, woken by release messages or by timed retries only; then a
@@ -148,6 +167,7 @@ async fn measure(cluster: &DevCluster, sizes: Sizes, as_json: bool) -> Result<Va
         "per_node_timeout_ms": ms(NODE_TIMEOUT),
         "sequential": sequential.to_json(),
         "throughput": throughput.iter().map(Throughput::to_json).collect::<Vec<_>>(),
+        "against": other.as_ref().map(|o| o.to_json(throughput.last())),
         "round_trip_us": us(round_trip),
         "handoff": handoffs.iter().map(Handoff::to_json).collect::<Vec<_>>(),
         "fencing": fencing.to_json(),
@@ -479,6 +499,104 @@ fn print_throughput(rows: &[Throughput], each: Duration, say: &impl Fn(String)) 
             last.tasks,
             verdict(last.ratio() >= 0.95)
         ));
+    }
+}
+
+/// Redquorum's throughput target against rslock 0.10 (issue 33): at 64 tasks, this many
+/// times rslock's pairs per second on the same masters.
+const AGAINST_RSLOCK: f64 = 1.3;
+
+/// Another client's throughput row (`--against BIN`), measured right after redquorum's
+/// last row on the same masters.
+struct OtherClient {
+    name: String,
+    tasks: usize,
+    rate: Rate,
+}
+
+/// Runs `bin --pairs` (`lab/rslock-contender`'s mode) for `duration` with `tasks` tasks on
+/// the masters `urls`, measuring the servers' CPU meanwhile; the client's CPU is the one
+/// `bin` reports for its own interval. The child is killed if this future is dropped.
+///
+/// # Cancel safety
+/// Cancel safe: dropping it kills the child (`kill_on_drop`).
+async fn other_client(
+    bin: &Path,
+    urls: &[String],
+    pids: &[u32],
+    tasks: usize,
+    duration: Duration,
+) -> Result<OtherClient, LabError> {
+    let meter = Meter::start(pids);
+    let output = tokio::process::Command::new(bin)
+        .args(["--pairs", "--nodes", &urls.join(",")])
+        .args(["--tasks", &tasks.to_string()])
+        .args(["--millis", &duration.as_millis().to_string()])
+        .stdin(std::process::Stdio::null())
+        .stderr(std::process::Stdio::inherit())
+        .kill_on_drop(true)
+        .output()
+        .await
+        .map_err(|e| failed(format!("{}: {e}", bin.display())))?;
+    let (_, servers) = meter.stop();
+    let line: Value = serde_json::from_slice(&output.stdout).map_err(|e| {
+        failed(format!(
+            "{} ({}) printed no figures: {e}",
+            bin.display(),
+            output.status
+        ))
+    })?;
+    let number = |field: &str| {
+        line[field]
+            .as_f64()
+            .ok_or_else(|| failed(format!("{}: no `{field}` in {line}", bin.display())))
+    };
+    let (pairs, elapsed_s, cpu_s) = (number("pairs")?, number("elapsed_s")?, number("cpu_s")?);
+    let pairs_done = pairs.max(1.0);
+    Ok(OtherClient {
+        name: bin
+            .file_stem()
+            .map_or_else(|| "other".to_owned(), |s| s.to_string_lossy().into_owned()),
+        tasks,
+        rate: Rate {
+            pairs_per_s: pairs / elapsed_s.max(f64::MIN_POSITIVE),
+            client_us_per_pair: cpu_s * 1e6 / pairs_done,
+            servers_us_per_pair: us(servers) / pairs_done,
+        },
+    })
+}
+
+impl OtherClient {
+    /// Redquorum's pairs per second over this client's, in `ours`'s row.
+    fn ratio(&self, ours: &Throughput) -> f64 {
+        ours.ours.pairs_per_s / self.rate.pairs_per_s.max(f64::MIN_POSITIVE)
+    }
+
+    fn print(&self, ours: &Throughput, say: &impl Fn(String)) {
+        say(format!(
+            "  {:>2} tasks, {} (after redquorum, same masters): {:.0} pairs/s, CPU µs/pair \
+             {:.1} + {:.1}\n  redquorum / {}: {:.2} (raw baseline / {}: {:.2}); target: \
+             ≥ {AGAINST_RSLOCK} × rslock: {}\n",
+            self.tasks,
+            self.name,
+            self.rate.pairs_per_s,
+            self.rate.client_us_per_pair,
+            self.rate.servers_us_per_pair,
+            self.name,
+            self.ratio(ours),
+            self.name,
+            ours.baseline.pairs_per_s / self.rate.pairs_per_s.max(f64::MIN_POSITIVE),
+            verdict(self.ratio(ours) >= AGAINST_RSLOCK)
+        ));
+    }
+
+    fn to_json(&self, ours: Option<&Throughput>) -> Value {
+        json!({
+            "client": self.name,
+            "tasks": self.tasks,
+            "rate": self.rate.to_json(),
+            "redquorum_ratio": ours.map(|o| self.ratio(o)),
+        })
     }
 }
 

@@ -46,6 +46,11 @@ enum Experiment {
         /// only. About 10 s (3 s with --quick).
         #[arg(long)]
         counts: bool,
+        /// Also measure BIN's 64-task row on the same masters, right after redquorum's (BIN
+        /// speaks `lab/rslock-contender`'s `--pairs` mode: build it with `cargo build
+        /// --release --manifest-path lab/rslock-contender/Cargo.toml`).
+        #[arg(long, conflicts_with = "counts")]
+        against: Option<std::path::PathBuf>,
     },
     /// What Redis Cluster voters buy: distinct-resource throughput (64 tasks) and the CPU per
     /// acquire+release pair of the client, the servers and the busiest server, with three
@@ -170,8 +175,20 @@ fn main() -> ExitCode {
     let result = runtime.block_on(async {
         match lab.experiment {
             Experiment::Demo { quick } => redquorum_lab::demo(quick, lab.json).await,
-            Experiment::Bench { quick, counts } => {
-                redquorum_lab::bench(quick, counts, lab.json).await
+            Experiment::Bench {
+                quick,
+                counts,
+                against,
+            } => {
+                // Checked before any master starts: a wrong path should not cost a whole run.
+                if let Some(bin) = against.as_deref().filter(|bin| !bin.is_file()) {
+                    eprintln!(
+                        "redquorum-lab: bench --against {}: no such file",
+                        bin.display()
+                    );
+                    return Ok(64);
+                }
+                redquorum_lab::bench(quick, counts, against.as_deref(), lab.json).await
             }
             Experiment::Scale { quick } => redquorum_lab::scale(quick, lab.json).await,
             Experiment::Contend {

@@ -423,6 +423,29 @@ fn short_soaks_of_the_read_write_lock_the_semaphore_and_the_election_pass() {
     assert!(err.contains("unknown fault \"flood\""), "{err}");
 }
 
+/// `bench --against` with a path that is not there is refused at once (64), before any master
+/// starts, and names the path.
+///
+/// Mutation: the check removed: the bench starts its masters and fails at its 64-task row,
+/// exit 1 (run, caught).
+#[test]
+fn a_bench_against_a_missing_client_is_refused_before_it_starts() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let missing = dir.path().join("no-such-contender");
+    let (code, _, err) = output(
+        lab(dir.path())
+            .env("TMPDIR", dir.path())
+            .args(["bench", "--quick", "--against"])
+            .arg(&missing),
+    );
+    assert_eq!(code, 64, "{err}");
+    assert!(
+        err.contains("no such file") && err.contains("no-such-contender"),
+        "{err}"
+    );
+    assert!(bench_state(dir.path()).is_none(), "masters were started");
+}
+
 /// Interrupted mid-way, the bench still stops the masters it started, and exits 130.
 #[test]
 fn an_interrupted_bench_stops_its_masters() {
