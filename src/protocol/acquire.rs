@@ -157,10 +157,16 @@ pub(crate) async fn acquire(
             attempts -= 1;
             continue;
         }
-        if let Some(acquired) =
-            handed_over(shared, &mut waiting, (resource, &key), fencing, attempts).await
-        {
-            return Ok(acquired);
+        // A fenced hand-off whose confirmation another client's re-seed fenced off is worth
+        // a round at once, as a won round's is: no fault of the masters (`DESIGN.md` §7).
+        let mut hurry = false;
+        match handed_over(shared, &mut waiting, (resource, &key), fencing, attempts).await {
+            HandOff::Held(acquired) => return Ok(acquired),
+            HandOff::FencedOff if reseed_retries_left > 0 => {
+                reseed_retries_left -= 1;
+                hurry = true;
+            }
+            HandOff::FencedOff | HandOff::NotYet => {}
         }
         let out_of_attempts = policy.attempts_limit().is_some_and(|max| attempts >= max);
         let now = Instant::now();
@@ -178,15 +184,35 @@ pub(crate) async fn acquire(
             );
             return Err(failed.rejection.error(failure));
         }
+        if hurry {
+            tracing::debug!("a fenced hand-off was fenced off by a re-seed, trying again at once");
+            continue;
+        }
         waiting
             .until_next_round(&failed.report, attempts, now)
             .await;
-        if let Some(acquired) =
+        // Anything but a lock goes on to the next round, which comes at once.
+        if let HandOff::Held(acquired) =
             handed_over(shared, &mut waiting, (resource, &key), fencing, attempts).await
         {
             return Ok(acquired);
         }
     }
+}
+
+/// What [`handed_over`] found.
+// `Held` is by far the largest, but it is returned once per acquire at most, and moved out
+// at once: boxing it would cost every hand-off an allocation for nothing.
+#[allow(clippy::large_enum_variant)]
+enum HandOff {
+    /// The lock, handed over (and, fenced, confirmed).
+    Held(Acquired),
+    /// No majority of hand-offs yet (or no queue).
+    NotYet,
+    /// A majority was handed over, but the fenced confirm failed because a re-seed by another
+    /// acquire of the slot fenced it off (`SeededSinceGrant`): the next round may go at once.
+    /// Any other failed confirm is [`NotYet`](Self::NotYet): the round waits as after a loss.
+    FencedOff,
 }
 
 /// The lock a majority of the nodes' releases handed to this waiter with its own token
@@ -202,7 +228,9 @@ pub(crate) async fn acquire(
 /// A fenced waiter's lock is then confirmed as a won round's is (`fencing::confirm`): its
 /// token is the largest counter the counted hand-offs raised, and only their confirmations
 /// count. Should the confirm fail, the waiter forgets the registration (its next round, with
-/// a new one, takes the keys handed to it as its own grants) and waits on, still queued.
+/// a new one, takes the keys handed to it as its own grants) and waits on, still queued;
+/// when a re-seed fenced the confirm off ([`HandOff::FencedOff`]), that round may go at
+/// once.
 ///
 /// # Cancel safety
 /// Dropped during a fenced waiter's confirm round, the queue is dropped with it and leaves
@@ -215,10 +243,14 @@ async fn handed_over(
     (resource, key): (&[u8], &[u8]),
     fencing: bool,
     attempts: u32,
-) -> Option<Acquired> {
+) -> HandOff {
     let timing = *waiting.timing();
-    let handed = waiting.queue.as_ref()?.handed_lock(&timing)?;
-    let mut queue = waiting.queue.take()?;
+    let Some(handed) = waiting.queue.as_ref().and_then(|q| q.handed_lock(&timing)) else {
+        return HandOff::NotYet;
+    };
+    let Some(mut queue) = waiting.queue.take() else {
+        return HandOff::NotYet;
+    };
     let mut tally = Tally::new(shared.nodes.len());
     let report = shared
         .nodes
@@ -256,11 +288,17 @@ async fn handed_over(
         let holder = (key, &handed.token, None);
         match fencing::confirm(shared, holder, &keys, &round, &timing).await {
             Ok(token) => fencing_token = Some(token),
-            Err((rejection, _)) => {
+            Err((rejection, report)) => {
                 tracing::debug!(?rejection, "a fenced hand-off was not confirmed");
                 queue.unregister();
                 waiting.queue = Some(queue);
-                return None;
+                let fenced_off =
+                    fencing::retry_now(shared, None, &report, timing.per_node_timeout).await;
+                return if fenced_off {
+                    HandOff::FencedOff
+                } else {
+                    HandOff::NotYet
+                };
             }
         }
     }
@@ -268,7 +306,7 @@ async fn handed_over(
     let deadline = round.valid_until(&timing);
     let waiter = queue.waiter_id().to_owned();
     queue.hold();
-    Some(Acquired {
+    HandOff::Held(Acquired {
         key: key.to_vec(),
         token: handed.token,
         timing,
