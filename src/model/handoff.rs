@@ -45,7 +45,8 @@
 //! names the fence keys) names the raised counter in its message, the waiter's round raises
 //! it where it sets its token, and the passer-by's round too. A cleanup that finds the key
 //! gone hands it over without the fence keys: a reservation (for one tick), which only the
-//! waiter's next round turns into its token. A decision (by messages or by a round) is a
+//! waiter's next round turns into its token (the waiter stays queued there until then, so a
+//! later release there hands it its own lock). A decision (by messages or by a round) is a
 //! token, the largest counter among the masters it counted, and a confirm round sent to
 //! them, each request running at any moment (a cleanup sent by hash waits in the client for
 //! its round's answer, so a confirm can overtake it): where the key still holds the waiter's
@@ -75,7 +76,7 @@ const DRIFT: u8 = 1;
 const HORIZON: u8 = 5;
 /// With fencing the clock stops at 4: every wrong token rule breaks by then, and the
 /// passer-by does hold after the waiter. As built it also holds with the clock stopping at 5
-/// (35.7 million states, a minute optimised), too long for every CI run.
+/// (31.6 million states, 40 s optimised), too long for every CI run.
 const FENCED_HORIZON: u8 = 4;
 /// How many queued rounds the waiter may run.
 const ROUNDS: u8 = 2;
@@ -316,9 +317,9 @@ impl HandoffState {
             master.value = Value::Free;
             return;
         }
-        master.queued = false;
         let named = match fence {
             None => 1,
+            // Reserved, the waiter stays queued here until its round takes the key.
             Some(_) if !with_fence_keys => {
                 master.value = Value::Reserved;
                 master.expires = now + 1;
@@ -330,6 +331,8 @@ impl HandoffState {
                 master.counter
             }
         };
+        // Handed its own lock, the waiter holds it here: it leaves the queue here.
+        master.queued = false;
         master.value = Value::Token {
             owner: Owner::Waiter,
             handed: true,

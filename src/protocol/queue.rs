@@ -475,8 +475,9 @@ impl Queue {
         });
     }
 
-    /// Holds the lock releases handed it: stays queued where its hand-off has not come (its
-    /// release leaves the queue there, see `acquire::handed_over`), and stops listening.
+    /// Holds the lock releases handed it: stays queued where its hand-off has not come, or
+    /// came as a reservation only (its release leaves the queue there, see
+    /// `acquire::handed_over`), and stops listening.
     pub(crate) fn hold(mut self) {
         self.joined = false;
     }

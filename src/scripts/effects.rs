@@ -154,14 +154,16 @@ impl QueuedLock {
         self.queue |= 1 << me;
     }
 
-    /// `lua/hand_over.lua`: to the first queued waiter (all are live here), else deleted.
+    /// `lua/hand_over.lua`: to the first queued waiter (all are live here), else deleted. A
+    /// lock's waiter given a reservation stays queued until its round takes it
+    /// ([`queued_acquire`](Self::queued_acquire) removes it); keys never expire here, so the
+    /// script's cut of its liveness has no counterpart.
     fn hand_over(&mut self) -> Wake {
         if self.queue == 0 {
             self.value = LockValue::Free;
             return Wake::All;
         }
         let head = self.queue.trailing_zeros() as u8;
-        self.queue &= !(1 << head);
         self.value = LockValue::Reserved(head);
         Wake::One(head)
     }

@@ -190,8 +190,10 @@ pub(crate) static DELETE_IF_EQUAL: LuaScript = LuaScript::new(lua!("delete_if_eq
 /// Our token as we wrote it with `n-` (nobody marked it: nobody waited) is deleted at once,
 /// with no look at the queue and nothing published, as the server's own `DELIFEQ` does
 /// (`DESIGN.md` §3). Otherwise, only if the key holds our token (`lua/ours.lua`: as written,
-/// marked by a waiter, or handed to us): with a queue, pops waiters from its head (first queued, first served) until one is
-/// still live, and **hands the lock to it** (`lua/hand_over.lua`):
+/// marked by a waiter, or handed to us): with a queue, drops the waiters at its head that are
+/// no longer live and **hands the lock to the first live one** (first queued, first served;
+/// `lua/hand_over.lua`), which leaves the queue there when handed its own lock and stays
+/// queued when reserved the lock, until its round takes it:
 /// - a waiter that registered its token (an unfenced one, see `QUEUED_ACQUIRE`) gets its own
 ///   lock: the key holds `h-<its token>|<waiter id>` for its ttl, and the message names the
 ///   nonce it registered (`<release id>:<waiter id>:<nonce>`), from which the waiter counts
@@ -247,7 +249,8 @@ pub(crate) static RELEASE: LuaScript = LuaScript::new(lua!(
 /// alike and a release hands the lock to the same waiter everywhere. The queue's keys
 /// expire with the longest liveness, so an abandoned queue does not stay. With the nonce, the
 /// waiter also registers its token, ttl and nonce for a hand-off (`<id>:h`, beside its
-/// liveness; dropped when it takes its turn, is handed the lock or leaves).
+/// liveness; dropped when it takes its turn, is handed its own lock or leaves; a waiter only
+/// reserved the lock keeps it, and stays queued with its liveness cut, `lua/hand_over.lua`).
 ///
 /// Sent whole (`EVAL`): a release behind it on the same node is then sent at once rather than
 /// after its answer (a script sent by hash might come back `NOSCRIPT` and be sent again, after
@@ -789,7 +792,8 @@ mod tests {
                 -1
             );
             assert_eq!(get(&cluster).as_deref(), Some("handoff:c.w"));
-            assert_eq!(queued(&cluster), ["c.v"]);
+            // Reserved, c.w waits on until its round takes the reservation.
+            assert_eq!(queued(&cluster), ["c.w", "c.v"]);
             // That waiter leaves (it got the lock elsewhere, gave up or was cancelled): the
             // reservation goes to the next one, as the release would have done.
             assert_eq!(
@@ -797,7 +801,7 @@ mod tests {
                 -1
             );
             assert_eq!(get(&cluster).as_deref(), Some("handoff:c.v"));
-            assert!(queued(&cluster).is_empty());
+            assert_eq!(queued(&cluster), ["c.v"]);
             // The last one leaves: the key is deleted, nothing is left.
             assert_eq!(
                 eval(&cluster, DEQUEUE.code(), &["c.v", "ch", "r3", "5000"]),
@@ -1069,8 +1073,19 @@ mod tests {
                 -2
             );
             assert_eq!(get(&cluster).as_deref(), Some("handoff:c.v"));
+            // Reserved, c.v waits on until its round takes the reservation.
+            assert_eq!(queued(&cluster), ["c.v", "c.w"]);
+            // c.v's round takes it (and leaves the queue), c.v releases; c.w's own grant
+            // elsewhere, undone, wakes nobody.
+            assert_eq!(
+                eval(
+                    &cluster,
+                    QUEUED_ACQUIRE.code(),
+                    &["n-tv", "10000", "c.v", "60000", "1"]
+                ),
+                -1
+            );
             assert_eq!(queued(&cluster), ["c.w"]);
-            // c.v takes it; c.w's own grant elsewhere, undone, wakes nobody.
             let _: i64 = cluster.run(0, redis::cmd("DEL").arg(KEY));
             let _: () = cluster.run(
                 0,
@@ -1168,13 +1183,19 @@ mod tests {
             );
             assert_eq!(get(&cluster).as_deref(), Some("handoff:c.v"), "handed on");
 
-            // Handed to c.w again; c.w gives up (holding nothing): passed on to nobody.
+            // Handed to c.w again; c.w gives up (holding nothing): passed on to c.v, which,
+            // reserved the lock before, waits on; once c.v leaves too, to nobody.
             set(&cluster, "h-n-mine|c.w");
             assert_eq!(
                 eval(&cluster, DEQUEUE.code(), &["c.w", "ch", "r6", "500"]),
                 -1
             );
-            assert_eq!(get(&cluster), None, "passed on");
+            assert_eq!(get(&cluster).as_deref(), Some("handoff:c.v"), "passed on");
+            assert_eq!(
+                eval(&cluster, DEQUEUE.code(), &["c.v", "ch", "r7", "500"]),
+                -1
+            );
+            assert_eq!(get(&cluster), None, "passed on to nobody");
         }
 
         /// A silent delete (a failed round's cleanup, no channel) never takes a lock handed to
@@ -1651,6 +1672,52 @@ mod tests {
             assert_eq!(value_of(&cluster, RW_KEY).as_deref(), Some("h-tw|c.w"));
             let shares: i64 = cluster.run(0, redis::cmd("ZCARD").arg(RW_READERS));
             assert_eq!(shares, 0);
+            // Handed its own lock, the writer holds it here: it is no longer queued.
+            let place: Option<f64> = cluster.run(0, redis::cmd("ZSCORE").arg(RW_QUEUE).arg("c.w"));
+            assert_eq!(place, None, "a writer handed its lock is still queued");
+        }
+
+        /// A fenced writer that the last reader's release can only reserve the lock for stays
+        /// queued until its round takes the reservation: should the reservation lapse first,
+        /// a new reader still finds it waiting and is refused, instead of passing it.
+        ///
+        /// Mutations: `hand_over` taking every waiter it hands anything to out of the queue
+        /// (`keep_reserved` ignored): the new reader is granted (run, caught); the reserved
+        /// waiter's liveness not cut: it stays `FOREVER` (run, caught).
+        #[test]
+        fn a_writer_reserved_the_lock_still_holds_new_readers_back() {
+            let cluster = Cluster::start(1);
+            assert_eq!(read(&cluster, "r1", "60000"), -1);
+            let _: i64 = cluster.run(0, redis::cmd("ZADD").arg(RW_QUEUE).arg(1).arg("c.w"));
+            let _: i64 = cluster.run(
+                0,
+                redis::cmd("HSET")
+                    .arg(RW_WAITERS)
+                    .arg("c.w")
+                    .arg(FOREVER)
+                    .arg("c.w:h")
+                    .arg("f10000 n1 tw"),
+            );
+            // A reader's release names no fence keys: a fenced writer gets a reservation.
+            assert_eq!(release_read(&cluster, "r1"), -1);
+            assert_eq!(value_of(&cluster, RW_KEY).as_deref(), Some("handoff:c.w"));
+            let place: Option<f64> = cluster.run(0, redis::cmd("ZSCORE").arg(RW_QUEUE).arg("c.w"));
+            assert_eq!(place, Some(1.0), "the reserved writer left the queue");
+            // Its liveness is cut to two reservations (2 × 5000 ms) from now: a writer that
+            // never comes is not reserved the lock for the rest of it.
+            let (seconds, micros): (u64, u64) = cluster.run(0, &redis::cmd("TIME"));
+            let now_ms = seconds * 1000 + micros / 1000;
+            let live: u64 = cluster.run(0, redis::cmd("HGET").arg(RW_WAITERS).arg("c.w"));
+            assert!(
+                (now_ms..=now_ms + 10_000).contains(&live),
+                "liveness {live} ms, not cut to two reservations from {now_ms}"
+            );
+            // The reservation lapses before the writer's round comes (a slow master).
+            let _: i64 = cluster.run(0, redis::cmd("DEL").arg(RW_KEY));
+            assert!(
+                read(&cluster, "r2", "60000") > 0,
+                "a reader passed a writer whose reservation lapsed"
+            );
         }
 
         /// A reader that renews for less than it had shortens the readers' mark with its share

@@ -58,6 +58,25 @@ fn queue_by_hand(cluster: &Cluster, resource: &str, waiter: &str, score: u64, li
 }
 
 /// How many waiters node `i` has queued for `resource`.
+/// What a waiter's leaving does to the queue on every node, by hand: as if it gave up.
+fn leave_by_hand(cluster: &Cluster, resource: &str, waiter: &str) {
+    for i in 0..cluster.len() {
+        let _: i64 = cluster.run(
+            i,
+            redis::cmd("ZREM")
+                .arg(format!("{}:queue", key(resource)))
+                .arg(waiter),
+        );
+        let _: i64 = cluster.run(
+            i,
+            redis::cmd("HDEL")
+                .arg(format!("{}:waiters", key(resource)))
+                .arg(waiter)
+                .arg(format!("{waiter}:h")),
+        );
+    }
+}
+
 fn queued(cluster: &Cluster, i: usize, resource: &str) -> usize {
     let n: i64 = cluster.run(
         i,
@@ -84,12 +103,15 @@ async fn acquire_everywhere(cluster: &Cluster, rl: &RedLock, resource: &str) -> 
 }
 
 /// A release hands the lock to the queued waiter: on every node the key now says
-/// `handoff:<waiter>` for a short reservation (twice the per-node timeout), the waiter has
-/// left the queue, and the message went to its client's own channel. Meanwhile nobody else,
-/// not even the releaser at once, can take the lock; once the reservation lapses, anyone can.
+/// `handoff:<waiter>` for a short reservation (twice the per-node timeout), the waiter stays
+/// queued (until its round takes the reservation, `DESIGN.md` §7), and the message went to its
+/// client's own channel. Meanwhile nobody else, not even the releaser at once, can take the
+/// lock; once the reservation lapses, anyone can, and its release reserves the lock for the
+/// waiter again.
 ///
 /// Mutation: the release deleting the key whatever the queue (the `RELEASE` before the
-/// hand-off) fails the first check; publishing on the common channel fails the message check.
+/// hand-off) fails the first check; publishing on the common channel fails the message check;
+/// `hand_over` taking the reserved waiter out of the queue fails the queue check (run).
 #[tokio::test]
 async fn a_release_hands_the_lock_to_the_queued_waiter_and_reserves_it() {
     let cluster = Cluster::start(5);
@@ -118,8 +140,8 @@ async fn a_release_hands_the_lock_to_the_queued_waiter_and_reserves_it() {
         );
         assert_eq!(
             queued(&cluster, i, "baton"),
-            0,
-            "node {i}: the waiter left the queue"
+            1,
+            "node {i}: the waiter left the queue before taking its reservation"
         );
     }
     let message = tokio::time::timeout(Duration::from_secs(2), pubsub.on_message().next())
@@ -138,9 +160,25 @@ async fn a_release_hands_the_lock_to_the_queued_waiter_and_reserves_it() {
         .await,
         "the reservation lapses"
     );
-    let lock = rl.try_acquire("baton", TTL).await.expect("free again");
+    let lock = acquire_everywhere(&cluster, &rl, "baton").await;
+    // The waiter's next round would mark the new holder; by hand, as it was queued.
+    queue_by_hand(&cluster, "baton", "c1.w1", 1, u64::MAX / 2);
     lock.release().await.expect("release");
     crate::settled(&rl).await;
+    for i in 0..cluster.len() {
+        assert_eq!(
+            value(&cluster, i, &key("baton")).as_deref(),
+            Some("handoff:c1.w1"),
+            "node {i}: reserved again for the waiter that still waits"
+        );
+    }
+    leave_by_hand(&cluster, "baton", "c1.w1");
+    assert!(
+        crate::eventually(Duration::from_secs(3), || (0..cluster.len())
+            .all(|i| value(&cluster, i, &key("baton")).is_none()))
+        .await,
+        "the reservation lapses"
+    );
     cluster.assert_no_keys_under(PREFIX);
 }
 
@@ -164,11 +202,15 @@ async fn a_release_skips_waiters_that_are_no_longer_live() {
             Some("handoff:c2.alive"),
             "node {i}"
         );
-        let waiters: i64 = cluster.run(
+        let waiters: Vec<String> = cluster.run(
             i,
-            redis::cmd("HLEN").arg(format!("{}:waiters", key("relay"))),
+            redis::cmd("HKEYS").arg(format!("{}:waiters", key("relay"))),
         );
-        assert_eq!(waiters, 0, "node {i}: both left the queue");
+        assert_eq!(
+            waiters,
+            ["c2.alive"],
+            "node {i}: the dead waiter left, the reserved one waits on"
+        );
     }
     // Only dead waiters: deleted, as with no queue at all.
     assert!(
@@ -177,6 +219,7 @@ async fn a_release_skips_waiters_that_are_no_longer_live() {
         .await,
         "the reservation lapses"
     );
+    leave_by_hand(&cluster, "relay", "c2.alive");
     let lock = rl.try_acquire("relay", TTL).await.expect("acquire");
     queue_by_hand(&cluster, "relay", "c1.dead", 1, 1);
     lock.release().await.expect("release");

@@ -7,6 +7,6 @@ local value = redis.call('GET', KEYS[1])
 -- it holds by the hand-off, if any), is passed on as the release would have.
 local held = 'h-' .. (ARGV[5] or '') .. '|' .. ARGV[1]
 if value == 'handoff:' .. ARGV[1] or (handed_to(value, ARGV[1]) and value ~= held) then
-  hand_over(ARGV[2], ARGV[3], ARGV[4])
+  hand_over(ARGV[2], ARGV[3], ARGV[4], nil, nil, nil, nil, true)
 end
 return -1

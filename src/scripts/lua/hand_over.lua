@@ -12,24 +12,35 @@
 -- message also names the counter and the epoch: `:<nonce>:<counter>:<epoch>`. Any other
 -- waiter (a fenced one the release cannot fence for) gets a reservation, `handoff:<id>` for
 -- `reservation` ms, which its next round turns into a lock.
-local function hand_over(channel, release_id, reservation, key, queue, waiters, fenced)
+--
+-- Waiters that are no longer live leave the queue here. The waiter handed its own lock leaves
+-- too: it holds it here. A waiter given a reservation of the lock (`keep_reserved`) stays
+-- queued until its round takes it (`take_turn.lua`) or it leaves (`dequeue.lua`): should the
+-- reservation lapse first, new readers must still find it waiting and queue behind it
+-- (`DESIGN.md` §7c). Its liveness is cut to two reservations from now (its round renews
+-- it), so a waiter that never comes (it crashed, or won elsewhere and its leaving missed
+-- this master) is not reserved the lock release after release for the rest of its
+-- liveness. A semaphore's waiter leaves with its reservation of a permit, so the next
+-- release of another permit reserves that one for the next waiter (`DESIGN.md` §7a).
+local function hand_over(channel, release_id, reservation, key, queue, waiters, fenced, keep_reserved)
   key, queue, waiters = key or KEYS[1], queue or KEYS[2], waiters or KEYS[3]
-  local handed, registered = nil, nil
+  local handed, registered, live_until, now = nil, nil, 0, 0
   if queue and redis.pcall('EXISTS', queue) == 1 then
     local t = redis.pcall('TIME')
     if not t.err then
-      local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+      now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
       while not handed do
         local range = redis.pcall('ZRANGE', queue, 0, 0)
         if range.err or not range[1] then break end
         local head = range[1]
         local live = tonumber(redis.pcall('HGET', waiters, head)) or 0
-        local registration = redis.pcall('HGET', waiters, head .. ':h')
-        if type(redis.pcall('ZREM', queue, head)) ~= 'number' then break end
-        redis.pcall('HDEL', waiters, head, head .. ':h')
         if live >= now then
-          handed = head
+          handed, live_until = head, live
+          local registration = redis.pcall('HGET', waiters, head .. ':h')
           if type(registration) == 'string' then registered = registration end
+        else
+          if type(redis.pcall('ZREM', queue, head)) ~= 'number' then break end
+          redis.pcall('HDEL', waiters, head, head .. ':h')
         end
       end
     end
@@ -49,6 +60,13 @@ local function hand_over(channel, release_id, reservation, key, queue, waiters, 
     end
     if not taken then
       redis.call('SET', key, 'handoff:' .. handed, 'PX', reservation)
+    end
+    if taken or not keep_reserved then
+      redis.pcall('ZREM', queue, handed)
+      redis.pcall('HDEL', waiters, handed, handed .. ':h')
+    else
+      local cut = now + 2 * tonumber(reservation)
+      if live_until > cut then redis.pcall('HSET', waiters, handed, cut) end
     end
     if channel ~= '' then
       local client = string.match(handed, '^([^.]+)%.')

@@ -23,9 +23,9 @@ if KEYS[5] then fenced = fenced_hand_over end
 if not ours(value) then
   local answer = not_ours(value)
   if waiter and (value == 'handoff:' .. waiter or handed_to(value, waiter)) then
-    hand_over(ARGV[2], ARGV[3], ARGV[4], nil, nil, nil, fenced)
+    hand_over(ARGV[2], ARGV[3], ARGV[4], nil, nil, nil, fenced, true)
   end
   return answer
 end
-hand_over(ARGV[2], ARGV[3], ARGV[4], nil, nil, nil, fenced)
+hand_over(ARGV[2], ARGV[3], ARGV[4], nil, nil, nil, fenced, true)
 return -1

@@ -15,7 +15,7 @@ if left then
 elseif ARGV[2] ~= '' then
   -- The last share gone: the lock is free here, as after a writer's release. A release hands
   -- it to the first queued writer (or deletes it and publishes).
-  hand_over(ARGV[2], ARGV[3], ARGV[4], KEYS[1], KEYS[3], KEYS[4])
+  hand_over(ARGV[2], ARGV[3], ARGV[4], KEYS[1], KEYS[3], KEYS[4], nil, true)
 else
   -- A failed round's silent cleanup only deletes it.
   redis.call('DEL', KEYS[1])

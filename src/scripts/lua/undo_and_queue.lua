@@ -12,5 +12,5 @@ elseif value then
   mark_waited()
 end
 if KEYS[2] then join_queue(ARGV[2], ARGV[3], ARGV[4], ARGV[8], ARGV[9]) end
-if not value and ARGV[5] then hand_over(ARGV[5], ARGV[6], ARGV[7]) end
+if not value and ARGV[5] then hand_over(ARGV[5], ARGV[6], ARGV[7], nil, nil, nil, nil, true) end
 return answer
