@@ -108,7 +108,9 @@ enum Experiment {
         /// The faults the nemesis draws from, comma-separated: kill (SIGKILL, an empty
         /// restart later), pause (SIGSTOP, SIGCONT later), restart (empty, at once), jump
         /// (one master's wall clock 2 s forward, past the ttl, and back later; the masters
-        /// are then Valkey under libfaketime).
+        /// are then Valkey under libfaketime), jump2 (two masters' clocks at once, still a
+        /// minority), jump3 (three at once, a majority: the negative control, where overlaps
+        /// must appear and the fenced store must reject the stale writes).
         #[arg(long, value_delimiter = ',', default_value = "kill,pause,restart")]
         nemesis: Vec<String>,
     },

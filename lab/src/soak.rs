@@ -30,6 +30,10 @@
 //! be at least the last earlier write's and below the next write's; for a semaphore, only one
 //! permit held twice is; an election's terms are its tokens.
 //!
+//! `jump2` and `jump3` jump two and three clocks at once; `jump3`, a majority, is the negative
+//! control: its overlaps are counted apart and reported, fencing still ordering the writes
+//! (`Figures::overlaps_across_a_majority_jump`).
+//!
 //! `--plot` draws the run (`soak_plot`). Not yet (issue 35): network partitions as faults,
 //! and Sentinel failovers.
 
@@ -107,7 +111,7 @@ pub fn nemesis_kinds(names: &[String]) -> Result<Vec<&'static str>, LabError> {
             .find(|k| k == name)
             .ok_or_else(|| {
                 LabError::new(format!(
-                    "soak: unknown fault {name:?} (kill, pause, restart, jump)"
+                    "soak: unknown fault {name:?} (kill, pause, restart, jump, jump2, jump3)"
                 ))
             })?;
         if kinds.contains(&kind) {
@@ -129,7 +133,7 @@ pub fn nemesis_kinds(names: &[String]) -> Result<Vec<&'static str>, LabError> {
 /// When the masters cannot be started or a worker fails.
 pub async fn soak(run: Soak, as_json: bool) -> Result<u8, LabError> {
     let mut signals = StopSignals::listen()?;
-    let cluster = if run.nemesis.contains(&"jump") {
+    let cluster = if jumps_clocks(&run.nemesis) {
         crate::masters::start_with_fake_clocks("soak", VOTERS + 1).await?
     } else {
         crate::masters::start("soak", VOTERS + 1).await?
@@ -221,7 +225,24 @@ impl Primitive {
 }
 
 /// The kinds of fault in force a soak tells apart, `none` first.
-const FAULT_KINDS: [&str; 5] = ["none", "kill", "pause", "restart", "jump"];
+const FAULT_KINDS: [&str; 7] = ["none", "kill", "pause", "restart", "jump", "jump2", "jump3"];
+
+/// How many masters' clocks a fault kind jumps at once: `jump` one, `jump2` two (a minority
+/// of five still), `jump3` three (a majority: the documented assumption failing, the soak's
+/// negative control); none for the other kinds.
+fn clocks_jumped(kind: &str) -> usize {
+    match kind {
+        "jump" => 1,
+        "jump2" => 2,
+        "jump3" => 3,
+        _ => 0,
+    }
+}
+
+/// Whether `kinds` jump any clock: the masters then run under libfaketime.
+pub(crate) fn jumps_clocks(kinds: &[&str]) -> bool {
+    kinds.iter().any(|k| clocks_jumped(k) > 0)
+}
 
 /// How far a `jump` moves a master's wall clock: past the ttl, so every lock key there
 /// expires at once.
@@ -261,14 +282,15 @@ impl Hold {
     }
 }
 
-/// A fault the nemesis caused: `kind` on `node` from `from` until `to` (monotonic ns), `to`
-/// including a restarted master's grace. `in_force` is when the fault was surely in force:
+/// A fault the nemesis caused: `kind` on `nodes` (one, or the masters whose clocks a
+/// `jump2` or `jump3` moved together) from `from` until `to` (monotonic ns), `to` including a
+/// restarted master's grace. `in_force` is when the fault was surely in force:
 /// from `from` (its start was asked for) until `in_force`, the master may or may not show it
 /// yet (a clock jump: the offset file written, the server reading it at its next clock call).
 #[derive(Debug, Clone)]
 struct Fault {
     kind: &'static str,
-    node: usize,
+    nodes: Vec<usize>,
     from: u64,
     in_force: u64,
     to: u64,
@@ -455,6 +477,7 @@ fn nemesis(
         // Drawn as a `u8`, so the default kinds give the schedules of earlier runs' seeds.
         let draw = rng.random_range(0..u8::try_from(kinds.len()).unwrap_or(u8::MAX));
         let kind = kinds.get(usize::from(draw)).copied().unwrap_or("restart");
+        let mut nodes = vec![node];
         match kind {
             "kill" => {
                 cluster.kill(node)?;
@@ -466,25 +489,34 @@ fn nemesis(
                 sleep_until(from.saturating_add(lasts))?;
                 cluster.resume(node)?;
             }
-            "jump" => {
-                cluster.jump_clock(node, JUMP)?;
-                // Surely in force from here, maybe from `from` (`Figures::spans_a_jump`).
+            "jump" | "jump2" | "jump3" => {
+                // The drawn master and the next ones: no further draw, so the schedules of
+                // the other kinds stay those of earlier runs' seeds.
+                nodes = (0..clocks_jumped(kind))
+                    .map(|k| (node + k) % VOTERS)
+                    .collect();
+                for &n in &nodes {
+                    cluster.jump_clock(n, JUMP)?;
+                }
+                // Surely in force from here, maybe from `from` (`Figures::jumped`).
                 in_force = monotonic_ns()?;
                 sleep_until(from.saturating_add(lasts))?;
-                cluster.jump_clock(node, "+0")?;
+                for &n in &nodes {
+                    cluster.jump_clock(n, "+0")?;
+                }
             }
             _ => cluster.restart(node)?,
         }
         // A master restarted empty votes again only after its grace.
         let healed = monotonic_ns()?;
-        let to = if matches!(kind, "pause" | "jump") {
+        let to = if kind == "pause" || clocks_jumped(kind) > 0 {
             healed
         } else {
             healed.saturating_add(nanos(RESTART_GRACE))
         };
         faults.push(Fault {
             kind,
-            node,
+            nodes,
             from,
             in_force,
             to,
@@ -563,11 +595,27 @@ impl Figures {
         self.overlaps_and_jumps().2
     }
 
+    /// Of the overlaps across a jump, those where a hold spans a jump of a majority's clocks
+    /// (`jump3`, the negative control), and of those, the ones where the fenced store
+    /// rejected one of the two writes: the stale holder's, which fencing exists to stop.
+    fn overlaps_across_a_majority_jump(&self) -> (usize, usize) {
+        let (_, _, _, majority, rejected) = self.overlaps_by_kind();
+        (majority, rejected)
+    }
+
     /// (overlaps of holds that span no jump, of those with both writes accepted, overlaps
     /// where a hold spans a jump).
     fn overlaps_and_jumps(&self) -> (usize, usize, usize) {
+        let (overlaps, accepted, across, _, _) = self.overlaps_by_kind();
+        (overlaps, accepted, across)
+    }
+
+    /// [`overlaps_and_jumps`](Self::overlaps_and_jumps), then the overlaps where a hold
+    /// spans a majority's jump and, of those, the ones with a write the store rejected.
+    fn overlaps_by_kind(&self) -> (usize, usize, usize, usize, usize) {
         let holds = &self.holds;
         let (mut overlaps, mut accepted, mut across) = (0, 0, 0);
+        let (mut majority, mut rejected) = (0, 0);
         for (i, a) in holds.iter().enumerate() {
             for b in holds.iter().skip(i + 1) {
                 if b.acquired >= a.end() {
@@ -576,8 +624,13 @@ impl Figures {
                 if !self.primitive.conflict(a, b) {
                     continue;
                 }
-                if self.spans_a_jump(a) || self.spans_a_jump(b) {
+                let jumped = self.jumped(a).max(self.jumped(b));
+                if jumped > 0 {
                     across += 1;
+                    if jumped > VOTERS / 2 {
+                        majority += 1;
+                        rejected += usize::from(!(a.accepted && b.accepted));
+                    }
                     continue;
                 }
                 overlaps += 1;
@@ -586,7 +639,7 @@ impl Figures {
                 }
             }
         }
-        (overlaps, accepted, across)
+        (overlaps, accepted, across, majority, rejected)
     }
 
     /// Writes (locks) whose token is not above every token of the writes acquired before
@@ -665,9 +718,20 @@ impl Figures {
     /// force saw releases in the 2 ms between the offset's write and that reading find the key
     /// gone, and called them false.)
     fn spans_a_jump(&self, hold: &Hold) -> bool {
-        self.faults.iter().any(|f| {
-            f.kind == "jump" && hold.asked <= f.in_force && f.from <= hold.release_returned
-        })
+        self.jumped(hold) > 0
+    }
+
+    /// How many masters' clocks the largest jump that `hold` spans ([`spans_a_jump`]) moved
+    /// at once; 0 when it spans none.
+    ///
+    /// [`spans_a_jump`]: Self::spans_a_jump
+    fn jumped(&self, hold: &Hold) -> usize {
+        self.faults
+            .iter()
+            .filter(|f| hold.asked <= f.in_force && f.from <= hold.release_returned)
+            .map(|f| clocks_jumped(f.kind))
+            .max()
+            .unwrap_or(0)
     }
 
     /// No check failed. No overlap at all, not only none the store let through: none of this
@@ -831,6 +895,8 @@ impl Figures {
             "overlaps": overlaps,
             "overlaps_both_writes_accepted": accepted_overlaps,
             "overlaps_across_a_clock_jump": self.overlaps_across_a_jump(),
+            "overlaps_across_a_majority_jump": self.overlaps_across_a_majority_jump().0,
+            "overlaps_across_a_majority_jump_with_a_write_rejected": self.overlaps_across_a_majority_jump().1,
             "writes_rejected": self.holds.iter().filter(|h| !h.accepted).count(),
             "token_regressions": self.token_regressions(),
             "false_expired": self.false_expired(),
@@ -846,7 +912,8 @@ impl Figures {
             "faults": by_kind,
             "fault_log": self.faults.iter().map(|f| json!({
                 "fault": f.kind,
-                "node": f.node,
+                "node": f.nodes.first(),
+                "nodes": f.nodes,
                 "from_s": f.from.saturating_sub(self.window.0) as f64 / 1e9,
                 "to_s": f.to.saturating_sub(self.window.0) as f64 / 1e9,
             })).collect::<Vec<_>>(),
@@ -904,6 +971,20 @@ impl Figures {
         if expired_across > 0 || overlaps_across > 0 {
             println!(
                 "  holds across a clock jump (a master lost the key early, the assumption failing: not counted above): {expired_across} releases said expired, {overlaps_across} overlaps"
+            );
+        }
+        if run.nemesis.contains(&"jump3") {
+            let (majority, rejected) = self.overlaps_across_a_majority_jump();
+            println!(
+                "  negative control, a majority's clocks jumped at once: {majority} overlaps{}",
+                if majority > 0 {
+                    format!(
+                        " (the nemesis bites), {rejected} with the stale holder's write rejected by the fenced store"
+                    )
+                } else {
+                    " (it did not bite: holds too short to meet a jump? try --hold-max-ms 300)"
+                        .to_owned()
+                }
             );
         }
         if !failed.is_empty() {
@@ -1185,7 +1266,7 @@ mod tests {
         };
         let jump = || Fault {
             kind: "jump",
-            node: 0,
+            nodes: vec![0],
             from: 100,
             in_force: 105,
             to: 200,
@@ -1226,11 +1307,50 @@ mod tests {
         );
         assert_eq!(overlapping.overlaps(), (0, 0));
         assert_eq!(overlapping.overlaps_across_a_jump(), 1);
+        assert_eq!(
+            overlapping.overlaps_across_a_majority_jump(),
+            (0, 0),
+            "one clock"
+        );
         assert!(overlapping.passed());
+        // Three clocks at once (the negative control): the overlap is the majority's, and
+        // the stale holder's write, rejected by the store, is counted.
+        let majority = Figures::new(
+            Primitive::Mutex,
+            (0, 1_000),
+            vec![
+                Hold {
+                    asked: 50,
+                    accepted: false,
+                    ..hold(60, 150, 1)
+                },
+                hold(120, 160, 2),
+            ],
+            (
+                0,
+                vec![Fault {
+                    kind: "jump3",
+                    nodes: vec![4, 0, 1],
+                    ..jump()
+                }],
+                0,
+            ),
+        );
+        assert_eq!(majority.overlaps(), (0, 0));
+        assert_eq!(majority.overlaps_across_a_majority_jump(), (1, 1));
+        assert!(
+            majority.passed(),
+            "the negative control's overlaps fail no check"
+        );
         assert_eq!(
             nemesis_kinds(&["jump".to_owned(), "kill".to_owned()]).expect("known"),
             ["jump", "kill"]
         );
+        assert_eq!(
+            nemesis_kinds(&["jump2".to_owned(), "jump3".to_owned()]).expect("known"),
+            ["jump2", "jump3"]
+        );
+        assert!(jumps_clocks(&["kill", "jump3"]) && !jumps_clocks(&["kill", "pause"]));
         assert!(nemesis_kinds(&["none".to_owned()]).is_err());
         assert!(nemesis_kinds(&["kill".to_owned(), "kill".to_owned()]).is_err());
         assert!(nemesis_kinds(&[]).is_err());
@@ -1258,7 +1378,7 @@ mod tests {
                 0,
                 vec![Fault {
                     kind: "pause",
-                    node: 1,
+                    nodes: vec![1],
                     from: 100,
                     in_force: 100,
                     to: 200,

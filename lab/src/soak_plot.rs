@@ -32,7 +32,7 @@ fn color(kind: &str) -> &'static str {
     match kind {
         "kill" => "#d62728",
         "pause" => "#ff7f0e",
-        "jump" => "#2ca02c",
+        "jump" | "jump2" | "jump3" => "#2ca02c",
         _ => "#9467bd",
     }
 }
