@@ -25,6 +25,7 @@ mod report;
 mod scale;
 mod soak;
 mod soak_plot;
+mod soak_voters;
 mod stop;
 
 pub use bench::bench;

@@ -110,7 +110,9 @@ enum Experiment {
         /// (one master's wall clock 2 s forward, past the ttl, and back later; the masters
         /// are then Valkey under libfaketime), jump2 (two masters' clocks at once, still a
         /// minority), jump3 (three at once, a majority: the negative control, where overlaps
-        /// must appear and the fenced store must reject the stale writes).
+        /// must appear and the fenced store must reject the stale writes), cut (a network
+        /// partition: the voters run in network namespaces, as root with `ip`, and one's link
+        /// goes down for a while; with pause only).
         #[arg(long, value_delimiter = ',', default_value = "kill,pause,restart")]
         nemesis: Vec<String>,
     },

@@ -33,6 +33,7 @@ fn color(kind: &str) -> &'static str {
         "kill" => "#d62728",
         "pause" => "#ff7f0e",
         "jump" | "jump2" | "jump3" => "#2ca02c",
+        "cut" => "#1f77b4",
         _ => "#9467bd",
     }
 }

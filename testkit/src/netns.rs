@@ -168,6 +168,11 @@ impl NetnsServer {
         format!("redis://{}:{}", self.addresses[link], self.port)
     }
 
+    /// The server's process id (`ip netns exec` execs the server), while it runs.
+    pub fn pid(&self) -> Option<u32> {
+        self.child.as_ref().map(Child::id)
+    }
+
     /// Takes the host end of every link down: nothing passes either way, and nothing tells
     /// either side (no reset, no error), as when a cable is pulled.
     ///
