@@ -1613,6 +1613,20 @@ mod tests {
             )
         }
 
+        /// Queues the writer `c.w` first, live for good, with `registration` (`<id>:h`).
+        fn queue_writer(cluster: &Cluster, registration: &str) {
+            let _: i64 = cluster.run(0, redis::cmd("ZADD").arg(RW_QUEUE).arg(1).arg("c.w"));
+            let _: i64 = cluster.run(
+                0,
+                redis::cmd("HSET")
+                    .arg(RW_WAITERS)
+                    .arg("c.w")
+                    .arg(FOREVER)
+                    .arg("c.w:h")
+                    .arg(registration),
+            );
+        }
+
         fn release_read(cluster: &Cluster, token: &str) -> i64 {
             run_script(
                 cluster,
@@ -1652,16 +1666,7 @@ mod tests {
             );
             assert_eq!(write, None, "a write granted beside live shares");
             // A registered writer queues (as `UNDO_AND_QUEUE` queues it): new readers wait.
-            let _: i64 = cluster.run(0, redis::cmd("ZADD").arg(RW_QUEUE).arg(1).arg("c.w"));
-            let _: i64 = cluster.run(
-                0,
-                redis::cmd("HSET")
-                    .arg(RW_WAITERS)
-                    .arg("c.w")
-                    .arg(FOREVER)
-                    .arg("c.w:h")
-                    .arg("10000 n1 tw"),
-            );
+            queue_writer(&cluster, "10000 n1 tw");
             assert!(
                 read(&cluster, "r3", "60000") > 0,
                 "a reader beside a waiting writer"
@@ -1688,16 +1693,7 @@ mod tests {
         fn a_writer_reserved_the_lock_still_holds_new_readers_back() {
             let cluster = Cluster::start(1);
             assert_eq!(read(&cluster, "r1", "60000"), -1);
-            let _: i64 = cluster.run(0, redis::cmd("ZADD").arg(RW_QUEUE).arg(1).arg("c.w"));
-            let _: i64 = cluster.run(
-                0,
-                redis::cmd("HSET")
-                    .arg(RW_WAITERS)
-                    .arg("c.w")
-                    .arg(FOREVER)
-                    .arg("c.w:h")
-                    .arg("f10000 n1 tw"),
-            );
+            queue_writer(&cluster, "f10000 n1 tw");
             // A reader's release names no fence keys: a fenced writer gets a reservation.
             assert_eq!(release_read(&cluster, "r1"), -1);
             assert_eq!(value_of(&cluster, RW_KEY).as_deref(), Some("handoff:c.w"));
