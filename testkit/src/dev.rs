@@ -355,13 +355,35 @@ impl DevCluster {
         count: usize,
         kind: ServerKind,
     ) -> Result<Self, DevError> {
-        Self::create(
-            dir,
-            crate::free_ports(count)?,
-            &memory_only_conf(),
-            kind,
-            None,
-        )
+        Self::create_on_free_ports(dir, count, &memory_only_conf(), kind, None)
+    }
+
+    /// [`create`](Self::create) on ports from [`crate::free_ports`], tried again on fresh ones
+    /// (twice at most) when a node could not bind its port: another process (one that is not
+    /// this crate's, or one with its own cursor) can take a port between the allocator's check
+    /// and the server's start.
+    fn create_on_free_ports(
+        dir: PathBuf,
+        count: usize,
+        conf: &str,
+        kind: ServerKind,
+        fake_clocks: Option<&Path>,
+    ) -> Result<Self, DevError> {
+        let mut tries = 0;
+        loop {
+            match Self::create(
+                dir.clone(),
+                crate::free_ports(count)?,
+                conf,
+                kind,
+                fake_clocks,
+            ) {
+                Err(e) if tries < 2 && e.to_string().contains("Address already in use") => {
+                    tries += 1;
+                }
+                result => return result,
+            }
+        }
     }
 
     /// As [`start_memory_only`](Self::start_memory_only), on Valkey servers whose wall clocks
@@ -377,9 +399,9 @@ impl DevCluster {
         count: usize,
         libfaketime: &Path,
     ) -> Result<Self, DevError> {
-        Self::create(
+        Self::create_on_free_ports(
             dir,
-            crate::free_ports(count)?,
+            count,
             &memory_only_conf(),
             ServerKind::Valkey,
             Some(libfaketime),

@@ -92,7 +92,17 @@ pub fn free_ports(count: usize) -> io::Result<Vec<u16>> {
 fn cursor_path() -> io::Result<PathBuf> {
     // `/proc/self` belongs to the process's effective user.
     let uid = std::fs::metadata("/proc/self")?.uid();
-    Ok(std::env::temp_dir().join(format!("redquorum-testkit-ports-{uid}")))
+    // Machine-wide, not in `TMPDIR`: tests give the processes they start a `TMPDIR` of their
+    // own (the lab's soaks run side by side, each with one), and a cursor per `TMPDIR` let two
+    // of them hand out the same ports at once (a soak's master failed with "Address already in
+    // use" in a full run under load).
+    let shared = std::path::Path::new("/tmp");
+    let dir = if shared.is_dir() {
+        shared.to_path_buf()
+    } else {
+        std::env::temp_dir()
+    };
+    Ok(dir.join(format!("redquorum-testkit-ports-{uid}")))
 }
 
 /// The next port to hand out; a random one in the range when the file is new (or was not
