@@ -733,9 +733,9 @@ impl Figures {
     ///
     /// Nor those of a hold that spans a Sentinel failover ([`spans_a_failover`]): those are
     /// counted apart ([`expired_across_a_failover`]), as a known defect of the client's, not
-    /// an assumption failing (`DESIGN.md` §10): the promoted master lacks the key, and the
-    /// release's verdict counts that as evidence of loss, though the new master sits out its
-    /// grace for every client.
+    /// an assumption failing (`DESIGN.md` §10): the promoted master lacks the key (or holds a
+    /// previous holder's, not yet deleted there), and the release's verdict counts that as
+    /// evidence of loss, though the new master sits out its grace for every client.
     ///
     /// [`spans_a_failover`]: Self::spans_a_failover
     /// [`expired_across_a_failover`]: Self::expired_across_a_failover
@@ -1044,7 +1044,7 @@ impl Figures {
         let across_failovers = self.expired_across_a_failover();
         if across_failovers > 0 {
             println!(
-                "  releases that said expired across a Sentinel failover, before their deadline: {across_failovers} (not counted as false above: a known defect, DESIGN.md §10: the promoted master lacks the key, and the release counts that as evidence of loss)"
+                "  releases that said expired across a Sentinel failover, before their deadline: {across_failovers} (not counted as false above: a known defect, DESIGN.md §10: the promoted master lacks the key or holds a stale one, and the release counts that as evidence of loss)"
             );
         }
         if run.nemesis.contains(&"jump3") {
