@@ -151,13 +151,24 @@ pub fn nemesis_kinds(names: &[String]) -> Result<Vec<&'static str>, LabError> {
 pub async fn soak(run: Soak, as_json: bool) -> Result<u8, LabError> {
     let mut signals = StopSignals::listen()?;
     let voters = Arc::new(Voters::start(&run.nemesis, VOTERS).await?);
+    let halt = Arc::new(AtomicBool::new(false));
     let result = tokio::select! {
-        result = soak_on(&voters, &run) => Ok(result),
+        result = soak_on(&voters, &run, &halt) => Ok(result),
         signal = signals.recv() => Err(signal),
     };
+    // Stopped early: the nemesis thread ends at its next check (or once the fault it is
+    // causing is done: a forced failover waits for the switch), and lets go of the masters,
+    // so that they are dropped below (namespaces and Sentinel groups are stopped by their
+    // `Drop`), not left running when the process exits.
+    halt.store(true, Ordering::Relaxed);
+    let deadline = std::time::Instant::now() + NEMESIS_STOPS_WITHIN;
+    while Arc::strong_count(&voters) > 1 && std::time::Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
     // Every master in service before it is stopped: a paused one would not hear SIGTERM.
     let _ = voters.restore();
     let down = voters.down();
+    drop(voters);
     let figures = match result {
         Ok(figures) => figures?,
         Err(signal) => return Ok(exit_code(signal)),
@@ -260,6 +271,10 @@ pub(crate) fn jumps_clocks(kinds: &[&str]) -> bool {
     kinds.iter().any(|k| clocks_jumped(k) > 0)
 }
 
+/// How long a stopped soak waits for its nemesis thread to let go of the masters: longer than
+/// a forced failover may take (`redquorum_testkit::SentinelGroup::failover`, 20 s).
+const NEMESIS_STOPS_WITHIN: Duration = Duration::from_secs(25);
+
 /// With `cut` among the faults, none is in force in the window's last this long.
 const CUT_QUIET_END: Duration = Duration::from_secs(2);
 
@@ -331,7 +346,11 @@ struct Figures {
     keys_left: usize,
 }
 
-async fn soak_on(masters: &Arc<Voters>, run: &Soak) -> Result<Figures, LabError> {
+async fn soak_on(
+    masters: &Arc<Voters>,
+    run: &Soak,
+    halt: &Arc<AtomicBool>,
+) -> Result<Figures, LabError> {
     let voters = masters.voter_urls(VOTERS);
     let store = masters.store_url(VOTERS);
     let start_ns = monotonic_ns()?.saturating_add(nanos(START_AFTER));
@@ -367,7 +386,6 @@ async fn soak_on(masters: &Arc<Voters>, run: &Soak) -> Result<Figures, LabError>
         children.push(child);
     }
     drop(lines);
-    let halt = Arc::new(AtomicBool::new(false));
     let faults_seen = Arc::new(AtomicU64::new(0));
     let nemesis = {
         let (masters, halt, seen, seed) =
