@@ -32,7 +32,7 @@
 //!
 //! `jump2` and `jump3` jump two and three clocks at once; `jump3`, a majority, is the negative
 //! control: its overlaps are counted apart and reported, fencing still ordering the writes
-//! (`Figures::overlaps_across_a_majority_jump`).
+//! (`Overlaps::across_a_majority_jump`).
 //!
 //! `cut` is a real network partition: the voters then run alone in network namespaces of
 //! their own (`soak_voters`), and one's link is taken down, then up (with `pause` only: the
@@ -331,6 +331,26 @@ struct Fault {
     from: u64,
     in_force: u64,
     to: u64,
+}
+
+/// The pairs of holds that may not be held together whose windows intersect, by kind.
+#[derive(Debug, Clone, Copy, Default)]
+struct Overlaps {
+    /// Where neither hold spans a clock jump: no assumption failed, so any fails the run.
+    outside: usize,
+    /// Of `outside`, the pairs whose store writes were both accepted.
+    both_accepted: usize,
+    /// Where a hold spans a clock jump ([`Figures::spans_a_jump`]): a master lost its key
+    /// early, the documented assumption failing (with one master of five it takes a holder
+    /// that held a bare majority, `DESIGN.md` §4), so they are reported, not failed; fencing
+    /// still orders the writes (token regressions must be 0).
+    across_a_jump: usize,
+    /// Of `across_a_jump`, where the jump moved a majority's clocks (`jump3`, the negative
+    /// control).
+    across_a_majority_jump: usize,
+    /// Of those, the pairs where the fenced store rejected one of the two writes: the stale
+    /// holder's, which fencing exists to stop.
+    majority_with_a_write_rejected: usize,
 }
 
 /// What a soak found.
@@ -632,43 +652,17 @@ impl Figures {
     }
 
     /// Pairs of holds whose validity windows intersect, and of those, the pairs whose store
-    /// writes were both accepted.
+    /// writes were both accepted ([`Overlaps::outside`], [`Overlaps::both_accepted`]).
     fn overlaps(&self) -> (usize, usize) {
-        let (overlaps, accepted, _) = self.overlaps_and_jumps();
-        (overlaps, accepted)
+        let found = self.overlaps_found();
+        (found.outside, found.both_accepted)
     }
 
-    /// Overlaps where one of the two holds spans a clock jump ([`spans_a_jump`]): a master
-    /// lost its key early, the documented assumption failing (with one master of five it
-    /// takes a holder that held a bare majority, `DESIGN.md` §4), so they are reported, not
-    /// failed; fencing still orders the writes (token regressions must be 0).
-    ///
-    /// [`spans_a_jump`]: Self::spans_a_jump
-    fn overlaps_across_a_jump(&self) -> usize {
-        self.overlaps_and_jumps().2
-    }
-
-    /// Of the overlaps across a jump, those where a hold spans a jump of a majority's clocks
-    /// (`jump3`, the negative control), and of those, the ones where the fenced store
-    /// rejected one of the two writes: the stale holder's, which fencing exists to stop.
-    fn overlaps_across_a_majority_jump(&self) -> (usize, usize) {
-        let (_, _, _, majority, rejected) = self.overlaps_by_kind();
-        (majority, rejected)
-    }
-
-    /// (overlaps of holds that span no jump, of those with both writes accepted, overlaps
-    /// where a hold spans a jump).
-    fn overlaps_and_jumps(&self) -> (usize, usize, usize) {
-        let (overlaps, accepted, across, _, _) = self.overlaps_by_kind();
-        (overlaps, accepted, across)
-    }
-
-    /// [`overlaps_and_jumps`](Self::overlaps_and_jumps), then the overlaps where a hold
-    /// spans a majority's jump and, of those, the ones with a write the store rejected.
-    fn overlaps_by_kind(&self) -> (usize, usize, usize, usize, usize) {
+    /// Every overlap, sorted by kind, in one sweep of the holds (in acquisition order: the
+    /// inner loop stops at the first hold acquired after `a` ended).
+    fn overlaps_found(&self) -> Overlaps {
         let holds = &self.holds;
-        let (mut overlaps, mut accepted, mut across) = (0, 0, 0);
-        let (mut majority, mut rejected) = (0, 0);
+        let mut found = Overlaps::default();
         for (i, a) in holds.iter().enumerate() {
             for b in holds.iter().skip(i + 1) {
                 if b.acquired >= a.end() {
@@ -677,22 +671,21 @@ impl Figures {
                 if !self.primitive.conflict(a, b) {
                     continue;
                 }
+                let both_accepted = a.accepted && b.accepted;
                 let jumped = self.jumped(a).max(self.jumped(b));
                 if jumped > 0 {
-                    across += 1;
+                    found.across_a_jump += 1;
                     if jumped > VOTERS / 2 {
-                        majority += 1;
-                        rejected += usize::from(!(a.accepted && b.accepted));
+                        found.across_a_majority_jump += 1;
+                        found.majority_with_a_write_rejected += usize::from(!both_accepted);
                     }
                     continue;
                 }
-                overlaps += 1;
-                if a.accepted && b.accepted {
-                    accepted += 1;
-                }
+                found.outside += 1;
+                found.both_accepted += usize::from(both_accepted);
             }
         }
-        (overlaps, accepted, across, majority, rejected)
+        found
     }
 
     /// Writes (locks) whose token is not above every token of the writes acquired before
@@ -821,7 +814,7 @@ impl Figures {
     /// No check failed. No overlap at all, not only none the store let through: none of this
     /// nemesis's faults but a clock jump breaks an assumption (one master of five at a time, a
     /// restart grace longer than the ttl), so the lock alone must hold; an overlap of a hold
-    /// that spans a jump is the jump's ([`overlaps_across_a_jump`](Self::overlaps_across_a_jump)).
+    /// that spans a jump is the jump's ([`Overlaps::across_a_jump`]).
     fn passed(&self) -> bool {
         self.overlaps().0 == 0
             && self.token_regressions() == 0
@@ -953,7 +946,7 @@ impl Figures {
     }
 
     fn to_json(&self, run: &Soak) -> Value {
-        let (overlaps, accepted_overlaps) = self.overlaps();
+        let found = self.overlaps_found();
         let mut by_kind = serde_json::Map::new();
         for f in &self.faults {
             let n = by_kind.entry(f.kind.to_owned()).or_insert(json!(0));
@@ -976,11 +969,11 @@ impl Figures {
             "restart_grace_ms": RESTART_GRACE.as_millis() as u64,
             "acquisitions": self.holds.len(),
             "failed_acquires": self.failed,
-            "overlaps": overlaps,
-            "overlaps_both_writes_accepted": accepted_overlaps,
-            "overlaps_across_a_clock_jump": self.overlaps_across_a_jump(),
-            "overlaps_across_a_majority_jump": self.overlaps_across_a_majority_jump().0,
-            "overlaps_across_a_majority_jump_with_a_write_rejected": self.overlaps_across_a_majority_jump().1,
+            "overlaps": found.outside,
+            "overlaps_both_writes_accepted": found.both_accepted,
+            "overlaps_across_a_clock_jump": found.across_a_jump,
+            "overlaps_across_a_majority_jump": found.across_a_majority_jump,
+            "overlaps_across_a_majority_jump_with_a_write_rejected": found.majority_with_a_write_rejected,
             "writes_rejected": self.holds.iter().filter(|h| !h.accepted).count(),
             "token_regressions": self.token_regressions(),
             "false_expired": self.false_expired(),
@@ -1015,7 +1008,8 @@ impl Figures {
     }
 
     fn print(&self, run: &Soak) {
-        let (overlaps, accepted_overlaps) = self.overlaps();
+        let found = self.overlaps_found();
+        let (overlaps, accepted_overlaps) = (found.outside, found.both_accepted);
         let what = match self.primitive {
             Primitive::Mutex => "one fenced lock".to_owned(),
             Primitive::RwLock => "one fenced read-write lock".to_owned(),
@@ -1052,8 +1046,7 @@ impl Figures {
             .filter(|(_, no_quorum, other)| no_quorum + other > 0)
             .map(|(kind, no_quorum, other)| format!("{kind}: {no_quorum} no quorum, {other} other"))
             .collect();
-        let (expired_across, overlaps_across) =
-            (self.expired_after_a_jump(), self.overlaps_across_a_jump());
+        let (expired_across, overlaps_across) = (self.expired_after_a_jump(), found.across_a_jump);
         if expired_across > 0 || overlaps_across > 0 {
             println!(
                 "  holds across a clock jump (a master lost the key early, the assumption failing: not counted above): {expired_across} releases said expired, {overlaps_across} overlaps"
@@ -1066,7 +1059,10 @@ impl Figures {
             );
         }
         if run.nemesis.contains(&"jump3") {
-            let (majority, rejected) = self.overlaps_across_a_majority_jump();
+            let (majority, rejected) = (
+                found.across_a_majority_jump,
+                found.majority_with_a_write_rejected,
+            );
             println!(
                 "  negative control, a majority's clocks jumped at once: {majority} overlaps{}",
                 if majority > 0 {
@@ -1399,9 +1395,15 @@ mod tests {
             (0, vec![jump()], 0),
         );
         assert_eq!(overlapping.overlaps(), (0, 0));
-        assert_eq!(overlapping.overlaps_across_a_jump(), 1);
+        assert_eq!(overlapping.overlaps_found().across_a_jump, 1);
         assert_eq!(
-            overlapping.overlaps_across_a_majority_jump(),
+            {
+                let found = overlapping.overlaps_found();
+                (
+                    found.across_a_majority_jump,
+                    found.majority_with_a_write_rejected,
+                )
+            },
             (0, 0),
             "one clock"
         );
@@ -1430,7 +1432,14 @@ mod tests {
             ),
         );
         assert_eq!(majority.overlaps(), (0, 0));
-        assert_eq!(majority.overlaps_across_a_majority_jump(), (1, 1));
+        let found = majority.overlaps_found();
+        assert_eq!(
+            (
+                found.across_a_majority_jump,
+                found.majority_with_a_write_rejected
+            ),
+            (1, 1)
+        );
         assert!(
             majority.passed(),
             "the negative control's overlaps fail no check"
