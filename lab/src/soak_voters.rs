@@ -30,67 +30,58 @@ pub(crate) enum Voters {
 
 impl Voters {
     /// Five voters and a store for the nemesis `kinds`: under libfaketime for clock jumps, in
-    /// network namespaces for `cut`.
+    /// network namespaces for `cut`, as Sentinel groups for `failover`.
     ///
     /// # Errors
     /// When a master does not start, libfaketime or Valkey is missing for jumps, or (for
     /// `cut`) no namespace can be made here (no root, no `ip`): the error says why.
     pub(crate) async fn start(kinds: &[&str], voters: usize) -> Result<Self, LabError> {
         if kinds.contains(&"failover") {
-            let store = crate::masters::start("soak", 1).await?;
-            // The harness's groups panic when a server does not start: that ends here. Started
-            // side by side: each waits until its sentinel has seen the replica.
-            let started = tokio::task::spawn_blocking(move || {
-                std::thread::scope(|scope| {
-                    let starting: Vec<_> = (0..voters)
-                        .map(|i| {
-                            // As `deploy/` asks: `min-replicas-to-write 1`, a lag of 1 s.
-                            scope.spawn(move || {
-                                SentinelGroup::start_with(&format!("soak{i}"), 1, true)
+            let (groups, store) = with_a_local_store(
+                move || {
+                    // The harness's groups panic when a server does not start: that ends
+                    // here. Started side by side: each waits until its sentinel has seen the
+                    // replica.
+                    std::thread::scope(|scope| {
+                        let starting: Vec<_> = (0..voters)
+                            .map(|i| {
+                                // As `deploy/` asks: `min-replicas-to-write 1`, a lag of 1 s.
+                                scope.spawn(move || {
+                                    SentinelGroup::start_with(&format!("soak{i}"), 1, true)
+                                })
                             })
-                        })
-                        .collect();
-                    starting
-                        .into_iter()
-                        .map(|s| s.join().map_err(|_| "a Sentinel group did not start"))
-                        .collect::<Result<Vec<_>, _>>()
-                })
-            })
-            .await
-            .map_err(|e| e.to_string())
-            .and_then(|groups| groups.map_err(str::to_owned));
-            return match started {
-                Ok(groups) => Ok(Self::Sentinel { groups, store }),
-                Err(e) => {
-                    let _ = store.down();
-                    Err(LabError::new(format!(
-                        "soak: the Sentinel groups did not start: {e}"
-                    )))
-                }
-            };
+                            .collect();
+                        starting
+                            .into_iter()
+                            .map(|s| s.join().map_err(|_| "a Sentinel group did not start"))
+                            .collect::<Result<Vec<_>, _>>()
+                            .map_err(str::to_owned)
+                    })
+                },
+                |e| format!("soak: the Sentinel groups did not start: {e}"),
+            )
+            .await?;
+            return Ok(Self::Sentinel { groups, store });
         }
         if kinds.contains(&"cut") {
-            let store = crate::masters::start("soak", 1).await?;
             let kind = ServerKind::for_dev()
                 .map_err(LabError::new)?
                 .unwrap_or(ServerKind::Redis);
-            let started = tokio::task::spawn_blocking(move || {
-                (0..voters)
-                    .map(|_| NetnsServer::start(kind))
-                    .collect::<Result<Vec<_>, String>>()
-            })
-            .await
-            .map_err(|e| LabError::new(e.to_string()))?;
-            return match started {
-                Ok(voters) => Ok(Self::Isolated { voters, store }),
-                Err(why) => {
-                    let _ = store.down();
-                    Err(LabError::new(format!(
+            let (voters, store) = with_a_local_store(
+                move || {
+                    (0..voters)
+                        .map(|_| NetnsServer::start(kind))
+                        .collect::<Result<Vec<_>, String>>()
+                },
+                |why| {
+                    format!(
                         "soak: the `cut` fault runs the voters in network namespaces, which \
                          cannot be made here ({why}): it needs root and `ip` (iproute2)"
-                    )))
-                }
-            };
+                    )
+                },
+            )
+            .await?;
+            return Ok(Self::Isolated { voters, store });
         }
         let cluster = if crate::soak::jumps_clocks(kinds) {
             crate::masters::start_with_fake_clocks("soak", voters + 1).await?
@@ -306,6 +297,27 @@ fn answers(url: &str, timeout: std::time::Duration) -> bool {
             redis::cmd("PING").query::<String>(&mut con)
         })
         .is_ok()
+}
+
+/// The fenced store, started locally, and the voters `start` makes (off the runtime's threads:
+/// it blocks while their servers come up); the store is stopped again when they fail, with
+/// the error `explain` makes of why.
+async fn with_a_local_store<V: Send + 'static>(
+    start: impl FnOnce() -> Result<V, String> + Send + 'static,
+    explain: impl FnOnce(String) -> String,
+) -> Result<(V, DevCluster), LabError> {
+    let store = crate::masters::start("soak", 1).await?;
+    let started = tokio::task::spawn_blocking(start)
+        .await
+        .map_err(|e| e.to_string())
+        .and_then(|voters| voters);
+    match started {
+        Ok(voters) => Ok((voters, store)),
+        Err(why) => {
+            let _ = store.down();
+            Err(LabError::new(explain(why)))
+        }
+    }
 }
 
 /// Sends `signal` to the process `pid` (a voter's server, which this soak started).
