@@ -219,10 +219,10 @@ enum HandOff {
 /// (`Queue::handed_lock`), as a won acquire: no round of its own. Its report says `granted`
 /// for the nodes whose hand-off counted and `no reply` for the others, which may hand it
 /// over later (the lock's key there too) or leave it to another holder's ttl. It stays queued
-/// on those others (and where a release only reserved the lock for it) until its release, which takes it out of the queue on every node, goes
-/// behind the waiter's requests still running there, as a won round's release does (a
-/// leaving round now would cost a round per hand-off, as most are decided before the last
-/// message comes). Only masters whose vote a round would count are counted
+/// on those others (and where a release only reserved the lock for it) until its release,
+/// which takes it out of the queue on every node, goes behind the waiter's requests still
+/// running there, as a won round's release does (a leaving round now would cost a round per
+/// hand-off, as most are decided before the last message comes). Only masters whose vote a round would count are counted
 /// (`Queue::handed_lock`).
 ///
 /// A fenced waiter's lock is then confirmed as a won round's is (`fencing::confirm`): its
