@@ -66,6 +66,26 @@ pub(crate) fn client_of(urls: Vec<String>, per_node_timeout: Duration) -> RedLoc
         .expect("valid configuration")
 }
 
+/// A client over `cluster` whose acquires retry forever, every 10 s and without jitter: long
+/// enough that a test sees a waiter woken by a release, never by its retry timer.
+pub(crate) fn woken_by_releases_only(
+    cluster: &Cluster,
+    per_node_timeout: Duration,
+    fencing: bool,
+) -> RedLock {
+    RedLock::builder(cluster.urls())
+        .per_node_timeout(per_node_timeout)
+        .fencing(fencing)
+        .retry(
+            redquorum::RetryPolicy::default()
+                .max_attempts(None)
+                .delay(Duration::from_secs(10))
+                .jitter(Duration::ZERO),
+        )
+        .build()
+        .expect("config")
+}
+
 pub(crate) fn lock_key(resource: &[u8]) -> Vec<u8> {
     let mut key = PREFIX.to_vec();
     key.push(b'{');

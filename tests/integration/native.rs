@@ -6,7 +6,7 @@
 
 use std::time::Duration;
 
-use redquorum::{RedLock, RetryPolicy};
+use redquorum::RedLock;
 use redquorum_testkit::{Cluster, Persistence, ServerKind};
 
 use crate::{PREFIX, lock_key};
@@ -160,17 +160,7 @@ async fn a_waiter_marks_the_lock_so_its_release_hands_it_over() {
             .expect("config");
         let lock = holder.try_acquire(resource, TTL).await.expect("acquire");
         assert!(crate::held_everywhere(&cluster, &lock).await);
-        let waiter = RedLock::builder(cluster.urls())
-            .per_node_timeout(NODE_TIMEOUT)
-            .fencing(fencing)
-            .retry(
-                RetryPolicy::default()
-                    .max_attempts(None)
-                    .delay(Duration::from_secs(10))
-                    .jitter(Duration::ZERO),
-            )
-            .build()
-            .expect("config");
+        let waiter = crate::woken_by_releases_only(&cluster, NODE_TIMEOUT, fencing);
         let waiting = tokio::spawn(async move {
             let got = waiter
                 .acquire_within(resource, TTL, Duration::from_secs(8))

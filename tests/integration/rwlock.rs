@@ -495,16 +495,7 @@ async fn a_readers_token_is_every_earlier_writes_and_below_every_later_one() {
 async fn a_release_wakes_every_waiting_reader_of_a_client() {
     let cluster = Cluster::start(3);
     let writer = client(&cluster, NODE_TIMEOUT);
-    let readers = RedLock::builder(cluster.urls())
-        .per_node_timeout(NODE_TIMEOUT)
-        .retry(
-            RetryPolicy::default()
-                .max_attempts(None)
-                .delay(Duration::from_secs(10))
-                .jitter(Duration::ZERO),
-        )
-        .build()
-        .expect("config");
+    let readers = crate::woken_by_releases_only(&cluster, NODE_TIMEOUT, false);
     let held = writer
         .rw_lock("woken")
         .expect("name")
