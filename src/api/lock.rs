@@ -221,6 +221,7 @@ impl Lock {
             Delete::ReleaseRead {
                 readers: readers.clone(),
                 silent: false,
+                queue: None,
             }
         } else if let Some(permits) = &self.permit_of {
             Delete::ReleasePermit(permits.clone())

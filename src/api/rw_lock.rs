@@ -25,13 +25,12 @@ impl RedLock {
     /// the lock needs no change to exclude new readers, and `redquorum run` without
     /// `--shared` is a writer.
     ///
-    /// A writer waiting for readers to go blocks new readers, so a stream of overlapping
-    /// readers cannot starve it; queued writers take turns in arrival order, and the last
-    /// reader's release hands the lock to the first of them, as a lock's release does. Readers
-    /// do not queue yet: a
-    /// writer that takes the lock again at once after its release can keep them waiting, and
-    /// of one client's waiting readers a release wakes the longest waiting, the others on
-    /// their retry delays. With fencing on
+    /// Readers and writers that wait take their turns in the order they began to wait: a
+    /// release hands the lock to the next writer, or to the next run of readers together
+    /// (every reader that began to wait before the next writer), and wakes them. A writer
+    /// waiting for readers to go blocks new readers, so a stream of overlapping readers
+    /// cannot starve it, and a reader that waits is not passed by writers that came after
+    /// it, so a stream of writers cannot starve readers. With fencing on
     /// ([`Builder::fencing`](crate::Builder::fencing)), every write lock gets a token from the
     /// same counters as a lock's, and every read lock the token of the last write it may
     /// observe: at least every earlier write's and below every later write's, so a store that

@@ -45,6 +45,11 @@
 //!   its backlog freed).
 //! - Optionally, increments of a master's counter by other resources of the same hash slot
 //!   (counters are per slot, see `resource::fence_key`).
+//! - Optionally, the second client a reader of the first's read-write lock ([`Reader`]):
+//!   its grant raises no counter, its token is the largest counter its majority named, and
+//!   its confirmation raises that majority's counters to it. The properties below then
+//!   judge a reader's token as the token of the last write it may observe: at least every
+//!   write confirmed before it began, below every write begun after its confirmation.
 //! - A state in which both clients hold or gave up has no successor: nothing after it can
 //!   confirm a token or make a second valid holder.
 //!
@@ -69,6 +74,9 @@
 //! holds, is uniqueness plus order between holders one after another.
 
 use crate::scripts::effects::ConfirmRule;
+
+/// The client that reads, when a check has a reader ([`Reader`]).
+const READER: usize = 1;
 
 const MASTERS: usize = 3;
 const CLIENTS: usize = 2;
@@ -112,6 +120,26 @@ pub(crate) struct LockModel {
     pub(crate) epoch_check: bool,
     /// The masters' fence counters at the start (one initial state each).
     pub(crate) initial_fences: Vec<[u64; MASTERS]>,
+    /// Whether the second client is a reader of a read-write lock whose write lock the first
+    /// takes (`DESIGN.md` §7c), and how its token is made.
+    pub(crate) reader: Reader,
+}
+
+/// The second client of a check, as a reader: its share and the writer's key exclude each
+/// other on a master as two lock keys do (the per-master rules `rwlock` checks), but its
+/// grant raises no counter (`ACQUIRE_READ_FENCED`: it names the counter as it stands), its
+/// token is the largest counter its majority named, and its confirmation raises its
+/// majority's counters to at least that (`CONFIRM_FENCE_READ`, only while its share is
+/// live). Its token must be at least every write's confirmed before it began, and below
+/// every write begun after its confirmation.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub(crate) enum Reader {
+    /// Both clients write.
+    None,
+    /// A reader, as shipped.
+    Confirmed,
+    /// Wrong: a reader that trusts the largest counter without its confirm round.
+    Unconfirmed,
 }
 
 /// The restart a check allows (at most one, of one master, at any moment).
@@ -152,6 +180,7 @@ pub(crate) enum TermRule {
 mod checks;
 mod handoff;
 mod rwlock;
+mod rwqueue;
 
 /// Runs the check `check` makes and says what it found: the names of the properties it
 /// discovered (broken, or reached for a `sometimes`), sorted, and how many states it saw;

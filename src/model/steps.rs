@@ -5,7 +5,7 @@ use redis::Value;
 use stateright::{Model, Property};
 
 use super::state::{Client, Confirmed, Phase, Reply, Request, Seeder, Server, Stage, State};
-use super::{LockModel, MASTERS, Restart};
+use super::{LockModel, MASTERS, READER, Reader, Restart};
 use crate::core::quorum::{Decision, Tally, Vote};
 use crate::core::report::NodeOutcome;
 use crate::core::verdict::{self, RoundKind};
@@ -91,6 +91,10 @@ impl LockModel {
                 let verdict =
                     verdict::judge(RoundKind::Acquire, &client.tally, validity_left, None, &now);
                 match (verdict, client.fence) {
+                    (Ok(()), Some(token)) if c == READER && self.reader == Reader::Unconfirmed => {
+                        client.phase = Phase::Holding { token };
+                        state.confirmed.push(c as u8, token);
+                    }
                     (Ok(()), Some(token)) => {
                         client.granted = now;
                         client.phase = Phase::Confirming { token };
@@ -121,6 +125,38 @@ impl LockModel {
         }
     }
 
+    /// Whether client `c` is the reader.
+    pub(super) fn is_reader(&self, c: usize) -> bool {
+        self.reader != Reader::None && c == READER
+    }
+
+    /// Client `c`'s acquire on one master: a write's, or the reader's.
+    fn acquire(
+        &self,
+        c: usize,
+        key: &mut Option<u8>,
+        fence: &mut u64,
+        seeded: bool,
+        epoch: u64,
+    ) -> Value {
+        if self.is_reader(c) {
+            effects::acquire_read_fenced(key, fence, seeded, epoch, c as u8)
+        } else {
+            effects::acquire_fenced(key, fence, seeded, epoch, c as u8)
+        }
+    }
+
+    /// Whether `later`'s token may follow `earlier` (a holder confirmed before `later` began,
+    /// or decided before it): a write's must be above, a read's at least as high (the token
+    /// of the last write it may observe).
+    fn follows(&self, later: u8, earlier: u64, token: u64) -> bool {
+        if self.is_reader(usize::from(later)) {
+            earlier <= token
+        } else {
+            earlier < token
+        }
+    }
+
     /// A master runs the request at the head of one connection.
     fn deliver(&self, state: &mut State, c: usize, m: usize, request: Request) {
         let me = c as u8;
@@ -128,7 +164,7 @@ impl LockModel {
         let (key, fence) = (&mut state.keys[m], &mut state.fences[m]);
         let epoch = state.epochs[m];
         let reply = match request {
-            Request::Acquire => match effects::acquire_fenced(key, fence, seeded, epoch, me) {
+            Request::Acquire => match self.acquire(c, key, fence, seeded, epoch) {
                 Value::Array(items) => match items.as_slice() {
                     [Value::Int(-1), Value::Int(f), Value::Int(e)] => Some(Reply {
                         stage: Stage::Acquire,
@@ -175,7 +211,15 @@ impl LockModel {
     /// states (59 s against 75 s of CPU for the restart with data).
     pub(crate) fn check(self) -> impl stateright::Checker<Self> {
         use stateright::Checker;
-        self.checker().symmetry().spawn_dfs().join()
+        // A reader and a writer are not alike: no symmetry then.
+        let symmetric = self.reader == Reader::None;
+        let checker = self.checker();
+        let checker = if symmetric {
+            checker.symmetry()
+        } else {
+            checker
+        };
+        checker.spawn_dfs().join()
     }
 
     /// Checks until one of `properties` is broken (a mutation's check: the first
@@ -188,11 +232,16 @@ impl LockModel {
     ) -> impl stateright::Checker<Self> {
         use stateright::Checker;
         let any = properties.iter().copied().collect();
-        self.checker()
-            .finish_when(stateright::HasDiscoveries::AnyOf(any))
-            .symmetry()
-            .spawn_bfs()
-            .join()
+        let symmetric = self.reader == Reader::None;
+        let checker = self
+            .checker()
+            .finish_when(stateright::HasDiscoveries::AnyOf(any));
+        let checker = if symmetric {
+            checker.symmetry()
+        } else {
+            checker
+        };
+        checker.spawn_bfs().join()
     }
 }
 
@@ -395,24 +444,33 @@ impl Model for LockModel {
                     .count()
                     <= 1
             }),
-            Property::always("unique tokens", |_, state: &State| {
-                let holders = state.confirmed.as_slice();
-                holders
+            // A reader's token is a write's: only writes' tokens are unique.
+            Property::always("unique tokens", |model: &Self, state: &State| {
+                let writes: Vec<u64> = (state.confirmed.as_slice().iter())
+                    .filter(|(c, _)| !model.is_reader(usize::from(*c)))
+                    .map(|(_, t)| *t)
+                    .collect();
+                writes
                     .iter()
                     .enumerate()
-                    .all(|(i, (_, t))| holders[..i].iter().all(|(_, earlier)| earlier != t))
+                    .all(|(i, t)| writes[..i].iter().all(|earlier| earlier != t))
             }),
-            Property::always("tokens follow holders", |_, state: &State| {
+            Property::always("tokens follow holders", |model: &Self, state: &State| {
                 let holders = state.confirmed.as_slice();
                 holders.iter().all(|(later, token)| {
                     let before = state.clients[usize::from(*later)].confirmed_before_start;
-                    holders[..before].iter().all(|(_, t)| t < token)
+                    (holders[..before].iter()).all(|(_, t)| model.follows(*later, *t, *token))
                 })
             }),
-            Property::always("tokens follow confirm decisions", |_, state: &State| {
-                let holders = state.confirmed.as_slice();
-                holders.windows(2).all(|w| w[0].1 < w[1].1)
-            }),
+            Property::always(
+                "tokens follow confirm decisions",
+                |model: &Self, state: &State| {
+                    let holders = state.confirmed.as_slice();
+                    holders
+                        .windows(2)
+                        .all(|w| model.follows(w[1].0, w[0].1, w[1].1))
+                },
+            ),
         ]
     }
 }

@@ -104,12 +104,9 @@ pub(crate) async fn acquire(
         shared.start_fence_sweep();
     }
     let mut waiting = Waiting::new(shared, (&key, timing), policy, started);
-    // Readers do not queue (`DESIGN.md` §7c): a waiting writer blocks new readers, and
-    // releases wake them.
-    if taking.reader_of().is_some() {
-        waiting.queues = false;
-        waiting.reader = true;
-    }
+    // Readers queue as readers (`DESIGN.md` §7c): a release hands the lock to the run of
+    // readers at the head of the queue, and wakes them all at once.
+    waiting.reader = taking.reader_of().is_some();
     waiting.behind_this_clients_waiters().await;
     let mut attempts = 0u32;
     let mut reseed_retries_left = RESEED_RETRIES;
@@ -356,6 +353,7 @@ async fn round(
         Some(readers) => Delete::ReleaseRead {
             readers: readers.to_vec(),
             silent: true,
+            queue: None,
         },
         None => Delete::Silent,
     };
@@ -382,7 +380,7 @@ async fn round(
         .filter(|q| q.is_joined());
     let through_queue = joined.is_some();
     let request = match (&fence_keys, joined, taking.reader_of()) {
-        (keys, _, Some(readers)) => read_request(key, &token, readers, keys.as_ref()),
+        (keys, joined, Some(readers)) => read_request(key, &token, readers, keys.as_ref(), joined),
         (Some(keys), Some(queue), None) => {
             fencing::queued_acquire_request(key, &token, keys, queue)
         }
@@ -449,7 +447,10 @@ async fn round(
     let others_wait = || shared.releases.has_waiters(&resource::release_channel(key));
     let (undone, still_running) = match queue.as_mut() {
         Some((slot, policy)) if will_retry || others_wait() => {
-            let queue = slot.get_or_insert_with(|| Queue::new(shared, key, timing, policy));
+            let queue = slot.get_or_insert_with(|| match taking {
+                Taking::Read { .. } => Queue::for_reader(shared, key, timing, policy),
+                Taking::Lock => Queue::new(shared, key, timing, policy),
+            });
             queue.join(shared, &resource::release_channel(key)).await;
             queue.register(&token, fencing);
             cleanup.queue_as(queue);
@@ -510,13 +511,16 @@ fn queued_request(key: &[u8], token: &Token, queue: &Queue) -> Request {
 }
 
 /// A reader's acquire (`scripts::ACQUIRE_READ`): its share in `readers`, refused by the
-/// lock's holder or a live waiter in the lock's queue. With fencing
-/// (`scripts::ACQUIRE_READ_FENCED`), the fence keys too: each grant names the counter.
+/// lock's holder or a live writer in the lock's queue (one queued before it, once it joined
+/// the queue: `joined`, whose id, liveness and place it carries, with what a hand-over needs).
+/// With fencing (`scripts::ACQUIRE_READ_FENCED`), the fence keys too: each grant names the
+/// counter.
 fn read_request(
     key: &[u8],
     token: &Token,
     readers: &[u8],
     fence_keys: Option<&resource::FenceKeys>,
+    joined: Option<&Queue>,
 ) -> Request {
     let [queue, waiters] = resource::queue_keys(key);
     let mut keys = vec![readers.to_vec(), queue, waiters];
@@ -528,6 +532,14 @@ fn read_request(
         }
         None => &scripts::ACQUIRE_READ,
     };
+    let arguments = match joined {
+        Some(queue) => {
+            let (_, mut arguments) = queue.arguments();
+            arguments.extend(queue.hand_over_arguments());
+            arguments
+        }
+        None => Vec::new(),
+    };
     Request::new(
         Operation::Acquire,
         Command::Script(script),
@@ -536,4 +548,5 @@ fn read_request(
         NodeOutcome::Granted,
     )
     .with_extra_keys(keys)
+    .with_payload(arguments)
 }

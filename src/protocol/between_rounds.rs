@@ -38,8 +38,8 @@ pub(crate) struct Waiting<'a> {
     pub(crate) queue: Option<Queue>,
     /// Release messages, for an acquire that does not queue.
     subscription: Option<Subscription>,
-    /// A reader of a read-write lock (it does not queue): a release that names nobody wakes
-    /// every waiting reader of this client at once, not one at a time.
+    /// A reader of a read-write lock: it queues as a reader, and a release that names nobody
+    /// wakes every waiting reader of this client at once, not one at a time.
     pub(crate) reader: bool,
 }
 
@@ -84,8 +84,12 @@ impl<'a> Waiting<'a> {
         }
         let watch = if self.queues {
             let (shared, key, timing, policy) = (self.shared, self.key, self.timing, self.policy);
+            let reader = self.reader;
             self.queue
-                .get_or_insert_with(|| Queue::new(shared, key, timing, policy))
+                .get_or_insert_with(|| match reader {
+                    true => Queue::for_reader(shared, key, timing, policy),
+                    false => Queue::new(shared, key, timing, policy),
+                })
                 .listen(shared, &self.channel)
                 .await
         } else {
@@ -105,18 +109,14 @@ impl<'a> Waiting<'a> {
         }
     }
 
-    /// The release messages of an acquire that does not queue: a reader's, woken with every
-    /// other reader of this client, or anyone else's.
+    /// The release messages of an acquire that does not queue (under the shared layout:
+    /// nobody queues there, and read-write locks are refused).
     ///
     /// # Cancel safety
     /// Dropped part-way, it has subscribed nowhere (or unsubscribes as it is dropped).
     async fn subscribe_unqueued(&self) -> Subscription {
         let channel = self.channel.clone();
-        if self.reader {
-            self.shared.releases.subscribe_reader(channel).await
-        } else {
-            self.shared.releases.subscribe(channel, "", u64::MAX).await
-        }
+        self.shared.releases.subscribe(channel, "", u64::MAX).await
     }
 
     /// Sleeps until the next round after one that failed with `report`, counting from `now`

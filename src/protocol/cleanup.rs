@@ -50,7 +50,8 @@ impl Cleanup {
     /// [`run`](Self::run) also joins `queue` (the spawned cleanup of a dropped future does
     /// not: the queue's own `Drop` leaves it): a lock's silent delete becomes
     /// [`Delete::SilentAndQueue`], a failed permit round's give-back (over every permit, with
-    /// the record) [`Delete::GiveBackAndQueue`].
+    /// the record) [`Delete::GiveBackAndQueue`], a failed read round's delete of its share
+    /// [`Delete::ReleaseRead`] with the queue's arguments.
     pub(crate) fn queue_as(&mut self, queue: &Queue) {
         let (keys, arguments) = queue.arguments();
         self.delete = match std::mem::replace(&mut self.delete, Delete::Silent) {
@@ -62,6 +63,11 @@ impl Cleanup {
                 record,
                 keys,
                 arguments,
+            },
+            Delete::ReleaseRead { readers, .. } => Delete::ReleaseRead {
+                readers,
+                silent: true,
+                queue: Some(arguments),
             },
             _ => Delete::SilentAndQueue {
                 keys,
@@ -126,6 +132,13 @@ impl Drop for Cleanup {
             Delete::GiveBackAndQueue { others, record, .. } => Delete::GiveBack {
                 others: others.clone(),
                 record: Some(record.clone()),
+            },
+            Delete::ReleaseRead {
+                readers, silent, ..
+            } => Delete::ReleaseRead {
+                readers: readers.clone(),
+                silent: *silent,
+                queue: None,
             },
             other => other.clone(),
         };

@@ -64,6 +64,11 @@ pub(crate) struct Queue {
     /// What its current requests registered for a hand-off with its token
     /// (`scripts/lua/hand_over.lua`), once registered.
     registration: Option<Registration>,
+    /// A reader of a read-write lock: it registers as a reader (`r`), never with a token (a
+    /// release hands a run of readers the readers' mark, and each takes its share with its
+    /// own round), and a release that names nobody wakes it with every other waiting reader
+    /// of its client (`DESIGN.md` §7c).
+    reader: bool,
 }
 
 /// A waiter's registration for a hand-off with its token, carried by every request of one
@@ -141,7 +146,20 @@ impl Queue {
             after: None,
             ttl_ms: timing.ttl_ms,
             registration: None,
+            reader: false,
         }
+    }
+
+    /// A reader's place in the queue of the read-write lock whose lock key is `key`.
+    pub(crate) fn for_reader(
+        shared: &Arc<Shared>,
+        key: &[u8],
+        timing: &Timing,
+        policy: &RetryPolicy,
+    ) -> Self {
+        let mut queue = Self::new(shared, key, timing, policy);
+        queue.reader = true;
+        queue
     }
 
     /// A waiter's place in the queue of the semaphore whose keys are `permits`.
@@ -168,6 +186,12 @@ impl Queue {
         }
         let watch = match self.subscription.take() {
             Some(watch) => watch,
+            None if self.reader => {
+                shared
+                    .releases
+                    .subscribe_reader(channel.to_vec(), &self.waiter, self.place)
+                    .await
+            }
             None => {
                 shared
                     .releases
@@ -209,12 +233,14 @@ impl Queue {
     /// Registers `token` (this round's) for a hand-off: the round's requests and its cleanup
     /// carry it, with a new nonce, unless they already do. A `fenced` waiter's registration
     /// says so: only a fenced release, which raises the fence counter as it sets the key,
-    /// hands it its lock (any other hand-over reserves the lock for its round).
+    /// hands it its lock (any other hand-over reserves the lock for its round). A reader
+    /// registers no token: its requests say it is a reader.
     pub(crate) fn register(&mut self, token: &Token, fenced: bool) {
-        if self
-            .registration
-            .as_ref()
-            .is_some_and(|r| r.token == *token)
+        if self.reader
+            || self
+                .registration
+                .as_ref()
+                .is_some_and(|r| r.token == *token)
         {
             return;
         }
@@ -347,6 +373,16 @@ impl Queue {
     pub(crate) fn prepare_round(&mut self, shared: &Shared) -> Option<Stragglers> {
         self.before_round(shared);
         self.after.clone().filter(|_| self.joined)
+    }
+
+    /// What a queued reader's round needs to pass a readers' mark on as a release would
+    /// (`scripts/lua/take_share.lua`): the release channel, a release id, the reservation.
+    pub(crate) fn hand_over_arguments(&self) -> Vec<Vec<u8>> {
+        hand_over_arguments(
+            &self.key,
+            &Token::generate().release_id(),
+            self.per_node_timeout,
+        )
     }
 
     /// The queue's keys, and the waiter's id and liveness, as a queued script's arguments.

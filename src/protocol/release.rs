@@ -89,9 +89,15 @@ pub(crate) enum Delete {
         registration: Vec<Vec<u8>>,
     },
     /// A reader's release of its share (`scripts::RELEASE_READ`): the last share's hands the
-    /// lock over as a release does; or, `silent`, the cleanup of a failed read round (no
-    /// message, no hand-over).
-    ReleaseRead { readers: Vec<u8>, silent: bool },
+    /// lock over as a release does; or, `silent`, the cleanup of a failed read round, which
+    /// leaves a bare readers' mark to queued readers (passing it on to a writer at the head),
+    /// and with `queue` (the reader's id, liveness and place: its acquire waits on) joins the
+    /// lock's queue as a reader and hands over a lock it finds free.
+    ReleaseRead {
+        readers: Vec<u8>,
+        silent: bool,
+        queue: Option<Vec<Vec<u8>>>,
+    },
     /// The release of a multi-resource lock: every key of the set (the delete's key and
     /// these), compare-and-delete on the first, publishing on each key's channel
     /// (`scripts::RELEASE_MANY`).
@@ -268,17 +274,22 @@ async fn delete_everywhere(
                     .chain(record.as_ref().map(|_| b"1".to_vec()))
                     .collect(),
             ),
-        // The readers' set and the lock's queue; the channel (empty: silent), release id and
-        // reservation.
-        Delete::ReleaseRead { readers, .. } => {
+        // The readers' set and the lock's queue; the channel (empty: a cleanup's), release id
+        // and reservation; the channel a cleanup's hand-over publishes on; a waiting reader's
+        // id, liveness and place.
+        Delete::ReleaseRead {
+            readers,
+            queue: joining,
+            ..
+        } => {
             let [queue, waiters] = resource::queue_keys(key);
+            let mut arguments =
+                hand_over_arguments_on(channel.clone(), &release_id, per_node_timeout);
+            arguments.push(resource::release_channel(key));
+            arguments.extend(joining.iter().flatten().cloned());
             compare_and_delete(&scripts::RELEASE_READ)
                 .with_extra_keys(vec![readers.clone(), queue, waiters])
-                .with_payload(hand_over_arguments_on(
-                    channel.clone(),
-                    &release_id,
-                    per_node_timeout,
-                ))
+                .with_payload(arguments)
         }
         // The record, every permit, then the semaphore's queue (a semaphore exists only under
         // the tagged layout), and what a hand-over needs.

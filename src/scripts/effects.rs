@@ -14,6 +14,32 @@ fn not_ours<O>(key: &Key<O>) -> i64 {
     if key.is_none() { -2 } else { FOREIGN_TTL_MS }
 }
 
+/// [`ACQUIRE_READ_FENCED`](super::ACQUIRE_READ_FENCED), for one reader and one writer: refuse
+/// on a master not re-seeded since it started; where neither holds (the reader's share and
+/// the writer's key exclude each other as two keys do), take the share and answer the
+/// counter as it stands, raising nothing.
+pub(crate) fn acquire_read_fenced<O: Copy>(
+    key: &mut Key<O>,
+    fence: &u64,
+    seeded: bool,
+    epoch: u64,
+    me: O,
+) -> Value {
+    if !seeded {
+        return Value::Int(-6);
+    }
+    if key.is_none() {
+        *key = Some(me);
+        Value::Array(vec![
+            Value::Int(-1),
+            Value::Int(*fence as i64),
+            Value::Int(epoch as i64),
+        ])
+    } else {
+        Value::Int(FOREIGN_TTL_MS)
+    }
+}
+
 /// [`ACQUIRE_FENCED`](super::ACQUIRE_FENCED): refuse on a master not re-seeded since it
 /// started, else `SET NX`, and on success `INCR` the counter.
 pub(crate) fn acquire_fenced<O: Copy>(
@@ -230,5 +256,278 @@ impl QueuedLock {
         }
         self.join_queue(me, marking);
         false
+    }
+}
+
+/// What one master's lock key holds, for the readers' queue model (`crate::model::rwqueue`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub(crate) enum RwValue {
+    Free,
+    /// A writer's token, `marked` once a waiter turned its `n-` into `w-`.
+    Token {
+        owner: u8,
+        marked: bool,
+    },
+    /// `handoff:<writer>`.
+    Reserved(u8),
+    /// The readers' mark, `readers`: with live shares, or set by a hand-over to a run of
+    /// queued readers.
+    Readers,
+}
+
+/// How a reader's share is deleted ([`RELEASE_READ`](super::RELEASE_READ)).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub(crate) enum ReadDelete {
+    /// A reader's release: the last share hands the lock over.
+    Release,
+    /// A failed round's cleanup whose acquire gives up: a bare readers' mark is left to
+    /// queued readers at the head, passed on to a writer there, deleted with nobody waiting.
+    Silent,
+    /// A failed round's cleanup whose acquire waits on: joins the queue as a reader, then as
+    /// [`Silent`](Self::Silent), and a key it finds free is handed over.
+    SilentAndQueue,
+}
+
+/// One master's read-write lock for the readers' queue model (`crate::model::rwqueue`): the
+/// lock key, the readers' shares, and the queue, ordered by each waiter's place (drawn when it
+/// first waited). Keys never expire here: a waiter's timer covers an expiry.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub(crate) struct ReadWriteQueue {
+    pub(crate) value: RwValue,
+    /// One bit per client holding a share.
+    pub(crate) shares: u8,
+    /// One bit per queued client.
+    pub(crate) queue: u8,
+    /// Which clients are readers (their registration in the queue says `r`).
+    pub(crate) readers: u8,
+    /// Each client's place, `u8::MAX` before it waits.
+    pub(crate) places: [u8; 4],
+    /// Whether readers queue (as shipped) or only wait (the rule before: refused while any
+    /// writer is queued, woken by releases that name nobody).
+    pub(crate) readers_queue: bool,
+    /// Whether a hand-over to a run of readers sets the readers' mark (as shipped) or only
+    /// frees the key (wrong: a queued writer behind them takes it first).
+    pub(crate) mark_for_readers: bool,
+    /// What a queued reader refused by an earlier writer does with a bare readers' mark.
+    pub(crate) bare_mark: BareMark,
+}
+
+/// What a queued reader refused by an earlier writer does with the readers' mark when no
+/// share is left under it (`lua/take_share.lua`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub(crate) enum BareMark {
+    /// As shipped: passes it on when a writer heads the queue.
+    PassedToAWriterAtTheHead,
+    /// Wrong: keeps it; the writer before it waits for the mark to lapse.
+    Kept,
+    /// Wrong: passes it on whoever heads the queue; with a reader there, the mark goes to
+    /// that reader's run again, and the message wakes every reader, refused again, for as
+    /// long as that reader's round takes to come.
+    AlwaysPassed,
+}
+
+impl ReadWriteQueue {
+    fn is_reader(&self, c: u8) -> bool {
+        self.readers & (1 << c) != 0
+    }
+
+    /// `lua/writer_waits.lua`'s `first_live_waiter`: the queued client with the earliest
+    /// place (all are live here), and whether it is a reader.
+    fn first_live_waiter(&self) -> Option<bool> {
+        self.head().map(|head| self.is_reader(head))
+    }
+
+    /// `lua/bare_mark.lua`: the readers' mark with no share under it stays for a reader at
+    /// the head, goes to a writer there, and goes with nobody waiting.
+    fn pass_on_bare_mark(&mut self) -> Option<Wake> {
+        match (self.bare_mark, self.first_live_waiter()) {
+            (BareMark::AlwaysPassed, _) | (BareMark::PassedToAWriterAtTheHead, Some(false)) => {
+                Some(self.hand_over())
+            }
+            (_, None) => {
+                self.value = RwValue::Free;
+                None
+            }
+            _ => None,
+        }
+    }
+
+    /// The queued client with the earliest place.
+    fn head(&self) -> Option<u8> {
+        (0..4u8)
+            .filter(|c| self.queue & (1 << c) != 0)
+            .min_by_key(|c| self.places[usize::from(*c)])
+    }
+
+    /// `lua/mark_waited.lua`.
+    fn mark_waited(&mut self) {
+        if let RwValue::Token { owner, .. } = self.value {
+            self.value = RwValue::Token {
+                owner,
+                marked: true,
+            };
+        }
+    }
+
+    /// `lua/join_queue.lua` (all waiters are live here).
+    fn join_queue(&mut self, me: u8) {
+        self.mark_waited();
+        self.queue |= 1 << me;
+    }
+
+    /// `lua/writer_waits.lua`: a writer queued before `place` (anywhere, with none).
+    fn writer_waits(&self, place: Option<u8>) -> bool {
+        (0..4u8).any(|c| {
+            self.queue & (1 << c) != 0
+                && !self.is_reader(c)
+                && place.is_none_or(|p| self.places[usize::from(c)] < p)
+        })
+    }
+
+    /// `lua/hand_over.lua`: to the first queued waiter, else deleted and published. A writer
+    /// is reserved the lock, and stays queued until its round takes it; a reader at the head
+    /// makes the key the readers' mark, and the message names nobody, so every queued
+    /// reader's round comes (those before the first queued writer take their shares).
+    fn hand_over(&mut self) -> Wake {
+        match self.head() {
+            None => {
+                self.value = RwValue::Free;
+                Wake::All
+            }
+            Some(head) if self.is_reader(head) => {
+                self.value = if self.mark_for_readers {
+                    RwValue::Readers
+                } else {
+                    RwValue::Free
+                };
+                Wake::All
+            }
+            Some(head) => {
+                self.value = RwValue::Reserved(head);
+                Wake::One(head)
+            }
+        }
+    }
+
+    /// `SET NX`: a writer's first round.
+    pub(crate) fn set_if_absent(&mut self, me: u8) -> bool {
+        if self.value != RwValue::Free {
+            return false;
+        }
+        self.value = RwValue::Token {
+            owner: me,
+            marked: false,
+        };
+        true
+    }
+
+    /// `DELIFEQ key token`.
+    pub(crate) fn native_delete(&mut self, me: u8) -> bool {
+        if self.value
+            != (RwValue::Token {
+                owner: me,
+                marked: false,
+            })
+        {
+            return false;
+        }
+        self.value = RwValue::Free;
+        true
+    }
+
+    /// [`RELEASE`](super::RELEASE), after the native delete missed.
+    pub(crate) fn release(&mut self, me: u8) -> Option<Wake> {
+        let ours = matches!(self.value, RwValue::Token { owner, .. } if owner == me);
+        ours.then(|| self.hand_over())
+    }
+
+    /// [`UNDO_AND_QUEUE`](super::UNDO_AND_QUEUE), for a writer whose first round was refused
+    /// (it holds nothing here).
+    pub(crate) fn undo_and_queue(&mut self, me: u8) -> Option<Wake> {
+        let was_free = self.value == RwValue::Free;
+        self.mark_waited();
+        self.join_queue(me);
+        was_free.then(|| self.hand_over())
+    }
+
+    /// [`QUEUED_ACQUIRE`](super::QUEUED_ACQUIRE): whether the writer `me` took the lock.
+    pub(crate) fn queued_acquire(&mut self, me: u8) -> bool {
+        if self.value == RwValue::Free || self.value == RwValue::Reserved(me) {
+            self.queue &= !(1 << me);
+            self.value = RwValue::Token {
+                owner: me,
+                marked: true,
+            };
+            return true;
+        }
+        self.join_queue(me);
+        false
+    }
+
+    /// [`ACQUIRE_READ`](super::ACQUIRE_READ) (`lua/take_share.lua`): whether the reader `me`
+    /// took its share, and whom it woke; `queued`, a round of a reader that joined the queue
+    /// (it carries its place, leaves the queue as it takes its share, and joins again when
+    /// refused). Refused by a writer queued before it where the key is the readers' mark with
+    /// no share, it passes the mark on to that writer if it heads the queue (a hand-over to
+    /// readers that this writer joined behind, with an earlier place), as a release would.
+    /// (With a reader at the head, the mark waits for that reader's round: passed on again,
+    /// it would wake every reader, each refused again, for as long.)
+    pub(crate) fn take_share(&mut self, me: u8, queued: bool) -> (bool, Option<Wake>) {
+        let queued = queued && self.readers_queue;
+        if !matches!(self.value, RwValue::Free | RwValue::Readers) {
+            self.mark_waited();
+            if queued {
+                self.join_queue(me);
+            }
+            return (false, None);
+        }
+        let place = queued.then(|| self.places[usize::from(me)]);
+        if self.writer_waits(place) {
+            if !queued {
+                return (false, None);
+            }
+            self.join_queue(me);
+            let bare_mark = self.value == RwValue::Readers && self.shares == 0;
+            let wake = if bare_mark {
+                self.pass_on_bare_mark()
+            } else {
+                None
+            };
+            return (false, wake);
+        }
+        self.queue &= !(1 << me);
+        self.shares |= 1 << me;
+        self.value = RwValue::Readers;
+        (true, None)
+    }
+
+    /// [`RELEASE_READ`](super::RELEASE_READ): removes `me`'s share; the last one's release
+    /// hands the lock over, as does a cleanup's whose share was the last; a cleanup that
+    /// finds a bare mark leaves it to queued readers at the head, passes it on to a writer
+    /// there, deletes it with nobody waiting, and, joining, hands over a free key.
+    pub(crate) fn release_read(&mut self, me: u8, how: ReadDelete) -> Option<Wake> {
+        let how = match how {
+            ReadDelete::SilentAndQueue if !self.readers_queue => ReadDelete::Silent,
+            other => other,
+        };
+        let had_share = self.shares & (1 << me) != 0;
+        self.shares &= !(1 << me);
+        if how == ReadDelete::SilentAndQueue {
+            self.join_queue(me);
+        }
+        let bare_mark = self.value == RwValue::Readers && self.shares == 0;
+        match how {
+            ReadDelete::Release => bare_mark.then(|| self.hand_over()),
+            // The rule before readers queued: a cleanup deleted a bare mark.
+            ReadDelete::Silent if bare_mark && !self.readers_queue => {
+                self.value = RwValue::Free;
+                None
+            }
+            // Its own share was the last: free here, as after a release.
+            _ if bare_mark && had_share => Some(self.hand_over()),
+            _ if bare_mark => self.pass_on_bare_mark(),
+            ReadDelete::SilentAndQueue if self.value == RwValue::Free => Some(self.hand_over()),
+            _ => None,
+        }
     }
 }

@@ -442,14 +442,20 @@ pub(crate) static UNDO_AND_QUEUE: LuaScript = LuaScript::new(lua!(
 /// `KEYS[1]` the lock key (a read-write lock's writer holds it as any lock's holder does),
 /// `KEYS[2]` its readers (`resource::readers_key`: a sorted set of reader tokens scored by the
 /// server's millisecond each share expires at), `KEYS[3]` and `KEYS[4]` the lock's queue and
-/// its waiters' liveness; `ARGV[1]` token, `ARGV[2]` ttl in ms.
+/// its waiters' liveness; `ARGV[1]` token, `ARGV[2]` ttl in ms; for a reader that joined the
+/// queue, `ARGV[3]` its waiter id, `ARGV[4]` its liveness in ms, `ARGV[5]` its place, then as
+/// `RELEASE`: `ARGV[6]` release channel, `ARGV[7]` a release id, `ARGV[8]` the reservation.
 ///
 /// A read (`DESIGN.md` §7c): refused while the lock key holds anything but the readers' mark
 /// (a holder's token, or a reservation or hand-off for a queued waiter), answering its ttl and
 /// marking a markable token as waited for (`lua/mark_waited.lua`: its release then publishes,
 /// waking the readers, where the server's own compare-and-delete would wake nobody); refused
-/// while a waiter for the lock is queued and live, answering how long it stays live (a waiting
-/// writer blocks new readers, so a stream of overlapping readers cannot starve it); else
+/// while a writer is queued and live (before the reader's place, for a queued reader),
+/// answering how long it stays live (a waiting writer blocks new readers, so a stream of
+/// overlapping readers cannot starve it; readers that began to wait first go first). A queued
+/// reader leaves the queue as it takes its share and joins again when refused; refused over
+/// a readers' mark with no share left and no reader queued before that writer, it passes the
+/// mark on to the writer (`lua/take_share.lua`). Else
 /// drops expired shares, adds ours with its own expiry, and keeps the lock key held for the
 /// readers (`readers`, `lua/readers_live.lua`'s `hold_for_readers`) for at least as long as
 /// any share: a write, which is any acquire of the lock, then finds the key taken, the
@@ -459,13 +465,17 @@ pub(crate) static ACQUIRE_READ: LuaScript = LuaScript::new(lua!(
     "mark_waited",
     "readers_live",
     "writer_waits",
+    "join_queue",
+    "hand_over",
+    "bare_mark",
     "take_share",
     "acquire_read"
 ));
 
 /// `KEYS[1]` lock key, `KEYS[2]` readers, `KEYS[3]` and `KEYS[4]` the lock's queue and
 /// liveness, `KEYS[5]` fence counter, `KEYS[6]` its marker, optional `KEYS[7]` the
-/// per-resource counter; `ARGV[1]` token, `ARGV[2]` ttl, `ARGV[3]` the server's `run_id`.
+/// per-resource counter; `ARGV[1]` token, `ARGV[2]` ttl, for a queued reader `ARGV[3..8]`
+/// as `ACQUIRE_READ`'s, and last the server's `run_id`.
 /// `ACQUIRE_READ` with a reader's token: first the term check of `ACQUIRE_FENCED` (`-6`);
 /// a granted read answers `{-1, counter, epoch}` with the counter as it stands (the larger
 /// of the slot's and the per-resource one), raising nothing. The reader's token is the
@@ -476,6 +486,9 @@ pub(crate) static ACQUIRE_READ_FENCED: LuaScript = LuaScript::with_run_id(lua!(
     "mark_waited",
     "readers_live",
     "writer_waits",
+    "join_queue",
+    "hand_over",
+    "bare_mark",
     "take_share",
     "acquire_read_fenced"
 ));
@@ -483,14 +496,26 @@ pub(crate) static ACQUIRE_READ_FENCED: LuaScript = LuaScript::with_run_id(lua!(
 /// `KEYS[1]` lock key, `KEYS[2]` readers, `KEYS[3]` and `KEYS[4]` the lock's queue and
 /// liveness; `ARGV[1]` the reader's token, `ARGV[2]` the release channel or empty (a failed
 /// round's silent cleanup), `ARGV[3]` release id, `ARGV[4]` the reservation in ms (as
-/// `RELEASE`'s). Removes our share: `-1` when it was live, `-2` when it had expired or was
-/// never here. When no live share is left and the lock key still holds the readers' mark, the
-/// lock is free here as after a holder's release: a release hands it to the first live queued
-/// waiter (a writer) or deletes it and publishes (`lua/hand_over.lua`); the silent cleanup
-/// only deletes it. Another reader's release wakes nobody: readers are never held up by
-/// readers.
-pub(crate) static RELEASE_READ: LuaScript =
-    LuaScript::new(lua!("readers_live", "hand_over", "release_read"));
+/// `RELEASE`'s); for a cleanup, `ARGV[5]` the release channel its hand-overs publish on, and
+/// for the cleanup of a failed round whose acquire waits on, `ARGV[6]` the reader's waiter
+/// id, `ARGV[7]` its liveness, `ARGV[8]` its place. Removes our share: `-1` when it was live,
+/// `-2` when it had expired or was never here. When no live share is left and the lock key
+/// still holds the readers' mark, the lock is free here as after a holder's release: a
+/// release hands it to the first live queued waiter or deletes it and publishes
+/// (`lua/hand_over.lua`). A cleanup leaves such a bare mark to a run of queued readers at the
+/// head of the queue, passes it on to a writer there, and deletes it with nobody waiting
+/// (`lua/bare_mark.lua`); one whose acquire waits on joins the queue as a reader first, and
+/// hands over a lock it finds free, as `UNDO_AND_QUEUE` does. Another reader's release wakes
+/// nobody: readers are never held up by readers.
+pub(crate) static RELEASE_READ: LuaScript = LuaScript::new(lua!(
+    "mark_waited",
+    "join_queue",
+    "readers_live",
+    "writer_waits",
+    "hand_over",
+    "bare_mark",
+    "release_read"
+));
 
 /// `KEYS[1]` lock key, `KEYS[2]` readers; `ARGV[1]` token, `ARGV[2]` new ttl in ms, `ARGV[3]`
 /// `1` to re-add a missing share. Where the lock key holds anything but the readers' mark,
@@ -1680,6 +1705,186 @@ mod tests {
             // Handed its own lock, the writer holds it here: it is no longer queued.
             let place: Option<f64> = cluster.run(0, redis::cmd("ZSCORE").arg(RW_QUEUE).arg("c.w"));
             assert_eq!(place, None, "a writer handed its lock is still queued");
+        }
+
+        /// A queued reader's round (`ACQUIRE_READ` with its id, liveness, place and what a
+        /// hand-over needs), refused by the lock's holder, joins the queue as a reader.
+        fn queued_read(cluster: &Cluster, token: &str, id: &str, place: &str) -> i64 {
+            run_script(
+                cluster,
+                &super::super::ACQUIRE_READ,
+                &[RW_KEY, RW_READERS, RW_QUEUE, RW_WAITERS],
+                &[token, "60000", id, "60000", place, "ch", "r", "5000"],
+            )
+        }
+
+        /// How many `PUBLISH` calls server 0 has run, scripts' included.
+        fn publishes(cluster: &Cluster) -> u64 {
+            let info: String = cluster.run(0, redis::cmd("INFO").arg("commandstats"));
+            info.lines()
+                .find_map(|line| line.strip_prefix("cmdstat_publish:calls="))
+                .and_then(|rest| rest.split(',').next())
+                .map_or(0, |calls| calls.parse().expect("a count"))
+        }
+
+        /// Queues the writer `c.w` at `place`, live for good, registered for a hand-off
+        /// with its token `tw`.
+        fn queue_writer_at(cluster: &Cluster, place: u64) {
+            let _: i64 = cluster.run(0, redis::cmd("ZADD").arg(RW_QUEUE).arg(place).arg("c.w"));
+            let _: i64 = cluster.run(
+                0,
+                redis::cmd("HSET")
+                    .arg(RW_WAITERS)
+                    .arg("c.w")
+                    .arg(FOREVER)
+                    .arg("c.w:h")
+                    .arg("10000 n1 tw"),
+            );
+        }
+
+        /// Readers queue (`DESIGN.md` §7c): a failed read round's cleanup joins the queue as a
+        /// reader (`r`), as does a queued read refused. A release with a reader at the head
+        /// hands the lock to the run of readers it heads: the key becomes the readers' mark,
+        /// for the reservation only, and every reader stays queued until its round takes its
+        /// share; a reader queued behind a writer is refused. The last reader's release then
+        /// hands the lock to that writer. And a queued reader refused by a writer that joined
+        /// behind a hand-over to readers with an earlier place passes the bare mark on to it.
+        /// A cleanup that finds a bare mark leaves it to the readers, waking nobody; one whose
+        /// own share was the last hands the lock over.
+        ///
+        /// Mutations (run, each caught): `hand_over` freeing the key for a reader at the head
+        /// (`DEL` for the mark); `writer_waits` ignoring the place (the first reader is
+        /// refused); the bare mark not passed on (`take_share` without its `hand_over`); the
+        /// bare mark passed on whoever heads the queue (`pass_on_bare_mark` always calling
+        /// `hand_over`: the refused reader publishes); a cleanup handing over a bare mark it
+        /// found (the helper's review: it publishes); a cleanup whose share was the last
+        /// leaving the mark (not `h-tw|c.w`); a failed round's cleanup not joining.
+        #[test]
+        fn queued_readers_are_handed_the_lock_together_in_their_turn() {
+            let cluster = Cluster::start(1);
+            let _: () = cluster.run(
+                0,
+                redis::cmd("SET")
+                    .arg(RW_KEY)
+                    .arg("t1")
+                    .arg("PX")
+                    .arg(60_000),
+            );
+            // The first reader's failed round: its cleanup joins, at place 10.
+            assert_eq!(cleanup_read(&cluster, "x1", Some(("c.r1", "10"))), -2);
+            let registration: Option<String> =
+                cluster.run(0, redis::cmd("HGET").arg(RW_WAITERS).arg("c.r1:h"));
+            assert_eq!(registration.as_deref(), Some("r"));
+            queue_writer_at(&cluster, 20);
+            assert!(queued_read(&cluster, "x2", "c.r2", "30") > 0);
+            assert!(queued_read(&cluster, "x3", "c.r3", "15") > 0);
+            let released: i64 = run_script(
+                &cluster,
+                &super::super::RELEASE,
+                &[RW_KEY, RW_QUEUE, RW_WAITERS],
+                &["t1", "ch", "r", "5000"],
+            );
+            assert_eq!(released, -1);
+            assert_eq!(value_of(&cluster, RW_KEY).as_deref(), Some("readers"));
+            let left: i64 = cluster.run(0, redis::cmd("PTTL").arg(RW_KEY));
+            assert!(
+                (1..=5000).contains(&left),
+                "the readers' mark for {left} ms"
+            );
+            let queued: Vec<String> =
+                cluster.run(0, redis::cmd("ZRANGE").arg(RW_QUEUE).arg(0).arg(-1));
+            assert_eq!(
+                queued,
+                ["c.r1", "c.r3", "c.w", "c.r2"],
+                "everyone still queued"
+            );
+            // The reader behind the writer is refused, and leaves the mark to the run, waking
+            // nobody (passed on again, it would wake every reader, each refused again).
+            let published = publishes(&cluster);
+            assert!(queued_read(&cluster, "x2", "c.r2", "30") > 0);
+            // So do its round's cleanup, and a one-attempt reader's silent one.
+            let _: i64 = cleanup_read(&cluster, "x2", Some(("c.r2", "30")));
+            let _: i64 = cleanup_read(&cluster, "x9", None);
+            assert_eq!(value_of(&cluster, RW_KEY).as_deref(), Some("readers"));
+            assert_eq!(publishes(&cluster), published, "a refused reader published");
+            assert_eq!(queued_read(&cluster, "x1", "c.r1", "10"), -1);
+            assert_eq!(queued_read(&cluster, "x3", "c.r3", "15"), -1);
+            let queued: Vec<String> =
+                cluster.run(0, redis::cmd("ZRANGE").arg(RW_QUEUE).arg(0).arg(-1));
+            assert_eq!(
+                queued,
+                ["c.w", "c.r2"],
+                "the run left the queue with its shares"
+            );
+            assert_eq!(release_read(&cluster, "x1"), -1);
+            assert_eq!(release_read(&cluster, "x3"), -1);
+            assert_eq!(value_of(&cluster, RW_KEY).as_deref(), Some("h-tw|c.w"));
+
+            // A hand-over to a reader, and a writer with an earlier place joining after it.
+            let _: () = cluster.run(0, &redis::cmd("FLUSHALL"));
+            let _: () = cluster.run(
+                0,
+                redis::cmd("SET")
+                    .arg(RW_KEY)
+                    .arg("t1")
+                    .arg("PX")
+                    .arg(60_000),
+            );
+            assert!(queued_read(&cluster, "x1", "c.r1", "10") > 0);
+            let _: i64 = run_script(
+                &cluster,
+                &super::super::RELEASE,
+                &[RW_KEY, RW_QUEUE, RW_WAITERS],
+                &["t1", "ch", "r", "5000"],
+            );
+            assert_eq!(value_of(&cluster, RW_KEY).as_deref(), Some("readers"));
+            queue_writer_at(&cluster, 5);
+            assert!(queued_read(&cluster, "x1", "c.r1", "10") > 0);
+            assert_eq!(
+                value_of(&cluster, RW_KEY).as_deref(),
+                Some("h-tw|c.w"),
+                "the bare mark passed on to the writer before the reader"
+            );
+
+            // A failed round's cleanup whose share was the last hands the lock over as a
+            // release would, nobody else knowing it is free: to a reader at the head (the
+            // mark for a reservation, and a message), or a writer.
+            let _: () = cluster.run(0, &redis::cmd("FLUSHALL"));
+            assert_eq!(read(&cluster, "x5", "60000"), -1);
+            assert_eq!(cleanup_read(&cluster, "x1", Some(("c.r1", "5"))), -2);
+            let published = publishes(&cluster);
+            assert_eq!(cleanup_read(&cluster, "x5", None), -1);
+            assert_eq!(
+                publishes(&cluster),
+                published + 1,
+                "the hand-over was not published"
+            );
+            let left: i64 = cluster.run(0, redis::cmd("PTTL").arg(RW_KEY));
+            assert!(
+                (1..=5000).contains(&left),
+                "the readers' mark for {left} ms"
+            );
+            let _: () = cluster.run(0, &redis::cmd("FLUSHALL"));
+            assert_eq!(read(&cluster, "x5", "60000"), -1);
+            queue_writer_at(&cluster, 20);
+            assert_eq!(cleanup_read(&cluster, "x5", None), -1);
+            assert_eq!(value_of(&cluster, RW_KEY).as_deref(), Some("h-tw|c.w"));
+        }
+
+        /// A failed read round's cleanup (`RELEASE_READ` with an empty release channel, its
+        /// hand-overs publishing on `ch`), joining the queue as `waiter` at its place when its
+        /// acquire waits on.
+        fn cleanup_read(cluster: &Cluster, token: &str, waiter: Option<(&str, &str)>) -> i64 {
+            let mut argv = vec![token, "", "r", "5000", "ch"];
+            if let Some((id, place)) = waiter {
+                argv.extend([id, "60000", place]);
+            }
+            run_script(
+                cluster,
+                &super::super::RELEASE_READ,
+                &[RW_KEY, RW_READERS, RW_QUEUE, RW_WAITERS],
+                &argv,
+            )
         }
 
         /// A fenced writer that the last reader's release can only reserve the lock for stays

@@ -312,11 +312,17 @@ impl ReleaseWatch {
         self.subscribe_as(channel, waiter, place, false).await
     }
 
-    /// [`subscribe`](Self::subscribe) for a reader of a read-write lock, not queued: a release
-    /// that names nobody wakes every waiting reader of this client, not only the longest
-    /// waiting, since readers may all hold at once (`DESIGN.md` §7c).
-    pub(crate) async fn subscribe_reader(&self, channel: Vec<u8>) -> Subscription {
-        self.subscribe_as(channel, "", u64::MAX, true).await
+    /// [`subscribe`](Self::subscribe) for a reader of a read-write lock that queues as
+    /// `waiter` at `place`: a release that names nobody (a hand-over to a run of readers
+    /// among them) wakes every waiting reader of this client, not only the longest waiting,
+    /// since readers may all hold at once (`DESIGN.md` §7c).
+    pub(crate) async fn subscribe_reader(
+        &self,
+        channel: Vec<u8>,
+        waiter: &str,
+        place: u64,
+    ) -> Subscription {
+        self.subscribe_as(channel, waiter, place, true).await
     }
 
     async fn subscribe_as(

@@ -488,8 +488,8 @@ async fn a_readers_token_is_every_earlier_writes_and_below_every_later_one() {
 /// three readers of one client, waiting behind a writer, all hold within a few hundred ms of
 /// its release, though their timed retries come every 10 s, past their 8 s wait.
 ///
-/// Mutation: readers subscribing as any unqueued waiter (`subscribe` for `subscribe_reader`
-/// in `Waiting::subscribe_unqueued`): one reader is woken, the other two give up after 8 s
+/// Mutation: queued readers subscribing as any queued waiter (`subscribe` for
+/// `subscribe_reader` in `Queue::listen`): one reader is woken, the other two give up after 8 s
 /// (run, caught).
 #[tokio::test]
 async fn a_release_wakes_every_waiting_reader_of_a_client() {
@@ -533,4 +533,133 @@ async fn a_release_wakes_every_waiting_reader_of_a_client() {
     settled(&readers).await;
     settled(&writer).await;
     cluster.assert_no_keys_under(PREFIX);
+}
+
+/// Readers and writers take their turns in the order they began to wait: with a writer
+/// holding, two readers queue, then a writer, then a third reader. The holder's release hands
+/// the lock to the first two readers together (the run before the waiting writer); the third
+/// reader waits behind that writer; the writer takes the lock after the two readers' releases,
+/// and the third reader after the writer's. Each is woken by the release before it, never by
+/// its 10 s timer. With fencing too: the writer's token is above the first holder's, and the
+/// third reader's is the writer's.
+///
+/// Mutations (run, each caught): readers not queueing (`waiting.queues = false` for readers,
+/// the rule before: the waiting writer goes first, and the first readers time out);
+/// `writer_waits` ignoring the reader's place (the readers are refused by the writer behind
+/// them, which waits on the readers' mark: every waiter times out); `hand_over` freeing the
+/// key for a reader at the head instead of setting the readers' mark (the writer takes the
+/// free key first).
+#[tokio::test]
+async fn readers_and_writers_take_turns_in_the_order_they_began_to_wait() {
+    let cluster = Cluster::start(5);
+    for fencing in [false, true] {
+        turns_in_arrival_order(&cluster, fencing).await;
+    }
+    // Neither lock's key, queue, liveness nor readers is left; fenced clients seed every
+    // slot's counter, which stays.
+    let left: Vec<String> = cluster
+        .keys()
+        .into_iter()
+        .filter(|(_, k)| k.windows(6).any(|w| w == b"{turns"))
+        .filter(|(_, k)| !k.ends_with(b":fence") && !k.ends_with(b":seeded"))
+        .map(|(i, k)| format!("server {i}: {}", k.escape_ascii()))
+        .collect();
+    assert!(left.is_empty(), "left behind: {left:?}");
+}
+
+async fn turns_in_arrival_order(cluster: &Cluster, fencing: bool) {
+    const WOKEN_WITHIN: Duration = Duration::from_secs(4);
+    let name = if fencing { "turns-fenced" } else { "turns" };
+    let holder = RedLock::builder(cluster.urls())
+        .per_node_timeout(NODE_TIMEOUT)
+        .fencing(fencing)
+        .build()
+        .expect("config");
+    let first = holder
+        .rw_lock(name)
+        .expect("name")
+        .try_write(TTL)
+        .await
+        .expect("the first writer");
+    let queue = [crate::lock_key(name.as_bytes()), b":queue".to_vec()].concat();
+    let queued_everywhere = |n: usize| {
+        let queue = queue.clone();
+        crate::eventually(Duration::from_secs(5), move || {
+            (0..cluster.len())
+                .all(|i| cluster.run::<usize>(i, redis::cmd("ZCARD").arg(&queue)) == n)
+        })
+    };
+    // One client each, so that each is its own waiter in the masters' queue.
+    let clients: Vec<RedLock> = (0..4)
+        .map(|_| crate::woken_by_releases_only(cluster, NODE_TIMEOUT, fencing))
+        .collect();
+    let mut waiting = Vec::new();
+    for (i, (rl, read)) in clients.iter().zip([true, true, false, true]).enumerate() {
+        let rw = rl.rw_lock(name).expect("name");
+        waiting.push(tokio::spawn(async move {
+            let wait = Duration::from_secs(20);
+            let lock = if read {
+                rw.read_within(TTL, wait).await
+            } else {
+                rw.write_within(TTL, wait).await
+            };
+            (Instant::now(), lock.expect("its turn comes"))
+        }));
+        assert!(
+            queued_everywhere(i + 1).await,
+            "waiter {i} queued everywhere"
+        );
+    }
+    let [r1, r2, writer, third]: [_; 4] = waiting.try_into().expect("four waiters");
+    // Each waiter's lock, held within `WOKEN_WITHIN` of the release (at `after`) before it.
+    let turn = |task: tokio::task::JoinHandle<(Instant, redquorum::Lock)>, after: Instant| async move {
+        let (at, lock) = tokio::time::timeout(WOKEN_WITHIN * 2, task)
+            .await
+            .expect("woken by the release before it")
+            .expect("waiter task");
+        let after = at.saturating_duration_since(after);
+        assert!(
+            after < WOKEN_WITHIN,
+            "held {after:?} after the release before it"
+        );
+        lock
+    };
+    let released = Instant::now();
+    let first_token = first.fencing_token();
+    first.release().await.expect("release");
+    let (r1, r2) = (turn(r1, released).await, turn(r2, released).await);
+    // The two readers hold; the writer behind them and the reader behind it wait.
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert!(
+        !writer.is_finished(),
+        "the writer came before the readers left"
+    );
+    assert!(
+        !third.is_finished(),
+        "a reader passed the writer queued before it"
+    );
+    r1.release().await.expect("release");
+    let released = Instant::now();
+    r2.release().await.expect("release");
+    let w = turn(writer, released).await;
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert!(!third.is_finished(), "a reader came beside the writer");
+    if fencing {
+        assert!(w.fencing_token() > first_token, "the writer's token rises");
+    }
+    let w_token = w.fencing_token();
+    let released = Instant::now();
+    w.release().await.expect("release");
+    let r3 = turn(third, released).await;
+    if fencing {
+        assert_eq!(
+            r3.fencing_token(),
+            w_token,
+            "the reader's token is the last write's"
+        );
+    }
+    r3.release().await.expect("release");
+    for rl in clients.iter().chain([&holder]) {
+        settled(rl).await;
+    }
 }

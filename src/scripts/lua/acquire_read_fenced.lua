@@ -1,6 +1,8 @@
-local epoch = seeded_epoch(5, ARGV[3])
+local epoch = seeded_epoch(5, ARGV[#ARGV])
 if not epoch then return -6 end
-local refused = take_share()
+local id, live, place, channel, release_id, reservation = nil, nil, nil, nil, nil, nil
+if #ARGV > 3 then id, live, place, channel, release_id, reservation = ARGV[3], ARGV[4], ARGV[5], ARGV[6], ARGV[7], ARGV[8] end
+local refused = take_share(id, live, place, channel, release_id, reservation)
 if refused then return refused end
 -- The counter as it stands (a read raises nothing), or the resource's own older counter
 -- where that is larger (a write folds it in).

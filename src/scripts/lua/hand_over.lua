@@ -45,7 +45,17 @@ local function hand_over(channel, release_id, reservation, key, queue, waiters, 
       end
     end
   end
-  if handed then
+  if handed and registered == 'r' then
+    -- A reader heads the queue: the lock goes to the run of readers it heads (those queued
+    -- before the first live writer, `take_share.lua`). The key becomes the readers' mark for
+    -- `reservation` ms, which refuses writes and admits those readers' rounds, and the message
+    -- names nobody, so it wakes every waiting reader. Readers stay queued until their round
+    -- takes their share; the head's liveness is cut as a reserved writer's is.
+    redis.call('SET', key, 'readers', 'PX', reservation)
+    local cut = now + 2 * tonumber(reservation)
+    if live_until > cut then redis.pcall('HSET', waiters, handed, cut) end
+    if channel ~= '' then redis.pcall('PUBLISH', channel, release_id) end
+  elseif handed then
     local message = release_id .. ':' .. handed
     local f, ttl, nonce, token = nil, nil, nil, nil
     if registered then f, ttl, nonce, token = string.match(registered, '^(f?)(%d+) (%S+) (.+)$') end

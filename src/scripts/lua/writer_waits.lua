@@ -1,15 +1,36 @@
 -- How long the first writer still waiting in the lock's queue (`queue`, liveness in
--- `waiters`, as `join_queue.lua` keeps them) stays live, at least 1 ms, or nil when none
--- does: a waiting writer blocks new readers, so writers are not starved by readers that keep
--- overlapping. `pcall`s, as every queue command: under an ACL without the queue's commands
--- nobody queues, and no writer is seen waiting.
-local function writer_waits(queue, waiters, now)
+-- `waiters`, as `join_queue.lua` keeps them) before `place` (anywhere, without one) stays
+-- live, at least 1 ms, or nil when none does: a waiting writer blocks new readers, so writers
+-- are not starved by readers that keep overlapping, and a queued reader (its registration
+-- `r`, its round carrying its place) waits only for the writers that began to wait before it.
+-- `pcall`s, as every queue command: under an ACL without the queue's commands nobody queues,
+-- and no writer is seen waiting.
+local function writer_waits(queue, waiters, now, place)
+  if redis.pcall('EXISTS', queue) ~= 1 then return nil end
+  local ids = redis.pcall('ZRANGE', queue, 0, -1, 'WITHSCORES')
+  if type(ids) ~= 'table' or ids.err then return nil end
+  for i = 1, #ids, 2 do
+    if place and tonumber(ids[i + 1]) >= tonumber(place) then return nil end
+    local id = ids[i]
+    local live = tonumber(redis.pcall('HGET', waiters, id)) or 0
+    if live >= now and redis.pcall('HGET', waiters, id .. ':h') ~= 'r' then
+      return math.max(live - now, 1)
+    end
+  end
+  return nil
+end
+-- Whether the first live waiter of the queue is a reader (`r`) or a writer (`w`), or nil
+-- when none is live.
+local function first_live_waiter(queue, waiters, now)
   if redis.pcall('EXISTS', queue) ~= 1 then return nil end
   local ids = redis.pcall('ZRANGE', queue, 0, -1)
   if type(ids) ~= 'table' or ids.err then return nil end
   for _, id in ipairs(ids) do
     local live = tonumber(redis.pcall('HGET', waiters, id)) or 0
-    if live >= now then return math.max(live - now, 1) end
+    if live >= now then
+      if redis.pcall('HGET', waiters, id .. ':h') == 'r' then return 'r' end
+      return 'w'
+    end
   end
   return nil
 end
