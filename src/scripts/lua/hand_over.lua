@@ -11,7 +11,9 @@
 -- `fence_hand_over.lua`), which raises the fence counter as it sets the key, and the
 -- message also names the counter and the epoch: `:<nonce>:<counter>:<epoch>`. Any other
 -- waiter (a fenced one the release cannot fence for) gets a reservation, `handoff:<id>` for
--- `reservation` ms, which its next round turns into a lock.
+-- `reservation` ms, which its next round turns into a lock. A reader of a read-write lock
+-- (`<id>:h` is `r`) at the head gets, with the run of readers it heads, the readers' mark
+-- for `reservation` ms, and the message names nobody (`DESIGN.md` §7c).
 --
 -- Waiters that are no longer live leave the queue here. The waiter handed its own lock leaves
 -- too: it holds it here. A waiter given a reservation of the lock (`keep_reserved`) stays
