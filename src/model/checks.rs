@@ -369,3 +369,23 @@ fn a_readers_token_without_its_confirm_round_is_caught() {
     let checker = unconfirmed.check_until_broken(&["tokens follow holders"]);
     assert!(checker.discovery("tokens follow holders").is_some());
 }
+
+/// A reader and a writer while one master restarts empty and is re-seeded (its counter lost,
+/// the re-seed reading the others): a reader's confirmation counts only on a master seeded
+/// for its current term, as a writer's does, and its token still sits between the writes.
+#[test]
+#[ignore = "exhaustive model check: .ci/test runs it optimised"]
+fn a_readers_token_sits_between_the_writes_across_a_restart() {
+    let started = std::time::Instant::now();
+    let mut readers = restart_model(Restart::Empty);
+    readers.reader = Reader::Confirmed;
+    let checker = readers.check();
+    report(
+        "a reader and a writer, a restart empty, re-seeded",
+        &checker,
+        started,
+    );
+    assert!(checker.is_done());
+    checker.assert_no_discovery("unique tokens");
+    checker.assert_no_discovery("tokens follow holders");
+}
