@@ -207,4 +207,5 @@ where
 }
 mod state;
 mod steps;
+mod waiter;
 mod wakeups;

@@ -45,7 +45,8 @@
 
 use stateright::{Checker, Model, Property};
 
-use crate::scripts::effects::{BareMark, ReadDelete, ReadWriteQueue, RwValue, Wake};
+use super::waiter::{Phase, deliver};
+use crate::scripts::effects::{BareMark, LockValue, ReadDelete, ReadWriteQueue, Wake};
 
 /// Clients: 0 the first holder, 1 a reader, 2 a writer, 3 a reader.
 const CLIENTS: usize = 4;
@@ -63,27 +64,6 @@ pub(crate) struct RwQueueModel {
     pub(crate) mark_for_readers: bool,
     /// What a queued reader refused by an earlier writer does with a bare readers' mark.
     pub(crate) bare_mark: BareMark,
-}
-
-/// Where one client is.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-enum Phase {
-    Idle,
-    /// Its first round was refused; not yet subscribed.
-    Refused,
-    /// Subscribed (its place drawn), its cleanup not yet run; `woken` by a message that came
-    /// meanwhile.
-    Subscribed {
-        woken: bool,
-    },
-    /// Waiting for a message; `woken` once one came.
-    Waiting {
-        woken: bool,
-    },
-    Holding,
-    /// A writer whose `DELIFEQ` missed: the release script comes next.
-    ReleasingByScript,
-    Done,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
@@ -121,16 +101,7 @@ fn is_reader(c: usize) -> bool {
 
 impl RwQueueState {
     fn deliver(&mut self, wake: Option<Wake>) {
-        let Some(wake) = wake else { return };
-        for (c, phase) in self.phases.iter_mut().enumerate() {
-            let named = match wake {
-                Wake::One(w) => usize::from(w) == c,
-                Wake::All => true,
-            };
-            if let (true, Phase::Subscribed { woken } | Phase::Waiting { woken }) = (named, phase) {
-                *woken = true;
-            }
-        }
+        deliver(&mut self.phases, wake);
     }
 
     /// `c` is given its turn (comes to hold, or is reserved the lock): whether someone of the
@@ -169,7 +140,7 @@ impl Model for RwQueueModel {
         phases[0] = Phase::Holding;
         vec![RwQueueState {
             master: ReadWriteQueue {
-                value: RwValue::Token {
+                value: LockValue::Token {
                     owner: 0,
                     marked: false,
                 },
@@ -237,7 +208,7 @@ impl Model for RwQueueModel {
                 let took = if reader {
                     master.take_share(c, false).0
                 } else {
-                    master.set_if_absent(c)
+                    master.value.set_if_absent(c)
                 };
                 let next = if took { Phase::Holding } else { Phase::Refused };
                 (next, None)
@@ -275,7 +246,7 @@ impl Model for RwQueueModel {
             }
             Phase::Holding if reader => (Phase::Done, master.release_read(c, ReadDelete::Release)),
             Phase::Holding => {
-                if master.native_delete(c) {
+                if master.value.native_delete(c) {
                     (Phase::Done, None)
                 } else {
                     (Phase::ReleasingByScript, None)
@@ -287,12 +258,12 @@ impl Model for RwQueueModel {
         // A writer reserved the lock is judged as the reservation is made (a waiter with an
         // earlier place may join after it, as the master cannot know of it before).
         let before = last.master.value;
-        if let RwValue::Reserved(w) = state.master.value
+        if let LockValue::Reserved(w) = state.master.value
             && before != state.master.value
         {
             state.overtaken |= state.passes_someone(usize::from(w), self.readers_queue);
         }
-        if next == Phase::Holding && before != RwValue::Reserved(c) {
+        if next == Phase::Holding && before != LockValue::Reserved(c) {
             state.overtaken |= state.passes_someone(me, self.readers_queue);
         }
         state.phases[me] = next;

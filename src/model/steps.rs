@@ -139,11 +139,8 @@ impl LockModel {
         seeded: bool,
         epoch: u64,
     ) -> Value {
-        if self.is_reader(c) {
-            effects::acquire_read_fenced(key, fence, seeded, epoch, c as u8)
-        } else {
-            effects::acquire_fenced(key, fence, seeded, epoch, c as u8)
-        }
+        let raise = !self.is_reader(c);
+        effects::acquire_fenced(key, fence, (seeded, epoch), c as u8, raise)
     }
 
     /// Whether `later`'s token may follow `earlier` (a holder confirmed before `later` began,

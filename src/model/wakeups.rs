@@ -31,6 +31,7 @@
 
 use stateright::{Checker, Model, Property};
 
+use super::waiter::{Phase, deliver};
 use crate::scripts::effects::{LockValue, Marking, QueuedLock, Wake};
 
 /// Clients: 0 the holder, 1 the waiter, 2 the second waiter, 3 the passer-by.
@@ -42,28 +43,6 @@ pub(crate) struct WakeupModel {
     pub(crate) marking: Marking,
     pub(crate) second_waiter: bool,
     pub(crate) passer_by: bool,
-}
-
-/// Where one client is.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-enum Phase {
-    /// Not started (or not in this check).
-    Idle,
-    /// A queued waiter whose `SET NX` was refused, not yet subscribed.
-    Refused,
-    /// Subscribed, its cleanup (`UNDO_AND_QUEUE`) not yet run; `woken` by a message that came
-    /// meanwhile (kept for the wait after the cleanup, as a `Notify` keeps one).
-    Subscribed {
-        woken: bool,
-    },
-    /// Waiting for a release; `woken` once a message for it arrived.
-    Waiting {
-        woken: bool,
-    },
-    Holding,
-    /// Its `DELIFEQ` missed: the release script comes next.
-    ReleasingByScript,
-    Done,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
@@ -80,20 +59,7 @@ pub(crate) enum Step {
 
 impl WakeupState {
     fn deliver(&mut self, wake: Option<Wake>) {
-        let Some(wake) = wake else { return };
-        for (c, phase) in self.phases.iter_mut().enumerate() {
-            let named = match wake {
-                Wake::One(w) => usize::from(w) == c,
-                Wake::All => true,
-            };
-            if !named {
-                continue;
-            }
-            match phase {
-                Phase::Subscribed { woken } | Phase::Waiting { woken } => *woken = true,
-                _ => {}
-            }
-        }
+        deliver(&mut self.phases, wake);
     }
 }
 
@@ -149,11 +115,11 @@ impl Model for WakeupModel {
         let master = &mut state.master;
         let (next, wake) = match last.phases[me] {
             Phase::Idle if c == 3 => {
-                let took = master.set_if_absent(c);
+                let took = master.value.set_if_absent(c);
                 (if took { Phase::Holding } else { Phase::Done }, None)
             }
             Phase::Idle => {
-                if master.set_if_absent(c) {
+                if master.value.set_if_absent(c) {
                     (Phase::Holding, None)
                 } else {
                     (Phase::Refused, None)
@@ -172,7 +138,7 @@ impl Model for WakeupModel {
                 }
             }
             Phase::Holding => {
-                if master.native_delete(c) {
+                if master.value.native_delete(c) {
                     (Phase::Done, None)
                 } else {
                     (Phase::ReleasingByScript, None)
@@ -198,6 +164,8 @@ impl Model for WakeupModel {
                             LockValue::Free => false,
                             LockValue::Token { marked, .. } => marked,
                             LockValue::Reserved(w) => usize::from(w) != c,
+                            // Not in this model (no readers).
+                            LockValue::Readers => false,
                         }
                 })
             }),

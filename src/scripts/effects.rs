@@ -14,47 +14,25 @@ fn not_ours<O>(key: &Key<O>) -> i64 {
     if key.is_none() { -2 } else { FOREIGN_TTL_MS }
 }
 
-/// [`ACQUIRE_READ_FENCED`](super::ACQUIRE_READ_FENCED), for one reader and one writer: refuse
-/// on a master not re-seeded since it started; where neither holds (the reader's share and
-/// the writer's key exclude each other as two keys do), take the share and answer the
-/// counter as it stands, raising nothing.
-pub(crate) fn acquire_read_fenced<O: Copy>(
-    key: &mut Key<O>,
-    fence: &u64,
-    seeded: bool,
-    epoch: u64,
-    me: O,
-) -> Value {
-    if !seeded {
-        return Value::Int(-6);
-    }
-    if key.is_none() {
-        *key = Some(me);
-        Value::Array(vec![
-            Value::Int(-1),
-            Value::Int(*fence as i64),
-            Value::Int(epoch as i64),
-        ])
-    } else {
-        Value::Int(FOREIGN_TTL_MS)
-    }
-}
-
-/// [`ACQUIRE_FENCED`](super::ACQUIRE_FENCED): refuse on a master not re-seeded since it
-/// started, else `SET NX`, and on success `INCR` the counter.
+/// [`ACQUIRE_FENCED`](super::ACQUIRE_FENCED) (`raise`), or, for one reader and one writer,
+/// [`ACQUIRE_READ_FENCED`](super::ACQUIRE_READ_FENCED) (the reader's share and the writer's
+/// key exclude each other as two keys do): refuse on a master not re-seeded since it started,
+/// else `SET NX`, and on success `INCR` the counter (a read raises nothing) and answer it.
 pub(crate) fn acquire_fenced<O: Copy>(
     key: &mut Key<O>,
     fence: &mut u64,
-    seeded: bool,
-    epoch: u64,
+    (seeded, epoch): (bool, u64),
     me: O,
+    raise: bool,
 ) -> Value {
     if !seeded {
         return Value::Int(-6);
     }
     if key.is_none() {
         *key = Some(me);
-        *fence += 1;
+        if raise {
+            *fence += 1;
+        }
         Value::Array(vec![
             Value::Int(-1),
             Value::Int(*fence as i64),
@@ -113,8 +91,9 @@ pub(crate) fn confirm_fence<O: PartialEq>(
     -1
 }
 
-/// What one master's lock key holds, for the wake-up model (`crate::model::wakeups`): every
-/// token there is markable (`n-`), as a single lock's is with native commands on.
+/// What one master's lock key holds, for the one-master models (`crate::model::wakeups`,
+/// `crate::model::rwqueue`): every token there is markable (`n-`), as a single lock's is with
+/// native commands on.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub(crate) enum LockValue {
     Free,
@@ -125,6 +104,52 @@ pub(crate) enum LockValue {
     },
     /// `handoff:<waiter>`.
     Reserved(u8),
+    /// The readers' mark, `readers` (the read-write queue model only): with live shares, or
+    /// set by a hand-over to a run of queued readers.
+    Readers,
+}
+
+impl LockValue {
+    /// `lua/ours.lua`: `me`'s token, marked or not.
+    fn ours(&self, me: u8) -> bool {
+        matches!(*self, LockValue::Token { owner, .. } if owner == me)
+    }
+
+    /// `lua/mark_waited.lua`.
+    fn mark_waited(&mut self) {
+        if let LockValue::Token { owner, .. } = *self {
+            *self = LockValue::Token {
+                owner,
+                marked: true,
+            };
+        }
+    }
+
+    /// `SET NX`: the plain acquire, and on the lock key [`ACQUIRE_FENCED`](super::ACQUIRE_FENCED)
+    /// on a seeded master (it marks nothing either).
+    pub(crate) fn set_if_absent(&mut self, me: u8) -> bool {
+        if *self != LockValue::Free {
+            return false;
+        }
+        *self = LockValue::Token {
+            owner: me,
+            marked: false,
+        };
+        true
+    }
+
+    /// `DELIFEQ key token`: deletes only the value exactly as its holder wrote it.
+    pub(crate) fn native_delete(&mut self, me: u8) -> bool {
+        let written = LockValue::Token {
+            owner: me,
+            marked: false,
+        };
+        if *self != written {
+            return false;
+        }
+        *self = LockValue::Free;
+        true
+    }
 }
 
 /// Whom a script's publish wakes.
@@ -157,25 +182,10 @@ pub(crate) struct Marking {
 }
 
 impl QueuedLock {
-    /// `lua/ours.lua`: the value is `me`'s token, marked or not.
-    fn ours(&self, me: u8) -> bool {
-        matches!(self.value, LockValue::Token { owner, .. } if owner == me)
-    }
-
-    /// `lua/mark_waited.lua`.
-    fn mark_waited(&mut self) {
-        if let LockValue::Token { owner, .. } = self.value {
-            self.value = LockValue::Token {
-                owner,
-                marked: true,
-            };
-        }
-    }
-
     /// `lua/join_queue.lua`.
     fn join_queue(&mut self, me: u8, marking: Marking) {
         if marking.on_join {
-            self.mark_waited();
+            self.value.mark_waited();
         }
         self.queue |= 1 << me;
     }
@@ -194,49 +204,23 @@ impl QueuedLock {
         Wake::One(head)
     }
 
-    /// `SET NX`: the plain acquire, and on the lock key [`ACQUIRE_FENCED`](super::ACQUIRE_FENCED)
-    /// on a seeded master (it marks nothing either).
-    pub(crate) fn set_if_absent(&mut self, me: u8) -> bool {
-        if self.value != LockValue::Free {
-            return false;
-        }
-        self.value = LockValue::Token {
-            owner: me,
-            marked: false,
-        };
-        true
-    }
-
-    /// `DELIFEQ key token`: deletes only the value exactly as its holder wrote it.
-    pub(crate) fn native_delete(&mut self, me: u8) -> bool {
-        let written = LockValue::Token {
-            owner: me,
-            marked: false,
-        };
-        if self.value != written {
-            return false;
-        }
-        self.value = LockValue::Free;
-        true
-    }
-
     /// [`RELEASE`](super::RELEASE): our token as we wrote it (nobody marked it) is deleted as
     /// [`native_delete`](Self::native_delete) does, waking nobody; otherwise, while ours, hands
     /// over (or deletes) and publishes.
     pub(crate) fn release(&mut self, me: u8) -> Option<Wake> {
-        if self.native_delete(me) {
+        if self.value.native_delete(me) {
             return None;
         }
-        self.ours(me).then(|| self.hand_over())
+        self.value.ours(me).then(|| self.hand_over())
     }
 
     /// [`UNDO_AND_QUEUE`](super::UNDO_AND_QUEUE).
     pub(crate) fn undo_and_queue(&mut self, me: u8, marking: Marking) -> Option<Wake> {
         let was_free = self.value == LockValue::Free;
-        if self.ours(me) {
+        if self.value.ours(me) {
             self.value = LockValue::Free;
         } else if marking.on_join {
-            self.mark_waited();
+            self.value.mark_waited();
         }
         self.join_queue(me, marking);
         (was_free && marking.hand_over_on_undo).then(|| self.hand_over())
@@ -259,22 +243,6 @@ impl QueuedLock {
     }
 }
 
-/// What one master's lock key holds, for the readers' queue model (`crate::model::rwqueue`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub(crate) enum RwValue {
-    Free,
-    /// A writer's token, `marked` once a waiter turned its `n-` into `w-`.
-    Token {
-        owner: u8,
-        marked: bool,
-    },
-    /// `handoff:<writer>`.
-    Reserved(u8),
-    /// The readers' mark, `readers`: with live shares, or set by a hand-over to a run of
-    /// queued readers.
-    Readers,
-}
-
 /// How a reader's share is deleted ([`RELEASE_READ`](super::RELEASE_READ)).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub(crate) enum ReadDelete {
@@ -293,7 +261,7 @@ pub(crate) enum ReadDelete {
 /// first waited). Keys never expire here: a waiter's timer covers an expiry.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub(crate) struct ReadWriteQueue {
-    pub(crate) value: RwValue,
+    pub(crate) value: LockValue,
     /// One bit per client holding a share.
     pub(crate) shares: u8,
     /// One bit per queued client.
@@ -345,7 +313,7 @@ impl ReadWriteQueue {
                 Some(self.hand_over())
             }
             (_, None) => {
-                self.value = RwValue::Free;
+                self.value = LockValue::Free;
                 None
             }
             _ => None,
@@ -359,19 +327,9 @@ impl ReadWriteQueue {
             .min_by_key(|c| self.places[usize::from(*c)])
     }
 
-    /// `lua/mark_waited.lua`.
-    fn mark_waited(&mut self) {
-        if let RwValue::Token { owner, .. } = self.value {
-            self.value = RwValue::Token {
-                owner,
-                marked: true,
-            };
-        }
-    }
-
     /// `lua/join_queue.lua` (all waiters are live here).
     fn join_queue(&mut self, me: u8) {
-        self.mark_waited();
+        self.value.mark_waited();
         self.queue |= 1 << me;
     }
 
@@ -391,70 +349,43 @@ impl ReadWriteQueue {
     fn hand_over(&mut self) -> Wake {
         match self.head() {
             None => {
-                self.value = RwValue::Free;
+                self.value = LockValue::Free;
                 Wake::All
             }
             Some(head) if self.is_reader(head) => {
                 self.value = if self.mark_for_readers {
-                    RwValue::Readers
+                    LockValue::Readers
                 } else {
-                    RwValue::Free
+                    LockValue::Free
                 };
                 Wake::All
             }
             Some(head) => {
-                self.value = RwValue::Reserved(head);
+                self.value = LockValue::Reserved(head);
                 Wake::One(head)
             }
         }
     }
 
-    /// `SET NX`: a writer's first round.
-    pub(crate) fn set_if_absent(&mut self, me: u8) -> bool {
-        if self.value != RwValue::Free {
-            return false;
-        }
-        self.value = RwValue::Token {
-            owner: me,
-            marked: false,
-        };
-        true
-    }
-
-    /// `DELIFEQ key token`.
-    pub(crate) fn native_delete(&mut self, me: u8) -> bool {
-        if self.value
-            != (RwValue::Token {
-                owner: me,
-                marked: false,
-            })
-        {
-            return false;
-        }
-        self.value = RwValue::Free;
-        true
-    }
-
     /// [`RELEASE`](super::RELEASE), after the native delete missed.
     pub(crate) fn release(&mut self, me: u8) -> Option<Wake> {
-        let ours = matches!(self.value, RwValue::Token { owner, .. } if owner == me);
-        ours.then(|| self.hand_over())
+        self.value.ours(me).then(|| self.hand_over())
     }
 
     /// [`UNDO_AND_QUEUE`](super::UNDO_AND_QUEUE), for a writer whose first round was refused
     /// (it holds nothing here).
     pub(crate) fn undo_and_queue(&mut self, me: u8) -> Option<Wake> {
-        let was_free = self.value == RwValue::Free;
-        self.mark_waited();
+        let was_free = self.value == LockValue::Free;
+        self.value.mark_waited();
         self.join_queue(me);
         was_free.then(|| self.hand_over())
     }
 
     /// [`QUEUED_ACQUIRE`](super::QUEUED_ACQUIRE): whether the writer `me` took the lock.
     pub(crate) fn queued_acquire(&mut self, me: u8) -> bool {
-        if self.value == RwValue::Free || self.value == RwValue::Reserved(me) {
+        if self.value == LockValue::Free || self.value == LockValue::Reserved(me) {
             self.queue &= !(1 << me);
-            self.value = RwValue::Token {
+            self.value = LockValue::Token {
                 owner: me,
                 marked: true,
             };
@@ -474,8 +405,8 @@ impl ReadWriteQueue {
     /// it would wake every reader, each refused again, for as long.)
     pub(crate) fn take_share(&mut self, me: u8, queued: bool) -> (bool, Option<Wake>) {
         let queued = queued && self.readers_queue;
-        if !matches!(self.value, RwValue::Free | RwValue::Readers) {
-            self.mark_waited();
+        if !matches!(self.value, LockValue::Free | LockValue::Readers) {
+            self.value.mark_waited();
             if queued {
                 self.join_queue(me);
             }
@@ -487,7 +418,7 @@ impl ReadWriteQueue {
                 return (false, None);
             }
             self.join_queue(me);
-            let bare_mark = self.value == RwValue::Readers && self.shares == 0;
+            let bare_mark = self.value == LockValue::Readers && self.shares == 0;
             let wake = if bare_mark {
                 self.pass_on_bare_mark()
             } else {
@@ -497,7 +428,7 @@ impl ReadWriteQueue {
         }
         self.queue &= !(1 << me);
         self.shares |= 1 << me;
-        self.value = RwValue::Readers;
+        self.value = LockValue::Readers;
         (true, None)
     }
 
@@ -515,18 +446,18 @@ impl ReadWriteQueue {
         if how == ReadDelete::SilentAndQueue {
             self.join_queue(me);
         }
-        let bare_mark = self.value == RwValue::Readers && self.shares == 0;
+        let bare_mark = self.value == LockValue::Readers && self.shares == 0;
         match how {
             ReadDelete::Release => bare_mark.then(|| self.hand_over()),
             // The rule before readers queued: a cleanup deleted a bare mark.
             ReadDelete::Silent if bare_mark && !self.readers_queue => {
-                self.value = RwValue::Free;
+                self.value = LockValue::Free;
                 None
             }
             // Its own share was the last: free here, as after a release.
             _ if bare_mark && had_share => Some(self.hand_over()),
             _ if bare_mark => self.pass_on_bare_mark(),
-            ReadDelete::SilentAndQueue if self.value == RwValue::Free => Some(self.hand_over()),
+            ReadDelete::SilentAndQueue if self.value == LockValue::Free => Some(self.hand_over()),
             _ => None,
         }
     }

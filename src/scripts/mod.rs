@@ -946,14 +946,7 @@ mod tests {
         #[test]
         fn a_queued_acquire_takes_only_its_reservation_and_keeps_its_place() {
             let cluster = Cluster::start(1);
-            let _: () = cluster.run(
-                0,
-                redis::cmd("SET")
-                    .arg(KEY)
-                    .arg("handoff:c.v")
-                    .arg("PX")
-                    .arg(60_000),
-            );
+            set_for_a_minute(&cluster, KEY, "handoff:c.v");
             // c.w is refused (reserved for c.v) and joins at place 7.
             let answer = eval(
                 &cluster,
@@ -1475,6 +1468,14 @@ mod tests {
             )
         }
 
+        /// Sets `key` to `value` on server 0 for a minute: a holder, a reservation.
+        fn set_for_a_minute(cluster: &Cluster, key: &str, value: &str) {
+            let _: () = cluster.run(
+                0,
+                redis::cmd("SET").arg(key).arg(value).arg("PX").arg(60_000),
+            );
+        }
+
         fn value_of(cluster: &Cluster, key: &str) -> Option<String> {
             cluster.run(0, redis::cmd("GET").arg(key))
         }
@@ -1638,9 +1639,9 @@ mod tests {
             )
         }
 
-        /// Queues the writer `c.w` first, live for good, with `registration` (`<id>:h`).
-        fn queue_writer(cluster: &Cluster, registration: &str) {
-            let _: i64 = cluster.run(0, redis::cmd("ZADD").arg(RW_QUEUE).arg(1).arg("c.w"));
+        /// Queues the writer `c.w` at `place`, live for good, with `registration` (`<id>:h`).
+        fn queue_writer(cluster: &Cluster, place: u64, registration: &str) {
+            let _: i64 = cluster.run(0, redis::cmd("ZADD").arg(RW_QUEUE).arg(place).arg("c.w"));
             let _: i64 = cluster.run(
                 0,
                 redis::cmd("HSET")
@@ -1691,7 +1692,7 @@ mod tests {
             );
             assert_eq!(write, None, "a write granted beside live shares");
             // A registered writer queues (as `UNDO_AND_QUEUE` queues it): new readers wait.
-            queue_writer(&cluster, "10000 n1 tw");
+            queue_writer(&cluster, 1, "10000 n1 tw");
             assert!(
                 read(&cluster, "r3", "60000") > 0,
                 "a reader beside a waiting writer"
@@ -1727,21 +1728,6 @@ mod tests {
                 .map_or(0, |calls| calls.parse().expect("a count"))
         }
 
-        /// Queues the writer `c.w` at `place`, live for good, registered for a hand-off
-        /// with its token `tw`.
-        fn queue_writer_at(cluster: &Cluster, place: u64) {
-            let _: i64 = cluster.run(0, redis::cmd("ZADD").arg(RW_QUEUE).arg(place).arg("c.w"));
-            let _: i64 = cluster.run(
-                0,
-                redis::cmd("HSET")
-                    .arg(RW_WAITERS)
-                    .arg("c.w")
-                    .arg(FOREVER)
-                    .arg("c.w:h")
-                    .arg("10000 n1 tw"),
-            );
-        }
-
         /// Readers queue (`DESIGN.md` §7c): a failed read round's cleanup joins the queue as a
         /// reader (`r`), as does a queued read refused. A release with a reader at the head
         /// hands the lock to the run of readers it heads: the key becomes the readers' mark,
@@ -1762,20 +1748,13 @@ mod tests {
         #[test]
         fn queued_readers_are_handed_the_lock_together_in_their_turn() {
             let cluster = Cluster::start(1);
-            let _: () = cluster.run(
-                0,
-                redis::cmd("SET")
-                    .arg(RW_KEY)
-                    .arg("t1")
-                    .arg("PX")
-                    .arg(60_000),
-            );
+            set_for_a_minute(&cluster, RW_KEY, "t1");
             // The first reader's failed round: its cleanup joins, at place 10.
             assert_eq!(cleanup_read(&cluster, "x1", Some(("c.r1", "10"))), -2);
             let registration: Option<String> =
                 cluster.run(0, redis::cmd("HGET").arg(RW_WAITERS).arg("c.r1:h"));
             assert_eq!(registration.as_deref(), Some("r"));
-            queue_writer_at(&cluster, 20);
+            queue_writer(&cluster, 20, "10000 n1 tw");
             assert!(queued_read(&cluster, "x2", "c.r2", "30") > 0);
             assert!(queued_read(&cluster, "x3", "c.r3", "15") > 0);
             let released: i64 = run_script(
@@ -1822,14 +1801,7 @@ mod tests {
 
             // A hand-over to a reader, and a writer with an earlier place joining after it.
             let _: () = cluster.run(0, &redis::cmd("FLUSHALL"));
-            let _: () = cluster.run(
-                0,
-                redis::cmd("SET")
-                    .arg(RW_KEY)
-                    .arg("t1")
-                    .arg("PX")
-                    .arg(60_000),
-            );
+            set_for_a_minute(&cluster, RW_KEY, "t1");
             assert!(queued_read(&cluster, "x1", "c.r1", "10") > 0);
             let _: i64 = run_script(
                 &cluster,
@@ -1838,7 +1810,7 @@ mod tests {
                 &["t1", "ch", "r", "5000"],
             );
             assert_eq!(value_of(&cluster, RW_KEY).as_deref(), Some("readers"));
-            queue_writer_at(&cluster, 5);
+            queue_writer(&cluster, 5, "10000 n1 tw");
             assert!(queued_read(&cluster, "x1", "c.r1", "10") > 0);
             assert_eq!(
                 value_of(&cluster, RW_KEY).as_deref(),
@@ -1866,7 +1838,7 @@ mod tests {
             );
             let _: () = cluster.run(0, &redis::cmd("FLUSHALL"));
             assert_eq!(read(&cluster, "x5", "60000"), -1);
-            queue_writer_at(&cluster, 20);
+            queue_writer(&cluster, 20, "10000 n1 tw");
             assert_eq!(cleanup_read(&cluster, "x5", None), -1);
             assert_eq!(value_of(&cluster, RW_KEY).as_deref(), Some("h-tw|c.w"));
         }
@@ -1898,7 +1870,7 @@ mod tests {
         fn a_writer_reserved_the_lock_still_holds_new_readers_back() {
             let cluster = Cluster::start(1);
             assert_eq!(read(&cluster, "r1", "60000"), -1);
-            queue_writer(&cluster, "f10000 n1 tw");
+            queue_writer(&cluster, 1, "f10000 n1 tw");
             // A reader's release names no fence keys: a fenced writer gets a reservation.
             assert_eq!(release_read(&cluster, "r1"), -1);
             assert_eq!(value_of(&cluster, RW_KEY).as_deref(), Some("handoff:c.w"));
