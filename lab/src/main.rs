@@ -127,6 +127,8 @@ enum Experiment {
         primitive: String,
         #[arg(long)]
         permits: u32,
+        #[arg(long)]
+        restart_grace_ms: u64,
     },
     /// One worker of `contend` (run by it, not by hand).
     #[command(hide = true)]
@@ -253,12 +255,14 @@ fn main() -> ExitCode {
                 store,
                 primitive,
                 permits,
+                restart_grace_ms,
             } => {
                 redquorum_lab::soak_worker(redquorum_lab::SoakWorker {
                     worker: worker.into(),
                     store,
                     primitive,
                     permits,
+                    restart_grace: std::time::Duration::from_millis(restart_grace_ms),
                 })
                 .await
             }

@@ -45,9 +45,12 @@ impl Voters {
                     std::thread::scope(|scope| {
                         let starting: Vec<_> = (0..voters)
                             .map(|i| {
-                                // As `deploy/` asks: `min-replicas-to-write 1`, a lag of 1 s.
+                                // As `deploy/` asks: `min-replicas-to-write 1` (a lag of 1 s)
+                                // and two replicas, so the new master of a failover has the
+                                // other replica at once.
                                 scope.spawn(move || {
-                                    SentinelGroup::start_with(&format!("soak{i}"), 1, true)
+                                    let name = format!("soak{i}");
+                                    SentinelGroup::start_with_replicas(&name, 1, true, 2)
                                 })
                             })
                             .collect();

@@ -242,7 +242,12 @@ pub(crate) fn leader_key(prefix: &[u8], resource: &[u8]) -> Vec<u8> {
 /// share is live the lock key holds the readers' mark (`scripts::ACQUIRE_READ`). No lock key
 /// (they end with their closing brace) nor permit key is this.
 pub(crate) fn readers_key(prefix: &[u8], resource: &[u8]) -> Vec<u8> {
-    let mut key = lock_key(prefix, resource);
+    readers_key_beside(&lock_key(prefix, resource))
+}
+
+/// The readers' set of the read-write lock whose lock key is `lock_key` (see [`readers_key`]).
+pub(crate) fn readers_key_beside(lock_key: &[u8]) -> Vec<u8> {
+    let mut key = lock_key.to_vec();
     key.extend_from_slice(b":readers");
     key
 }

@@ -121,7 +121,7 @@ impl NodeError {
 }
 
 /// Whether the server refused who we said we are (or that we said nothing).
-fn is_refused_credentials(err: &redis::RedisError) -> bool {
+pub(crate) fn is_refused_credentials(err: &redis::RedisError) -> bool {
     err.kind() == redis::ErrorKind::AuthenticationFailed
         || matches!(err.code(), Some("NOAUTH" | "WRONGPASS"))
 }

@@ -413,9 +413,13 @@ fn place_now(shared: &Shared, key: &[u8]) -> Option<u64> {
 
 impl Queue {
     /// The round that takes this waiter out of the queue on every node, passing on a lock
-    /// already reserved for it (`scripts::DEQUEUE`).
+    /// already reserved for it, or for a reader a bare readers' mark (`scripts::DEQUEUE`).
     fn leave_request(&self, holding: Option<&Token>) -> Request {
-        let (keys, _) = self.arguments();
+        let (mut keys, _) = self.arguments();
+        // A reader's: a bare readers' mark it leaves is passed on as its round's would be.
+        if self.reader {
+            keys.push(resource::readers_key_beside(&self.key));
+        }
         if let Some(permits) = &self.permits {
             return self.leave_permits_request(permits, keys);
         }

@@ -532,10 +532,20 @@ pub(crate) static EXTEND_READ: LuaScript = LuaScript::new(lua!("readers_live", "
 /// other than the one it holds, passes it on as that release would have (`hand_over`): a
 /// reservation (or a lock) for a waiter that no longer waits would idle the lock until it
 /// lapses, and its lapse wakes nobody. A lock handed with the token it holds is its lock here
-/// too, and stays. `-1`. With `KEYS[1]`
+/// too, and stays. A reader of a read-write lock (optional `KEYS[4]`, its readers' set) that
+/// leaves where the lock key is the readers' mark with no live share under it leaves the mark
+/// to the readers queued first, passes it on to a writer first, or deletes it with nobody
+/// waiting (`lua/bare_mark.lua`). `-1`. With `KEYS[1]`
 /// alone (a half-moved cluster slot, see `request::InParts`), only passes a reservation on,
 /// to nobody: the client leaves the queue's keys with one command each.
-pub(crate) static DEQUEUE: LuaScript = LuaScript::new(lua!("handed", "hand_over", "dequeue"));
+pub(crate) static DEQUEUE: LuaScript = LuaScript::new(lua!(
+    "handed",
+    "hand_over",
+    "readers_live",
+    "writer_waits",
+    "bare_mark",
+    "dequeue"
+));
 
 /// `KEYS[1]` lock key, optional `KEYS[2..]` keys that live as long as the lock (an election's
 /// leader info, the other keys of a multi-resource lock), `ARGV[1]` token, `ARGV[2]` new ttl in ms, `ARGV[3]` `1` to re-add a missing
@@ -1841,6 +1851,53 @@ mod tests {
             queue_writer(&cluster, 20, "10000 n1 tw");
             assert_eq!(cleanup_read(&cluster, "x5", None), -1);
             assert_eq!(value_of(&cluster, RW_KEY).as_deref(), Some("h-tw|c.w"));
+        }
+
+        /// A reader that leaves the queue (`DEQUEUE` with its readers' set) where the lock
+        /// was handed to the run it heads leaves the bare readers' mark to the readers queued
+        /// after it, passes it on to a writer next, and deletes it with nobody waiting.
+        ///
+        /// Mutation (run, caught): `DEQUEUE` without its reader's branch (the mark stays
+        /// with nobody waiting, and the writer is not handed the lock).
+        #[test]
+        fn a_reader_leaving_passes_a_bare_mark_on() {
+            let cluster = Cluster::start(1);
+            let leave = |id: &str| -> i64 {
+                run_script(
+                    &cluster,
+                    &super::super::DEQUEUE,
+                    &[RW_KEY, RW_QUEUE, RW_WAITERS, RW_READERS],
+                    &[id, "ch", "r", "5000"],
+                )
+            };
+            let hand_to_the_run = || {
+                set_for_a_minute(&cluster, RW_KEY, "t1");
+                let _: i64 = run_script(
+                    &cluster,
+                    &super::super::RELEASE,
+                    &[RW_KEY, RW_QUEUE, RW_WAITERS],
+                    &["t1", "ch", "r", "5000"],
+                );
+                assert_eq!(value_of(&cluster, RW_KEY).as_deref(), Some("readers"));
+            };
+            // Readers c.r1 and c.r2 queued; the run is handed over; c.r1 leaves: the mark
+            // stays for c.r2.
+            assert_eq!(cleanup_read(&cluster, "x1", Some(("c.r1", "10"))), -2);
+            assert_eq!(cleanup_read(&cluster, "x2", Some(("c.r2", "20"))), -2);
+            hand_to_the_run();
+            assert_eq!(leave("c.r1"), -1);
+            assert_eq!(value_of(&cluster, RW_KEY).as_deref(), Some("readers"));
+            // c.r2 leaves too, with a writer behind: the writer is handed the lock.
+            queue_writer(&cluster, 30, "10000 n1 tw");
+            assert_eq!(leave("c.r2"), -1);
+            assert_eq!(value_of(&cluster, RW_KEY).as_deref(), Some("h-tw|c.w"));
+            // A lone reader leaves a run handed to it: nothing is left.
+            let _: () = cluster.run(0, &redis::cmd("FLUSHALL"));
+            assert_eq!(cleanup_read(&cluster, "x1", Some(("c.r1", "10"))), -2);
+            hand_to_the_run();
+            assert_eq!(leave("c.r1"), -1);
+            let keys: Vec<String> = cluster.run(0, redis::cmd("KEYS").arg("*"));
+            assert!(keys.is_empty(), "left behind: {keys:?}");
         }
 
         /// A failed read round's cleanup (`RELEASE_READ` with an empty release channel, its

@@ -13,7 +13,7 @@ use tokio::sync::{Notify, watch};
 use crate::core::native::NativeCommands;
 use crate::core::node_id::NodeId;
 use crate::core::server_clock::ServerClock;
-use crate::errors::node_error::NodeError;
+use crate::errors::node_error::{NodeError, is_refused_credentials};
 use crate::voters::restart_grace::{KeptStart, ServerAge, grace_start, server_age};
 use crate::voters::server_identity::ServerIdentities;
 use crate::voters::source::NodeSource;
@@ -298,9 +298,13 @@ impl Supervisor {
         // vote under two names. Only with a restart grace is an answer required; without one,
         // a server that refuses INFO still serves plain locks (its fenced acquires report
         // `NodeError::Unidentified`), and only the builder's address check guards it.
+        // A server that refuses our credentials (or our lack of them) serves nothing: said so
+        // now, before the scripts are loaded (a server closes an unauthenticated connection
+        // that sends an argument over 16 KB, which our largest scripts are, and the error
+        // would read as a broken pipe).
         let age = match server_age(&mut conn).await {
             Ok(age) => Some(age),
-            Err(err) if *ask_uptime || breaks_connection(&err) => {
+            Err(err) if *ask_uptime || breaks_connection(&err) || is_refused_credentials(&err) => {
                 return Err(NodeError::connecting(err));
             }
             Err(err) => {

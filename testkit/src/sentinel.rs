@@ -1,4 +1,4 @@
-//! Redis Sentinel groups for tests: a master, its replica and the sentinels that watch them,
+//! Redis Sentinel groups for tests: a master, its replicas and the sentinels that watch them,
 //! on loopback, ended with the group (also when the test panics).
 
 use std::time::{Duration, Instant};
@@ -9,7 +9,8 @@ use crate::Cluster;
 const FAILOVER_TIMEOUT: Duration = Duration::from_secs(20);
 
 /// One Sentinel-monitored master: server 0 of [`data`](Self::data) starts as the master,
-/// server 1 as its replica, and `sentinels` sentinels watch them under the master name. A
+/// the others (server 1, or more: [`start_with_replicas`](Self::start_with_replicas)) as its
+/// replicas, and `sentinels` sentinels watch them under the master name. A
 /// master is judged down after 5 s without an answer (long enough that a loaded machine does
 /// not fail over on its own; [`failover`](Self::failover) forces one).
 #[derive(Debug)]
@@ -33,14 +34,34 @@ impl SentinelGroup {
     }
 
     /// As [`start`](Self::start); with `min_replicas`, both servers run with
-    /// `min-replicas-to-write 1` and `min-replicas-max-lag 1`, as the deploy guide asks: a
-    /// master whose replica stopped acknowledging for a second refuses writes (a demoted
-    /// master cut off from its sentinels stops granting locks).
+    /// `min-replicas-to-write 1` and `min-replicas-max-lag 1`, as the deploy guide asks
+    /// (with a lag of 1 s where the guide's example has 10, which keeps tests short: the
+    /// clients' restart grace must cover the ttl plus the lag): a master whose replica stopped
+    /// acknowledging for a second refuses writes (a demoted master cut off from its sentinels
+    /// stops granting locks).
     ///
     /// # Panics
     /// As [`start`](Self::start).
     pub fn start_with(name: &str, sentinels: usize, min_replicas: bool) -> Self {
+        Self::start_with_replicas(name, sentinels, min_replicas, 1)
+    }
+
+    /// As [`start_with`](Self::start_with), with `replicas` replicas. With one replica and
+    /// `min_replicas`, a forced failover leaves the new master refusing writes until the
+    /// sentinels turn the old master into its replica and it has synced (about 15 s: the
+    /// sentinels look at the old master every 10 s); with two, the other replica follows the
+    /// new master within the failover, as the deploy guide advises.
+    ///
+    /// # Panics
+    /// As [`start`](Self::start); when `replicas` is 0.
+    pub fn start_with_replicas(
+        name: &str,
+        sentinels: usize,
+        min_replicas: bool,
+        replicas: usize,
+    ) -> Self {
         assert!(sentinels > 0, "a group needs a sentinel");
+        assert!(replicas > 0, "a failover needs a replica");
         let guard: &[&str] = if min_replicas {
             &[
                 "--min-replicas-to-write",
@@ -56,7 +77,9 @@ impl SentinelGroup {
         let master_port = data.server(0).port().to_string();
         let mut replica = vec!["--replicaof", "127.0.0.1", &master_port];
         replica.extend_from_slice(guard);
-        data.add(&replica);
+        for _ in 0..replicas {
+            data.add(&replica);
+        }
         let configs = tempfile::tempdir().expect("temp dir");
         let mut watchers = Cluster::start(0);
         for i in 0..sentinels {
@@ -98,12 +121,12 @@ impl SentinelGroup {
         &self.name
     }
 
-    /// The master and the replica (indices 0 and 1 as started; a failover swaps their roles).
+    /// The master and its replicas (index 0 the master as started; a failover moves the role).
     pub fn data(&self) -> &Cluster {
         &self.data
     }
 
-    /// The master and the replica, to kill or pause one.
+    /// The master and its replicas, to kill or pause one.
     pub fn data_mut(&mut self) -> &mut Cluster {
         &mut self.data
     }
@@ -202,20 +225,24 @@ impl SentinelGroup {
         }
     }
 
-    /// Waits until every sentinel lists the replica, linked to its master: a failover needs a
+    /// Waits until every sentinel lists every replica, linked to its master: a failover needs a
     /// replica the sentinels know.
     fn wait_until_the_replica_is_known(&self) {
         let deadline = Instant::now() + FAILOVER_TIMEOUT;
-        let replica_port = self.data.server(1).port().to_string();
+        let replica_ports: Vec<String> = (1..self.data.len())
+            .map(|r| self.data.server(r).port().to_string())
+            .collect();
         for i in 0..self.sentinels.len() {
             loop {
                 let replicas: Vec<std::collections::HashMap<String, String>> = self
                     .sentinels
                     .run(i, redis::cmd("SENTINEL").arg("REPLICAS").arg(&self.name));
-                let known = replicas.iter().any(|r| {
-                    r.get("port") == Some(&replica_port)
-                        && r.get("master-link-status").map(String::as_str) == Some("ok")
-                        && r.get("flags").map(String::as_str) == Some("slave")
+                let known = replica_ports.iter().all(|port| {
+                    replicas.iter().any(|r| {
+                        r.get("port") == Some(port)
+                            && r.get("master-link-status").map(String::as_str) == Some("ok")
+                            && r.get("flags").map(String::as_str) == Some("slave")
+                    })
                 });
                 if known {
                     break;

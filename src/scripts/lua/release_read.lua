@@ -43,6 +43,6 @@ elseif answer == -1 then
 else
   -- A bare mark it found: a run of queued readers' (a cleanup does not take it from them),
   -- a writer's before them, or nobody's.
-  pass_on_bare_mark(channel, ARGV[3], ARGV[4], now)
+  pass_on_bare_mark(channel, ARGV[3], ARGV[4], now, KEYS[1], KEYS[3], KEYS[4])
 end
 return answer

@@ -34,7 +34,7 @@ local function take_share(id, live, place, channel, release_id, reservation)
     if id then
       join_queue(id, live, place, 'r', nil, KEYS[3], KEYS[4])
       if value == 'readers' and not readers_live(KEYS[2], now) then
-        pass_on_bare_mark(channel, release_id, reservation, now)
+        pass_on_bare_mark(channel, release_id, reservation, now, KEYS[1], KEYS[3], KEYS[4])
       end
     end
     return waits
