@@ -430,7 +430,15 @@ fn ask_one<V: Voter>(
                         };
                         delivery.answer_within(per_node_timeout).await
                     } else {
-                        tokio::time::timeout(per_node_timeout, voter.ask(&prepared, queued))
+                        // Ordered only once answered (or dropped), not once queued: the first
+                        // poll that ran `queued` may only have joined the line of senders
+                        // waiting for room on a connection still draining what piled up
+                        // behind a hung master, and a request released by this mark (a
+                        // waiter's leaving round) could then reach the node first and be
+                        // overtaken by this one (found with MONITOR on a resumed master: a
+                        // semaphore waiter's queued round landed after its leaving round and
+                        // queued it again).
+                        tokio::time::timeout(per_node_timeout, voter.ask(&prepared, || {}))
                             .await
                             .ok()
                     };
@@ -1062,6 +1070,44 @@ mod tests {
         assert!(outcomes[3].contains("no reply within 50ms"), "{outcomes:?}");
         assert_eq!(second.report.votes()[4], Vote::Yes, "{outcomes:?}");
         assert!(nodes[3].is_suspect() && !nodes[4].is_suspect());
+    }
+
+    /// A request sent behind a straggler counts as ordered on its voter only once answered,
+    /// even a `SET`: its first poll may only have joined the line of senders waiting for room
+    /// on a connection still draining a backlog, and a request released by the mark (a
+    /// waiter's leaving round) could reach the node first.
+    ///
+    /// Mutation: marking it ordered once queued (`queued` for `|| {}` in `ask_one`'s branch
+    /// behind a straggler) sends the delete behind it at 20 ms instead of at 40 ms.
+    #[tokio::test(start_paused = true)]
+    async fn a_request_sent_behind_a_straggler_is_ordered_once_answered() {
+        // Node 4: a script answering at 20 ms, a `SET` sent behind it answering 20 ms later,
+        // then the delete behind that.
+        let quick = || vec![yes(1), yes(1), yes(1)];
+        let nodes = voters(vec![
+            quick(),
+            quick(),
+            quick(),
+            quick(),
+            vec![yes(20), yes(20), yes(1)],
+        ]);
+        let tracker = TaskTracker::new();
+        let t0 = Virtual::now();
+        let first = fanout(&nodes, &tracker)
+            .run(release(), TIMEOUT, Wait::UntilDecided)
+            .await;
+        let first = first.stragglers.expect("the script still out on node 4");
+        let second = fanout(&nodes, &tracker)
+            .run_behind(acquire(), TIMEOUT, Wait::UntilDecided, Some(&first), || {})
+            .await;
+        let second = second.stragglers.expect("the SET still out on node 4");
+        let _ = fanout(&nodes, &tracker)
+            .run_behind(release(), TIMEOUT, Wait::ForAll, Some(&second), || {})
+            .await;
+        let sent = nodes[4].sent_at.lock().expect("lock").clone();
+        assert_eq!(sent.len(), 3);
+        assert_at(t0, sent[1], Duration::from_millis(20));
+        assert_at(t0, sent[2], Duration::from_millis(40));
     }
 
     /// A delete behind a straggler of the same lock is sent once the straggler is ordered on

@@ -530,7 +530,9 @@ impl Queue {
     /// Dropped part-way, `Drop` sends the leaving round again in the background.
     pub(crate) async fn leave(mut self) {
         if self.joined {
-            let after = self.after.take();
+            // Kept, not taken: dropped part-way, the leaving round `Drop` sends again must
+            // still go behind them (a helper's review).
+            let after = self.after.clone();
             self.leave_round(after, None).await;
             self.joined = false;
         }
