@@ -1478,6 +1478,16 @@ mod tests {
             )
         }
 
+        /// The release (`RELEASE`) of the read-write lock's writer `t1`, publishing on `ch`.
+        fn release_t1(cluster: &Cluster) -> i64 {
+            run_script(
+                cluster,
+                &super::super::RELEASE,
+                &[RW_KEY, RW_QUEUE, RW_WAITERS],
+                &["t1", "ch", "r", "5000"],
+            )
+        }
+
         /// Sets `key` to `value` on server 0 for a minute: a holder, a reservation.
         fn set_for_a_minute(cluster: &Cluster, key: &str, value: &str) {
             let _: () = cluster.run(
@@ -1767,12 +1777,7 @@ mod tests {
             queue_writer(&cluster, 20, "10000 n1 tw");
             assert!(queued_read(&cluster, "x2", "c.r2", "30") > 0);
             assert!(queued_read(&cluster, "x3", "c.r3", "15") > 0);
-            let released: i64 = run_script(
-                &cluster,
-                &super::super::RELEASE,
-                &[RW_KEY, RW_QUEUE, RW_WAITERS],
-                &["t1", "ch", "r", "5000"],
-            );
+            let released = release_t1(&cluster);
             assert_eq!(released, -1);
             assert_eq!(value_of(&cluster, RW_KEY).as_deref(), Some("readers"));
             let left: i64 = cluster.run(0, redis::cmd("PTTL").arg(RW_KEY));
@@ -1813,12 +1818,7 @@ mod tests {
             let _: () = cluster.run(0, &redis::cmd("FLUSHALL"));
             set_for_a_minute(&cluster, RW_KEY, "t1");
             assert!(queued_read(&cluster, "x1", "c.r1", "10") > 0);
-            let _: i64 = run_script(
-                &cluster,
-                &super::super::RELEASE,
-                &[RW_KEY, RW_QUEUE, RW_WAITERS],
-                &["t1", "ch", "r", "5000"],
-            );
+            let _ = release_t1(&cluster);
             assert_eq!(value_of(&cluster, RW_KEY).as_deref(), Some("readers"));
             queue_writer(&cluster, 5, "10000 n1 tw");
             assert!(queued_read(&cluster, "x1", "c.r1", "10") > 0);
@@ -1872,12 +1872,7 @@ mod tests {
             };
             let hand_to_the_run = || {
                 set_for_a_minute(&cluster, RW_KEY, "t1");
-                let _: i64 = run_script(
-                    &cluster,
-                    &super::super::RELEASE,
-                    &[RW_KEY, RW_QUEUE, RW_WAITERS],
-                    &["t1", "ch", "r", "5000"],
-                );
+                let _ = release_t1(&cluster);
                 assert_eq!(value_of(&cluster, RW_KEY).as_deref(), Some("readers"));
             };
             // Readers c.r1 and c.r2 queued; the run is handed over; c.r1 leaves: the mark
