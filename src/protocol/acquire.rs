@@ -447,10 +447,9 @@ async fn round(
     let others_wait = || shared.releases.has_waiters(&resource::release_channel(key));
     let (undone, still_running) = match queue.as_mut() {
         Some((slot, policy)) if will_retry || others_wait() => {
-            let queue = slot.get_or_insert_with(|| match taking {
-                Taking::Read { .. } => Queue::for_reader(shared, key, timing, policy),
-                Taking::Lock => Queue::new(shared, key, timing, policy),
-            });
+            let reader = taking.reader_of().is_some();
+            let queue =
+                slot.get_or_insert_with(|| Queue::new(shared, key, timing, policy).reading(reader));
             queue.join(shared, &resource::release_channel(key)).await;
             queue.register(&token, fencing);
             cleanup.queue_as(queue);

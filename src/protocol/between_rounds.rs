@@ -86,10 +86,7 @@ impl<'a> Waiting<'a> {
             let (shared, key, timing, policy) = (self.shared, self.key, self.timing, self.policy);
             let reader = self.reader;
             self.queue
-                .get_or_insert_with(|| match reader {
-                    true => Queue::for_reader(shared, key, timing, policy),
-                    false => Queue::new(shared, key, timing, policy),
-                })
+                .get_or_insert_with(|| Queue::new(shared, key, timing, policy).reading(reader))
                 .listen(shared, &self.channel)
                 .await
         } else {

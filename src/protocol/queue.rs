@@ -150,16 +150,11 @@ impl Queue {
         }
     }
 
-    /// A reader's place in the queue of the read-write lock whose lock key is `key`.
-    pub(crate) fn for_reader(
-        shared: &Arc<Shared>,
-        key: &[u8],
-        timing: &Timing,
-        policy: &RetryPolicy,
-    ) -> Self {
-        let mut queue = Self::new(shared, key, timing, policy);
-        queue.reader = true;
-        queue
+    /// The same place, as a reader of the read-write lock whose lock key it is, when
+    /// `reader`.
+    pub(crate) fn reading(mut self, reader: bool) -> Self {
+        self.reader = reader;
+        self
     }
 
     /// A waiter's place in the queue of the semaphore whose keys are `permits`.

@@ -1,8 +1,9 @@
 local epoch = seeded_epoch(5, ARGV[#ARGV])
 if not epoch then return -6 end
-local id, live, place, channel, release_id, reservation = nil, nil, nil, nil, nil, nil
-if #ARGV > 3 then id, live, place, channel, release_id, reservation = ARGV[3], ARGV[4], ARGV[5], ARGV[6], ARGV[7], ARGV[8] end
-local refused = take_share(id, live, place, channel, release_id, reservation)
+-- A queued reader's arguments come before the run id (ARGV[3..8], as `ACQUIRE_READ`'s).
+local q = {}
+if #ARGV > 3 then q = ARGV end
+local refused = take_share(q[3], q[4], q[5], q[6], q[7], q[8])
 if refused then return refused end
 -- The counter as it stands (a read raises nothing), or the resource's own older counter
 -- where that is larger (a write folds it in).
